@@ -1,0 +1,189 @@
+import type { Permission } from '../shared/permissions.js';
+import type {
+  CreatedResponse,
+  LoginResponse,
+  Page,
+  Settings,
+  Share,
+  StatusResponse,
+  User,
+  Whoami,
+} from '../shared/types.js';
+import { callJson, type ApiClient } from './http.js';
+import { sharePath } from './refs.js';
+
+export interface PageQuery {
+  page?: number;
+  perPage?: number;
+}
+
+function pageQuery(q: PageQuery = {}): Record<string, number | undefined> {
+  return { page: q.page, per_page: q.perPage };
+}
+
+function userPath(username: string): string {
+  return `/users/${encodeURIComponent(username)}`;
+}
+
+// Authentication
+
+export function login(
+  client: ApiClient,
+  username: string,
+  password: string,
+): Promise<LoginResponse> {
+  return callJson(client, { method: 'POST', path: '/users/login', json: { username, password } });
+}
+
+export function extend(client: ApiClient): Promise<LoginResponse> {
+  return callJson(client, { method: 'POST', path: '/users/extend' });
+}
+
+/** Revokes `token` (by default the client's own). */
+export function logout(client: ApiClient, token = client.token): Promise<StatusResponse> {
+  return callJson(client, { method: 'POST', path: '/users/logout', json: { token } });
+}
+
+export function changePassword(
+  client: ApiClient,
+  oldPassword: string,
+  newPassword: string,
+): Promise<StatusResponse> {
+  return callJson(client, {
+    method: 'POST',
+    path: '/users/password',
+    json: { old: oldPassword, new: newPassword },
+  });
+}
+
+export function whoami(client: ApiClient): Promise<Whoami> {
+  return callJson(client, { method: 'GET', path: '/whoami' });
+}
+
+// Shares
+
+export function listFiles(client: ApiClient, query?: PageQuery): Promise<Page<Share>> {
+  return callJson(client, { method: 'GET', path: '/files', query: pageQuery(query) });
+}
+
+export function createFile(client: ApiClient, fileName?: string): Promise<CreatedResponse> {
+  return callJson(client, {
+    method: 'POST',
+    path: '/files',
+    json: fileName === undefined ? {} : { file_name: fileName },
+  });
+}
+
+export function getFile(client: ApiClient, id: string): Promise<Share> {
+  return callJson(client, { method: 'GET', path: sharePath(id) });
+}
+
+export interface ShareChanges {
+  file_name?: string;
+  owner_name?: string | null;
+}
+
+export function patchFile(
+  client: ApiClient,
+  id: string,
+  changes: ShareChanges,
+): Promise<StatusResponse> {
+  return callJson(client, { method: 'PATCH', path: sharePath(id), json: changes });
+}
+
+export function putFile(
+  client: ApiClient,
+  id: string,
+  share: Required<ShareChanges>,
+): Promise<StatusResponse> {
+  return callJson(client, { method: 'PUT', path: sharePath(id), json: share });
+}
+
+export function deleteFile(client: ApiClient, id: string): Promise<StatusResponse> {
+  return callJson(client, { method: 'DELETE', path: sharePath(id) });
+}
+
+export function lockFile(client: ApiClient, id: string): Promise<StatusResponse> {
+  return callJson(client, { method: 'POST', path: `${sharePath(id)}/lock` });
+}
+
+export function unlockFile(client: ApiClient, id: string): Promise<StatusResponse> {
+  return callJson(client, { method: 'POST', path: `${sharePath(id)}/unlock` });
+}
+
+// Users
+
+export function listUsers(client: ApiClient, query?: PageQuery): Promise<Page<User>> {
+  return callJson(client, { method: 'GET', path: '/users', query: pageQuery(query) });
+}
+
+export function getUser(client: ApiClient, username: string): Promise<User> {
+  return callJson(client, { method: 'GET', path: userPath(username) });
+}
+
+export interface NewUser {
+  username: string;
+  password: string;
+  permissions: Permission[];
+}
+
+export function createUser(client: ApiClient, user: NewUser): Promise<CreatedResponse> {
+  return callJson(client, { method: 'POST', path: '/users', json: user });
+}
+
+export function patchUser(
+  client: ApiClient,
+  username: string,
+  changes: Partial<NewUser>,
+): Promise<StatusResponse> {
+  return callJson(client, { method: 'PATCH', path: userPath(username), json: changes });
+}
+
+export function putUser(
+  client: ApiClient,
+  username: string,
+  user: NewUser,
+): Promise<StatusResponse> {
+  return callJson(client, { method: 'PUT', path: userPath(username), json: user });
+}
+
+export function deleteUser(client: ApiClient, username: string): Promise<StatusResponse> {
+  return callJson(client, { method: 'DELETE', path: userPath(username) });
+}
+
+// Settings
+
+export function getSettings(client: ApiClient): Promise<Settings> {
+  return callJson(client, { method: 'GET', path: '/admin/settings' });
+}
+
+export function patchSettings(
+  client: ApiClient,
+  changes: Partial<Settings>,
+): Promise<StatusResponse> {
+  return callJson(client, { method: 'PATCH', path: '/admin/settings', json: changes });
+}
+
+export function putSettings(client: ApiClient, settings: Settings): Promise<StatusResponse> {
+  return callJson(client, { method: 'PUT', path: '/admin/settings', json: settings });
+}
+
+// Pagination
+
+/** Walks every page of a paginated list, following `next`. */
+export async function* allPages<T>(
+  fetchPage: (query: PageQuery) => Promise<Page<T>>,
+  perPage = 1000,
+): AsyncGenerator<T> {
+  let page: number | null = 1;
+  while (page !== null) {
+    const result: Page<T> = await fetchPage({ page, perPage });
+    yield* result.data;
+    page = result.next;
+  }
+}
+
+/** The id in a creation response's url ("/files/<id>" → "<id>"). */
+export function idFromUrl(url: string): string {
+  return decodeURIComponent(url.replace(/\/+$/, '').split('/').pop() ?? '');
+}

@@ -1,0 +1,100 @@
+/** The server answered with an error status; `message` is the server's own sentence. */
+export class ApiError extends Error {
+  override readonly name = 'ApiError';
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly body?: unknown,
+  ) {
+    super(message);
+  }
+}
+
+/** The server could not be reached, or the connection broke, after every retry. */
+export class NetworkError extends Error {
+  override readonly name = 'NetworkError';
+  constructor(
+    message: string,
+    readonly attempts: number,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+/** The caller passed something the client refuses before any request (a bad id, URL or range). */
+export class ClientInputError extends Error {
+  override readonly name = 'ClientInputError';
+}
+
+const NETWORK_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ECONNABORTED',
+  'EPIPE',
+  'ETIMEDOUT',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'EHOSTDOWN',
+  'ENETUNREACH',
+  'ENETDOWN',
+  'UND_ERR_SOCKET',
+  'UND_ERR_CLOSED',
+  'UND_ERR_CONNECT_TIMEOUT',
+  'UND_ERR_HEADERS_TIMEOUT',
+  'UND_ERR_BODY_TIMEOUT',
+  'UND_ERR_RES_CONTENT_LENGTH_MISMATCH',
+]);
+
+function codeOf(err: unknown): string | undefined {
+  if (typeof err !== 'object' || err === null) return undefined;
+  const code = (err as { code?: unknown }).code;
+  return typeof code === 'string' ? code : undefined;
+}
+
+/** True for failures of the transport (refused, reset, timed out), which are worth retrying. */
+export function isTransportError(err: unknown): boolean {
+  if (err instanceof NetworkError) return true;
+  const code = codeOf(err);
+  if (code && NETWORK_CODES.has(code)) return true;
+  // Happy-eyeballs connects fail with an AggregateError of the per-address errors.
+  if (err instanceof AggregateError) return err.errors.some(isTransportError);
+  const cause = (err as { cause?: unknown } | null)?.cause;
+  return cause !== undefined && cause !== err && isTransportError(cause);
+}
+
+/** True when the request certainly never reached the server, so even a POST may be re-sent. */
+export function isConnectError(err: unknown): boolean {
+  const code = codeOf(err);
+  if (code === 'ECONNREFUSED' || code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'ENOTFOUND')
+    return true;
+  if (code === 'EAI_AGAIN' || code === 'EHOSTUNREACH' || code === 'ENETUNREACH') return true;
+  if (err instanceof AggregateError) return err.errors.some(isConnectError);
+  return false;
+}
+
+/** A short human description of a transport failure: "connection refused". */
+export function describeTransportError(err: unknown): string {
+  const code = codeOf(err) ?? (err instanceof AggregateError ? codeOf(err.errors[0]) : undefined);
+  switch (code) {
+    case 'ECONNREFUSED':
+      return 'connection refused';
+    case 'ECONNRESET':
+    case 'UND_ERR_SOCKET':
+    case 'UND_ERR_CLOSED':
+      return 'connection reset';
+    case 'ENOTFOUND':
+    case 'EAI_AGAIN':
+      return 'host not found';
+    case 'ETIMEDOUT':
+    case 'UND_ERR_CONNECT_TIMEOUT':
+    case 'UND_ERR_HEADERS_TIMEOUT':
+    case 'UND_ERR_BODY_TIMEOUT':
+      return 'timed out';
+    case 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH':
+      return 'response cut short';
+    default:
+      return err instanceof Error && err.message ? err.message : 'network error';
+  }
+}

@@ -1,0 +1,44 @@
+/** Reads the file name from a Content-Disposition header, preferring RFC 5987 `filename*`. */
+export function filenameFromDisposition(header: string | undefined): string | undefined {
+  if (!header) return undefined;
+  const extended = /(?:^|;)\s*filename\*\s*=\s*([^;]*)/i.exec(header);
+  if (extended) {
+    const match = /^\s*([\w!#$%&+^`{}~-]*)'[^']*'(.*?)\s*$/.exec(extended[1]!);
+    if (match) {
+      const bytes = percentDecode(match[2]!);
+      return match[1]!.toLowerCase() === 'utf-8'
+        ? bytes.toString('utf8')
+        : bytes.toString('latin1');
+    }
+  }
+  const plain = /(?:^|;)\s*filename\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^;]*))/i.exec(header);
+  if (!plain) return undefined;
+  return plain[1] !== undefined ? plain[1].replace(/\\(.)/g, '$1') : plain[2]!.trim();
+}
+
+/** Percent-decodes to raw bytes (the charset is applied afterwards). */
+function percentDecode(text: string): Buffer {
+  const bytes: number[] = [];
+  for (let i = 0; i < text.length; i++) {
+    if (text[i] === '%' && /^[0-9a-f]{2}$/i.test(text.slice(i + 1, i + 3))) {
+      bytes.push(parseInt(text.slice(i + 1, i + 3), 16));
+      i += 2;
+    } else bytes.push(...Buffer.from(text[i]!, 'utf8'));
+  }
+  return Buffer.from(bytes);
+}
+
+const MAX_NAME_BYTES = 240; // leaves room for ".part" under the usual 255-byte limit
+
+/**
+ * Turns a name chosen by the server into a safe single path component: no directories, no
+ * control characters, never "", "." or "..". Returns undefined when nothing safe is left.
+ */
+export function sanitizeFileName(name: string | undefined): string | undefined {
+  if (name === undefined) return undefined;
+  const lastPart = name.split(/[/\\]/).pop() ?? '';
+  let safe = lastPart.replace(/[\u0000-\u001f\u007f-\u009f]/g, '').trim();
+  if (safe === '' || safe === '.' || safe === '..') return undefined;
+  while (Buffer.byteLength(safe) > MAX_NAME_BYTES) safe = [...safe].slice(0, -1).join('');
+  return safe;
+}

@@ -1,0 +1,47 @@
+import { isUuid } from '../shared/ids.js';
+import { ClientInputError } from './errors.js';
+import { normalizeServer, type ApiClient } from './http.js';
+
+/** A share named on the command line: its id, and the server when it was given as a URL. */
+export interface ShareRef {
+  id: string;
+  /** Base URL taken from a full share URL; undefined for a bare id. */
+  server?: string;
+}
+
+/** Accepts a share id or a full URL such as http://host:5000/files/<uuid> (or …/content). */
+export function parseShareRef(ref: string): ShareRef {
+  const text = ref.trim();
+  if (isUuid(text)) return { id: text.toLowerCase() };
+  if (/^https?:\/\//i.test(text)) {
+    let url: URL;
+    try {
+      url = new URL(text);
+    } catch {
+      throw new ClientInputError(`not a share id or URL: ${ref}`);
+    }
+    const match = /^(.*)\/files\/([^/]+)(?:\/content)?\/?$/.exec(url.pathname);
+    if (match && isUuid(match[2]!))
+      return { id: match[2]!.toLowerCase(), server: normalizeServer(url.origin + match[1]!) };
+  }
+  throw new ClientInputError(`not a share id or URL: ${ref}`);
+}
+
+/** The URL people paste: <server>/files/<id>. */
+export function shareUrl(server: string, id: string): string {
+  return `${server}/files/${id}`;
+}
+
+/** The path of a share below the server: "/files/<id>". */
+export function sharePath(id: string): string {
+  return `/files/${encodeURIComponent(id)}`;
+}
+
+/** Same client, pointed at another server (used when a share was named by a full URL). */
+export function withServer(
+  client: ApiClient,
+  server: string,
+  token: string | undefined,
+): ApiClient {
+  return { ...client, server: normalizeServer(server), token };
+}
