@@ -1,0 +1,183 @@
+import type { Command } from 'commander';
+import { changePassword, extend, login, logout, whoami } from '../../client/api.js';
+import { ApiError } from '../../client/errors.js';
+import { openSession } from '../context.js';
+import { promptHidden, promptLine, readStdinLines } from '../input.js';
+import { AuthError, UsageError, examples, printJson, printLine, warn } from '../output.js';
+
+const STORED = { keychain: 'the OS keychain', file: 'the config directory' } as const;
+
+export function registerAuth(program: Command): void {
+  program
+    .command('login')
+    .description('sign in and store the token (OS keychain, or a 0600 file when there is none)')
+    .option('-u, --username <user>', 'user name (default: the last one used on this server)')
+    .option('--password-stdin', 'read the password from the first line of standard input')
+    .addHelpText(
+      'after',
+      examples([
+        'fshare login -u alice',
+        'fshare --server https://files.example.com login -u alice',
+        'printf %s "$PASSWORD" | fshare login -u ci --password-stdin',
+      ]),
+    )
+    .action(async (options: { username?: string; passwordStdin?: boolean }, cmd: Command) => {
+      const session = openSession(cmd);
+      const username =
+        options.username ??
+        session.usernameFor(session.server) ??
+        (await promptLine('Username: ', 'a user name', '-u USER'));
+      if (!username) throw new UsageError('a user name is needed (-u USER)');
+      const password = options.passwordStdin
+        ? (await readStdinLines(1, 'the password'))[0]!
+        : await promptHidden(`Password for ${username} on ${session.server}: `);
+      const res = await login(session.anonymousClient(), username, password);
+      const where = await session.credentials.saveToken(
+        session.server,
+        res.username,
+        res.auth_token,
+      );
+      session.config.set('server', session.server);
+      session.config.set('username', res.username);
+      if (session.opts.json)
+        printJson({ server: session.server, username: res.username, stored: where });
+      else
+        printLine(
+          `Signed in to ${session.server} as ${res.username} (token kept in ${STORED[where]})`,
+        );
+    });
+
+  program
+    .command('logout')
+    .description('revoke the token on the server, then forget it locally')
+    .addHelpText(
+      'after',
+      examples(['fshare logout', 'fshare --server http://10.0.0.5:5000 logout']),
+    )
+    .action(async (_options: object, cmd: Command) => {
+      const session = openSession(cmd);
+      const username = session.usernameFor(session.server);
+      const fromEnv = Boolean(process.env.FSHARE_TOKEN);
+      const client = await session.client();
+      if (!client.token) throw new AuthError(`not signed in to ${session.server}`);
+      let serverError: unknown;
+      try {
+        await logout(client, client.token);
+      } catch (err) {
+        serverError = err;
+      }
+      // The local copy goes even when the server could not be told (issue 3).
+      if (username && !fromEnv) await session.credentials.deleteToken(session.server, username);
+      const gone = serverError instanceof ApiError && [400, 401].includes(serverError.status);
+      if (serverError && !gone) {
+        if (serverError instanceof Error && !fromEnv)
+          serverError.message = `signed out locally, but the server did not revoke the token: ${serverError.message}`;
+        throw serverError;
+      }
+      if (gone) warn('the server had already ended that token');
+      if (fromEnv) warn('the token in FSHARE_TOKEN is revoked; unset the variable');
+      if (session.opts.json)
+        printJson({ server: session.server, username: username ?? null, revoked: !gone });
+      else printLine(`Signed out of ${session.server}`);
+    });
+
+  program
+    .command('whoami')
+    .description('show who you are on the server (or anonymous) and your permissions')
+    .addHelpText('after', examples(['fshare whoami', 'fshare whoami --json | jq -r .username']))
+    .action(async (_options: object, cmd: Command) => {
+      const session = openSession(cmd);
+      const me = await whoami(await session.client());
+      if (session.opts.json) return printJson(me);
+      printLine(`${me.username ?? 'anonymous'} on ${session.server}`);
+      printLine(`permissions: ${me.permissions.length ? me.permissions.join(', ') : 'none'}`);
+    });
+
+  const token = program
+    .command('token')
+    .description('print the current token (for CI secrets); `token extend` renews it')
+    .addHelpText(
+      'after',
+      examples([
+        'fshare token | gh secret set FSHARE_TOKEN',
+        'fshare token extend',
+        'FSHARE_TOKEN=$(fshare token) fshare ls',
+      ]),
+    )
+    .action(async (_options: object, cmd: Command) => {
+      const session = openSession(cmd);
+      const { token: current } = await session.client();
+      if (!current) throw new AuthError(`not signed in to ${session.server}; run fshare login`);
+      if (session.opts.json) printJson({ token: current });
+      else printLine(current);
+    });
+
+  token
+    .command('extend')
+    .description('get a fresh token for the same user and store it (the old one stays valid)')
+    .addHelpText(
+      'after',
+      examples(['fshare token extend', 'FSHARE_TOKEN=… fshare token extend > new-token']),
+    )
+    .action(async (_options: object, cmd: Command) => {
+      const session = openSession(cmd);
+      const client = await session.client();
+      if (!client.token)
+        throw new AuthError(`not signed in to ${session.server}; run fshare login`);
+      const res = await extend(client);
+      if (process.env.FSHARE_TOKEN) {
+        // A token from the environment cannot be updated in place: hand the new one back.
+        if (session.opts.json) printJson({ username: res.username, token: res.auth_token });
+        else printLine(res.auth_token);
+        return;
+      }
+      const where = await session.credentials.saveToken(
+        session.server,
+        res.username,
+        res.auth_token,
+      );
+      session.config.set('server', session.server);
+      session.config.set('username', res.username);
+      if (session.opts.json)
+        printJson({ server: session.server, username: res.username, stored: where });
+      else printLine(`Token renewed for ${res.username} (kept in ${STORED[where]})`);
+    });
+
+  program
+    .command('passwd')
+    .description('change your own password')
+    .option(
+      '--password-stdin',
+      'read the current password from the first line of standard input and the new one from the second',
+    )
+    .addHelpText(
+      'after',
+      examples([
+        'fshare passwd',
+        'printf "%s\\n%s\\n" "$OLD" "$NEW" | fshare passwd --password-stdin',
+      ]),
+    )
+    .action(async (options: { passwordStdin?: boolean }, cmd: Command) => {
+      const session = openSession(cmd);
+      const client = await session.client();
+      if (!client.token)
+        throw new AuthError(`not signed in to ${session.server}; run fshare login`);
+      let oldPassword: string;
+      let newPassword: string;
+      if (options.passwordStdin) {
+        [oldPassword, newPassword] = (await readStdinLines(
+          2,
+          'the current and the new password',
+        )) as [string, string];
+      } else {
+        oldPassword = await promptHidden('Current password: ');
+        newPassword = await promptHidden('New password: ');
+        if (!newPassword) throw new UsageError('the password must not be empty');
+        if ((await promptHidden('Repeat new password: ')) !== newPassword)
+          throw new UsageError('the passwords do not match');
+      }
+      const res = await changePassword(client, oldPassword, newPassword);
+      if (session.opts.json) printJson(res);
+      else printLine('Password changed');
+    });
+}

@@ -1,0 +1,162 @@
+import type { Command } from 'commander';
+import { createUser, deleteUser, getUser, listUsers, patchUser } from '../../client/api.js';
+import { openSession } from '../context.js';
+import { readNewPassword } from '../input.js';
+import { UsageError, examples, printDetails, printJson, printLine, printTable } from '../output.js';
+import { addPageOptions, listPaged, shortDate } from './files.js';
+import { applyPermissionChanges, formatPermissions, parsePermissionList } from './perms.js';
+
+export function registerUsers(program: Command): void {
+  const users = program
+    .command('users')
+    .description('manage user accounts (needs ADMIN)')
+    .addHelpText(
+      'after',
+      examples([
+        'fshare users ls',
+        'fshare users add bob --perms CREATE,READ,LIST',
+        'fshare users perms bob +DELETE -LIST',
+      ]),
+    );
+
+  addPageOptions(
+    users
+      .command('ls')
+      .description('list users')
+      .addHelpText('after', examples(['fshare users ls', 'fshare users ls --all --json'])),
+  ).action(async (options: { page?: string; perPage?: string; all?: boolean }, cmd: Command) => {
+    const session = openSession(cmd);
+    const client = await session.client();
+    const { items, page } = await listPaged(options, (q) => listUsers(client, q));
+    if (session.opts.json) return printJson(page ?? items);
+    const tty = process.stdout.isTTY === true;
+    printTable(
+      ['USER', 'PERMISSIONS', 'REGISTERED'],
+      items.map((u) => [
+        u.username,
+        tty ? formatPermissions(u.permissions) : u.permissions.join(','),
+        tty ? shortDate(u.register_date) : u.register_date,
+      ]),
+    );
+  });
+
+  users
+    .command('show')
+    .description("show one user's permissions and registration date")
+    .argument('<name>', 'user name')
+    .addHelpText('after', examples(['fshare users show bob', 'fshare users show bob --json']))
+    .action(async (name: string, _options: object, cmd: Command) => {
+      const session = openSession(cmd);
+      const user = await getUser(await session.client(), name);
+      if (session.opts.json) return printJson(user);
+      printDetails([
+        ['user', user.username],
+        ['permissions', formatPermissions(user.permissions)],
+        ['registered', user.register_date],
+      ]);
+    });
+
+  users
+    .command('add')
+    .description('create a user (prompts for the password on a terminal)')
+    .argument('<name>', 'user name')
+    .option(
+      '--perms <list>',
+      'permissions, comma-separated: CREATE,MODIFY,DELETE,LOCK,LIST,ADMIN,READ',
+      '',
+    )
+    .option('--password-stdin', 'read the password from the first line of standard input')
+    .addHelpText(
+      'after',
+      examples([
+        'fshare users add bob --perms CREATE,READ,LIST',
+        'printf %s "$PW" | fshare users add ci --perms CREATE --password-stdin',
+      ]),
+    )
+    .action(
+      async (name: string, options: { perms: string; passwordStdin?: boolean }, cmd: Command) => {
+        const session = openSession(cmd);
+        if (!name.trim()) throw new UsageError('the user name must not be empty');
+        const permissions = parsePermissionList([options.perms]);
+        const password = await readNewPassword(Boolean(options.passwordStdin), 'Password');
+        const res = await createUser(await session.client(), {
+          username: name,
+          password,
+          permissions,
+        });
+        if (session.opts.json) printJson(res);
+        else printLine(`Created user ${name} (${formatPermissions(permissions)})`);
+      },
+    );
+
+  users
+    .command('rm')
+    .description('delete users')
+    .argument('<names...>', 'user names')
+    .addHelpText('after', examples(['fshare users rm bob', 'fshare users rm bob carol']))
+    .action(async (names: string[], _options: object, cmd: Command) => {
+      const session = openSession(cmd);
+      const client = await session.client();
+      const done: { username: string; status: string; message?: string }[] = [];
+      for (const name of names) {
+        const res = await deleteUser(client, name);
+        done.push({ username: name, ...res });
+        if (!session.opts.json) printLine(`Deleted user ${name}`);
+      }
+      if (session.opts.json) printJson(done);
+    });
+
+  users
+    .command('perms')
+    .description("change a user's permissions: +PERM adds, -PERM removes, --set replaces")
+    .argument('<name>', 'user name')
+    .argument('[changes...]', '+PERM or -PERM, e.g. +READ -LIST')
+    .option('--set <list>', 'the complete list, comma-separated (or "none")')
+    .allowUnknownOption() // "-LIST" is a change, not an option
+    .addHelpText(
+      'after',
+      examples([
+        'fshare users perms bob +READ -LIST',
+        'fshare users perms bob --set READ,LIST',
+        'fshare users perms bob --set none',
+      ]),
+    )
+    .action(async (name: string, changes: string[], options: { set?: string }, cmd: Command) => {
+      const session = openSession(cmd);
+      if (options.set !== undefined && changes.length)
+        throw new UsageError('use either --set or +PERM/-PERM changes, not both');
+      if (options.set === undefined && !changes.length)
+        throw new UsageError('nothing to change: pass +PERM, -PERM or --set LIST');
+      const client = await session.client();
+      const permissions =
+        options.set !== undefined
+          ? parsePermissionList([options.set])
+          : applyPermissionChanges((await getUser(client, name)).permissions, changes);
+      await patchUser(client, name, { permissions });
+      if (session.opts.json) printJson({ username: name, permissions });
+      else printLine(`${name}: ${formatPermissions(permissions)}`);
+    });
+
+  users
+    .command('passwd')
+    .description("set another user's password (as ADMIN)")
+    .argument('<name>', 'user name')
+    .option('--password-stdin', 'read the new password from the first line of standard input')
+    .addHelpText(
+      'after',
+      examples([
+        'fshare users passwd bob',
+        'printf %s "$PW" | fshare users passwd bob --password-stdin',
+      ]),
+    )
+    .action(async (name: string, options: { passwordStdin?: boolean }, cmd: Command) => {
+      const session = openSession(cmd);
+      const password = await readNewPassword(
+        Boolean(options.passwordStdin),
+        `New password for ${name}`,
+      );
+      const res = await patchUser(await session.client(), name, { password });
+      if (session.opts.json) printJson({ username: name, ...res });
+      else printLine(`Password of ${name} changed`);
+    });
+}

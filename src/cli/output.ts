@@ -1,0 +1,103 @@
+import { CommanderError } from 'commander';
+import { ApiError, ClientInputError, NetworkError } from '../client/errors.js';
+import { FileExistsError } from '../client/download.js';
+
+/** CLI.md's exit codes. */
+export const EXIT = {
+  ok: 0,
+  failure: 1,
+  usage: 2,
+  auth: 3,
+  notFound: 4,
+  conflict: 5,
+  network: 6,
+  interrupted: 130,
+} as const;
+
+/** A command line that cannot work: a missing argument, a bad size, no terminal to prompt on. */
+export class UsageError extends Error {
+  override readonly name = 'UsageError';
+}
+
+/** Not signed in where a token is needed before any request is made. */
+export class AuthError extends Error {
+  override readonly name = 'AuthError';
+}
+
+/** The user pressed Ctrl-C at a prompt. */
+export class InterruptedError extends Error {
+  override readonly name = 'InterruptedError';
+}
+
+export function exitCodeFor(err: unknown): number {
+  if (err instanceof ApiError) {
+    if (err.status === 401 || err.status === 403) return EXIT.auth;
+    if (err.status === 404) return EXIT.notFound;
+    if (err.status === 409 || err.status === 423) return EXIT.conflict;
+    return EXIT.failure;
+  }
+  if (err instanceof NetworkError) return EXIT.network;
+  if (err instanceof UsageError || err instanceof ClientInputError) return EXIT.usage;
+  if (err instanceof AuthError) return EXIT.auth;
+  if (err instanceof InterruptedError) return EXIT.interrupted;
+  if (err instanceof CommanderError) return err.exitCode === 0 ? EXIT.ok : EXIT.usage;
+  if (err instanceof FileExistsError) return EXIT.failure;
+  return EXIT.failure;
+}
+
+/** The one line CLI.md asks for: `fshare: <the server's message> (HTTP 403)`. */
+export function errorLine(err: unknown): string {
+  const message = err instanceof Error ? err.message : String(err);
+  const oneLine = message.replace(/\s*[\r\n]+\s*/g, ' ').trim() || 'failed';
+  return err instanceof ApiError ? `fshare: ${oneLine} (HTTP ${err.status})` : `fshare: ${oneLine}`;
+}
+
+/** Prints the error line on stderr and returns the exit code to use. */
+export function reportError(err: unknown): number {
+  process.stderr.write(`${errorLine(err)}\n`);
+  return exitCodeFor(err);
+}
+
+/** A one-line warning on stderr (never stdout, which belongs to the command's output). */
+export function warn(line: string): void {
+  process.stderr.write(line.startsWith('fshare:') ? `${line}\n` : `fshare: ${line}\n`);
+}
+
+/** The single JSON document of `--json`. */
+export function printJson(value: unknown): void {
+  process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+}
+
+export function printLine(line = ''): void {
+  process.stdout.write(`${line}\n`);
+}
+
+/**
+ * A table: aligned with a header on a terminal; tab-separated without a header when piped,
+ * so `cut -f1` works (the way gh prints lists).
+ */
+export function printTable(columns: string[], rows: string[][], tty = process.stdout.isTTY): void {
+  if (!tty) {
+    for (const row of rows) printLine(row.join('\t'));
+    return;
+  }
+  const widths = columns.map((c, i) => Math.max(c.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const format = (cells: string[]) =>
+    cells
+      .map((cell, i) => (i === cells.length - 1 ? cell : cell.padEnd(widths[i]!)))
+      .join('  ')
+      .trimEnd();
+  printLine(format(columns));
+  for (const row of rows) printLine(format(row));
+}
+
+/** "key: value" lines with the values aligned, for one object's details. */
+export function printDetails(pairs: [string, string][]): void {
+  const width = Math.max(...pairs.map(([k]) => k.length)) + 1;
+  for (const [key, value] of pairs) printLine(`${`${key}:`.padEnd(width)} ${value}`);
+}
+
+/** Adds an Examples section to a command's --help. */
+export function examples(lines: string[]): string {
+  return `\nExamples:\n${lines.map((l) => `  ${l}`).join('\n')}\n`;
+}
