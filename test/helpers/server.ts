@@ -1,0 +1,48 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createServer, type FshareServer } from '../../src/server/index.js';
+import type { ServerOptions } from '../../src/server/options.js';
+
+export const ADMIN = { username: 'admin', password: 'admin-password-123' };
+
+export interface TestServer {
+  url: string;
+  dataDir: string;
+  server: FshareServer;
+  /** Stops the server; the data directory is kept unless `removeData` is true. */
+  close(removeData?: boolean): Promise<void>;
+}
+
+/** Starts a real fshare server on an ephemeral loopback port with a fresh temporary data dir. */
+export async function startServer(options: Partial<ServerOptions> = {}): Promise<TestServer> {
+  const dataDir = options.dataDir ?? (await mkdtemp(join(tmpdir(), 'fshare-test-')));
+  const server = await createServer({
+    adminUser: ADMIN.username,
+    adminPassword: ADMIN.password,
+    ...options,
+    dataDir,
+  });
+  const { url } = await server.listen(0, '127.0.0.1');
+  return {
+    url,
+    dataDir,
+    server,
+    async close(removeData = true) {
+      await server.close();
+      if (removeData) await rm(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Signs in and returns the bearer token. */
+export async function login(url: string, username: string, password: string): Promise<string> {
+  const res = await fetch(`${url}/users/login`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ username, password }),
+  });
+  if (res.status !== 200) throw new Error(`login ${username}: HTTP ${res.status}`);
+  const body = (await res.json()) as { auth_token: string };
+  return body.auth_token;
+}

@@ -1,0 +1,282 @@
+// The real binary, killed with SIGKILL in the middle of uploads and metadata writes, then
+// restarted on the same data directory (issue 2: "a SIGKILL in the middle of an upload followed by
+// finishing it"; API.md: "an upload interrupted by a server restart or crash can be finished").
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
+import http from 'node:http';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  content,
+  createShare,
+  createShareWithContent,
+  expectStatus,
+  get,
+  getShare,
+  multipart,
+  post,
+  sendChunk,
+  split,
+  walkFiles,
+} from '../helpers/http.js';
+import { ADMIN, login } from '../helpers/server.js';
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+const BIN = join(ROOT, 'bin', 'fshare.js');
+
+interface Running {
+  url: string;
+  child: ChildProcess;
+  exited: Promise<void>;
+}
+
+const children = new Set<ChildProcess>();
+let root: string;
+let dataDir: string;
+
+/** Builds dist/ when it is missing or older than src/ (`npm test` builds first anyway). */
+async function ensureBuilt(): Promise<void> {
+  const newest = async (dir: string) =>
+    Math.max(
+      0,
+      ...(await Promise.all((await walkFiles(dir)).map(async (f) => (await stat(f)).mtimeMs))),
+    );
+  const built = join(ROOT, 'dist', 'cli', 'main.js');
+  if (existsSync(built) && (await newest(join(ROOT, 'dist'))) >= (await newest(join(ROOT, 'src'))))
+    return;
+  await new Promise<void>((done) => {
+    // tsc may report errors in files others are editing; it still emits, so the exit code is ignored.
+    execFile(
+      process.execPath,
+      [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json'],
+      { cwd: ROOT },
+      () => done(),
+    );
+  });
+}
+
+/** Starts `fshare serve` and resolves once it prints its URL. */
+function serve(dir: string): Promise<Running> {
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    FSHARE_ADMIN_USER: ADMIN.username,
+    FSHARE_ADMIN_PASSWORD: ADMIN.password,
+  };
+  delete env.FSHARE_SECRET;
+  const child = spawn(
+    process.execPath,
+    [BIN, 'serve', '--port', '0', '--data-dir', dir, '--quiet'],
+    {
+      cwd: ROOT,
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
+  children.add(child);
+  const exited = new Promise<void>((done) => child.once('exit', () => done()));
+  void exited.then(() => children.delete(child));
+  return new Promise((resolveStart, reject) => {
+    let out = '';
+    let err = '';
+    child.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+      const m = /Listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(out);
+      if (m) resolveStart({ url: m[1]!, child, exited });
+    });
+    child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
+    child.once('exit', (code, signal) =>
+      reject(
+        new Error(`fshare serve exited (${code ?? signal}) before listening:\n${out}\n${err}`),
+      ),
+    );
+  });
+}
+
+async function kill9(running: Running): Promise<void> {
+  running.child.kill('SIGKILL');
+  await running.exited;
+}
+
+/** Starts sending a chunk request but stops halfway through its body; never finishes it. */
+function halfSentChunk(
+  url: string,
+  token: string,
+  id: string,
+  dzuuid: string,
+  index: number,
+  total: number,
+) {
+  const { body, contentType } = multipart([
+    { name: 'dzuuid', value: dzuuid },
+    { name: 'dzchunkindex', value: String(index) },
+    { name: 'dztotalchunks', value: String(total) },
+    { name: 'upload', filename: 'blob', data: randomBytes(2 * 1024 * 1024) },
+  ]);
+  const u = new URL(`/files/${id}/content`, url);
+  const req = http.request({
+    host: u.hostname,
+    port: u.port,
+    path: u.pathname,
+    method: 'POST',
+    agent: false,
+    headers: {
+      authorization: `Bearer ${token}`,
+      'content-type': contentType,
+      'content-length': String(body.length),
+    },
+  });
+  req.on('error', () => {}); // the server dies under it
+  return new Promise<void>((sent) => req.write(body.subarray(0, body.length / 2), () => sent()));
+}
+
+beforeAll(async () => {
+  await ensureBuilt();
+  root = await mkdtemp(join(tmpdir(), 'fshare-crash-'));
+  dataDir = join(root, 'data');
+});
+
+afterAll(async () => {
+  for (const child of children) child.kill('SIGKILL');
+  await rm(root, { recursive: true, force: true });
+});
+
+describe('SIGKILL during an upload', () => {
+  it('the upload is finished after a restart, and the data directory is intact', async () => {
+    let running = await serve(dataDir);
+    const token = await login(running.url, ADMIN.username, ADMIN.password);
+
+    // A first upload of 3 chunks: 0 and 1 arrive, 2 is cut mid-body by the kill.
+    const data = randomBytes(3 * 100_000);
+    const parts = split(data, 3);
+    const id = await createShare(running.url, token, 'crash.bin');
+    const dzuuid = randomUUID();
+    expectStatus(
+      await sendChunk(running.url, token, id, { dzuuid, index: 1, total: 3, data: parts[1]! }),
+      200,
+    );
+    expectStatus(
+      await sendChunk(running.url, token, id, { dzuuid, index: 0, total: 3, data: parts[0]! }),
+      200,
+    );
+
+    // A replacement in progress on an initialized share.
+    const old = Buffer.from('content from before the crash');
+    const fresh = randomBytes(50_000);
+    const replaced = await createShareWithContent(running.url, token, 'replace.bin', old);
+    const putUuid = randomUUID();
+    expectStatus(
+      await sendChunk(
+        running.url,
+        token,
+        replaced,
+        { dzuuid: putUuid, index: 0, total: 2, data: split(fresh, 2)[0]! },
+        'PUT',
+      ),
+      200,
+    );
+
+    await halfSentChunk(running.url, token, id, dzuuid, 2, 3);
+    // Metadata writes in flight when the process dies.
+    const inflight = Array.from({ length: 30 }, (_, i) =>
+      post(running.url, '/files', { token, json: { file_name: `inflight-${i}` } }).catch(
+        () => null,
+      ),
+    );
+    const acknowledged: string[] = [];
+    await Promise.race([
+      Promise.all(
+        inflight.map(async (p) => {
+          const res = await p;
+          if (res?.status === 201) acknowledged.push(res.body.url.slice('/files/'.length));
+        }),
+      ),
+      (async () => {
+        while (acknowledged.length < 5) await new Promise((r) => setTimeout(r, 5));
+      })(),
+    ]);
+    const ackedBeforeKill = [...acknowledged];
+    await kill9(running);
+    await Promise.all(inflight);
+
+    // db.json is whole after the kill.
+    const db = await readFile(join(dataDir, 'db.json'), 'utf8');
+    expect(() => JSON.parse(db)).not.toThrow();
+
+    running = await serve(dataDir);
+    try {
+      // The old token still works: the secret survived.
+      expectStatus(await get(running.url, `/users/${ADMIN.username}`, { token }), 200);
+
+      // Every share the server acknowledged before dying is still there.
+      const listed = await get(running.url, '/files?per_page=1000', { token });
+      expectStatus(listed, 200);
+      const ids = listed.body.data.map((s: { share_id: string }) => s.share_id);
+      for (const ack of ackedBeforeKill) expect(ids).toContain(ack);
+
+      // The cut upload is still pending, and finishing it gives exactly the bytes.
+      expect(await getShare(running.url, token, id)).toMatchObject({
+        initialized: false,
+        size: null,
+      });
+      expectStatus(
+        await sendChunk(running.url, token, id, { dzuuid, index: 2, total: 3, data: parts[2]! }),
+        201,
+      );
+      expect((await content(running.url, token, id)).equals(data)).toBe(true);
+      expect((await getShare(running.url, token, id)).size).toBe(data.length);
+
+      // The replacement: old content until the last chunk, then the new.
+      expect((await content(running.url, token, replaced)).equals(old)).toBe(true);
+      expectStatus(
+        await sendChunk(
+          running.url,
+          token,
+          replaced,
+          { dzuuid: putUuid, index: 1, total: 2, data: split(fresh, 2)[1]! },
+          'PUT',
+        ),
+        201,
+      );
+      expect((await content(running.url, token, replaced)).equals(fresh)).toBe(true);
+
+      // New work goes through as usual.
+      const after = await createShareWithContent(
+        running.url,
+        token,
+        'after.txt',
+        Buffer.from('after'),
+        1,
+      );
+      expect((await content(running.url, token, after)).toString()).toBe('after');
+    } finally {
+      running.child.kill('SIGTERM');
+      await running.exited;
+    }
+    // A graceful stop leaves a whole db.json too.
+    const dbAfter = await readFile(join(dataDir, 'db.json'), 'utf8');
+    expect(() => JSON.parse(dbAfter)).not.toThrow();
+  });
+
+  it('a second SIGKILL right after a completed upload keeps the content', async () => {
+    let running = await serve(dataDir);
+    const token = await login(running.url, ADMIN.username, ADMIN.password);
+    const data = randomBytes(200_000);
+    const id = await createShareWithContent(running.url, token, 'durable.bin', data, 4);
+    await kill9(running);
+    running = await serve(dataDir);
+    try {
+      expect(await getShare(running.url, token, id)).toMatchObject({
+        initialized: true,
+        size: data.length,
+      });
+      expect((await content(running.url, token, id)).equals(data)).toBe(true);
+    } finally {
+      running.child.kill('SIGTERM');
+      await running.exited;
+    }
+  });
+});

@@ -1,0 +1,396 @@
+// API.md "Content": GET/HEAD /files/<id>/content — headers, Content-Disposition for hostile names,
+// single byte ranges per RFC 9110, If-Range, If-None-Match.
+import { randomBytes, randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  createShare,
+  createShareWithContent,
+  createUser,
+  expectFail,
+  expectStatus,
+  get,
+  request,
+  upload,
+  type Res,
+} from '../helpers/http.js';
+import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
+
+let srv: TestServer;
+let base: string;
+let admin: string;
+let reader: string;
+let id: string;
+const DATA = randomBytes(1000);
+
+const fetchContent = (headers: Record<string, string> = {}, method = 'GET', share = id) =>
+  request(base, method, `/files/${share}/content`, { token: reader, headers });
+
+beforeAll(async () => {
+  srv = await startServer();
+  base = srv.url;
+  admin = await login(base, ADMIN.username, ADMIN.password);
+  // The owner uploads; a different user with READ only downloads.
+  id = await createShareWithContent(base, admin, 'notes.txt', DATA, 3);
+  reader = (await createUser(base, admin, ['READ'])).token;
+});
+
+afterAll(async () => {
+  await srv?.close();
+});
+
+/** Parses `type; name=value; name="quoted \" value"` strictly; throws on anything else. */
+function parseContentDisposition(value: string): { type: string; params: Record<string, string> } {
+  const token = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+/;
+  let rest = value;
+  const typeMatch = token.exec(rest);
+  if (!typeMatch) throw new Error(`no type in ${JSON.stringify(value)}`);
+  const type = typeMatch[0].toLowerCase();
+  rest = rest.slice(typeMatch[0].length);
+  const params: Record<string, string> = {};
+  while (rest.length > 0) {
+    const sep = /^[ \t]*;[ \t]*/.exec(rest);
+    if (!sep) throw new Error(`expected ';' at ${JSON.stringify(rest)}`);
+    rest = rest.slice(sep[0].length);
+    const name = token.exec(rest);
+    if (!name) throw new Error(`expected a parameter name at ${JSON.stringify(rest)}`);
+    rest = rest.slice(name[0].length);
+    if (!rest.startsWith('=')) throw new Error(`expected '=' at ${JSON.stringify(rest)}`);
+    rest = rest.slice(1);
+    let val: string;
+    if (rest.startsWith('"')) {
+      let i = 1;
+      val = '';
+      for (;;) {
+        if (i >= rest.length)
+          throw new Error(`unterminated quoted string in ${JSON.stringify(value)}`);
+        const c = rest[i]!;
+        if (c === '\\') {
+          val += rest[i + 1] ?? '';
+          i += 2;
+        } else if (c === '"') {
+          i++;
+          break;
+        } else {
+          val += c;
+          i++;
+        }
+      }
+      rest = rest.slice(i);
+    } else {
+      const tok = token.exec(rest);
+      if (!tok) throw new Error(`expected a value at ${JSON.stringify(rest)}`);
+      val = tok[0];
+      rest = rest.slice(tok[0].length);
+    }
+    const key = name[0].toLowerCase();
+    if (key in params) throw new Error(`duplicate parameter ${key}`);
+    params[key] = val;
+  }
+  return { type, params };
+}
+
+function recoveredName(params: Record<string, string>): string {
+  const star = params['filename*'];
+  if (star !== undefined) {
+    const m = /^UTF-8''(.*)$/i.exec(star);
+    if (!m) throw new Error(`filename* is not UTF-8'': ${star}`);
+    return decodeURIComponent(m[1]!);
+  }
+  return params['filename']!;
+}
+
+function headerCount(res: Res, name: string): number {
+  return res.rawHeaders.filter((h, i) => i % 2 === 0 && h.toLowerCase() === name).length;
+}
+
+function expectRange(res: Res, start: number, end: number): void {
+  expectStatus(res, 206);
+  expect(res.headers['content-range']).toBe(`bytes ${start}-${end}/${DATA.length}`);
+  expect(res.headers['content-length']).toBe(String(end - start + 1));
+  expect(res.buf.equals(DATA.subarray(start, end + 1))).toBe(true);
+}
+
+function expectUnsatisfiable(res: Res, size = DATA.length): void {
+  expectFail(res, 416);
+  expect(res.headers['content-range']).toBe(`bytes */${size}`);
+}
+
+describe('GET /files/<id>/content', () => {
+  it('streams the bytes with the contract headers', async () => {
+    const res = await fetchContent();
+    expectStatus(res, 200);
+    expect(res.buf.equals(DATA)).toBe(true);
+    expect(res.headers['content-length']).toBe('1000');
+    expect(res.headers['accept-ranges']).toBe('bytes');
+    expect(res.headers.etag).toMatch(/^(W\/)?".+"$/);
+    expect(res.headers['last-modified']).toBeDefined();
+    expect(Number.isNaN(Date.parse(res.headers['last-modified']!))).toBe(false);
+    expect(res.headers['content-type']).toMatch(/^text\/plain/);
+    expect(res.headers['x-content-type-options']).toBe('nosniff');
+    const cd = parseContentDisposition(res.headers['content-disposition']!);
+    expect(cd.type).toBe('attachment');
+    expect(cd.params['filename']).toBe('notes.txt');
+  });
+
+  it('the ETag is stable between reads', async () => {
+    const a = await fetchContent();
+    const b = await fetchContent();
+    expect(a.headers.etag).toBe(b.headers.etag);
+  });
+
+  it('an uninitialized share → 404; unknown share → 404', async () => {
+    const fresh = await createShare(base, admin, 'empty.txt');
+    expectFail(await fetchContent({}, 'GET', fresh), 404);
+    expectFail(await fetchContent({}, 'GET', randomUUID()), 404);
+  });
+
+  it('a multi-chunk upload of several MiB reads back byte for byte, also across chunk seams', async () => {
+    const big = randomBytes(3 * 1024 * 1024 + 123);
+    const bigId = await createShareWithContent(base, admin, 'big.bin', big, 4);
+    const res = await fetchContent({}, 'GET', bigId);
+    expectStatus(res, 200);
+    expect(res.headers['content-length']).toBe(String(big.length));
+    expect(res.buf.equals(big)).toBe(true);
+    const seam = Math.ceil(big.length / 4);
+    const part = await fetchContent({ range: `bytes=${seam - 10}-${seam + 9}` }, 'GET', bigId);
+    expectStatus(part, 206);
+    expect(part.buf.equals(big.subarray(seam - 10, seam + 10))).toBe(true);
+  });
+});
+
+describe('Content-Type from the file name', () => {
+  const cases: Array<[string, RegExp]> = [
+    ['a.txt', /^text\/plain/],
+    ['a.png', /^image\/png$/],
+    ['a.json', /^application\/json/],
+    ['a.html', /^text\/html/],
+    ['a.PDF', /^application\/pdf$/],
+    ['archive.zzqx', /^application\/octet-stream$/],
+  ];
+  for (const [name, type] of cases) {
+    it(`${name} → ${type.source}`, async () => {
+      const share = await createShareWithContent(base, admin, name, Buffer.from('x'));
+      const res = await fetchContent({}, 'GET', share);
+      expectStatus(res, 200);
+      expect(res.headers['content-type']).toMatch(type);
+      expect(res.headers['x-content-type-options']).toBe('nosniff');
+    });
+  }
+
+  it('a share named after its id (no extension) → application/octet-stream', async () => {
+    const share = await createShare(base, admin);
+    await upload(base, admin, share, Buffer.from('x'));
+    const res = await fetchContent({}, 'GET', share);
+    expect(res.headers['content-type']).toMatch(/^application\/octet-stream$/);
+  });
+});
+
+describe('Content-Disposition never breaks, whatever the file name', () => {
+  // Names a client can recover exactly (from filename*, or filename when no filename* is sent).
+  const exact = [
+    'with space.txt',
+    'quote"inside.txt',
+    '"fully quoted".txt',
+    'back\\slash.txt',
+    'semi;colon=x.txt',
+    "it's 100%.txt",
+    'percent%20encoded.txt',
+    'résumé.txt',
+    'naïve café.pdf',
+    '日本語のファイル.txt',
+    'emoji-😀.txt',
+    'Ωmega',
+  ];
+  // Names whose only promise is a well-formed header.
+  const hostile = [
+    'line\r\nbreak.txt',
+    'x.txt\r\nX-Injected: yes',
+    'cr\ronly.txt',
+    'lf\nonly.txt',
+    'tab\there.txt',
+    'nul\u0000.txt',
+    'del\u007f.txt',
+    '../../etc/passwd',
+    '..\\..\\boot.ini',
+  ];
+
+  for (const name of [...exact, ...hostile]) {
+    it(JSON.stringify(name), async () => {
+      const share = await createShare(base, admin, name);
+      await upload(base, admin, share, Buffer.from('payload'));
+      for (const method of ['GET', 'HEAD']) {
+        const res = await fetchContent({}, method, share);
+        expectStatus(res, 200);
+        expect(headerCount(res, 'content-disposition')).toBe(1);
+        expect(res.headers['x-injected']).toBeUndefined();
+        const value = res.headers['content-disposition']!;
+        // No control characters; nothing outside ISO-8859-1 (RFC 6266 filename=).
+        expect(value).toMatch(/^[\x20-\x7e\x80-\xff]+$/);
+        const cd = parseContentDisposition(value);
+        expect(cd.type).toBe('attachment');
+        expect(cd.params['filename'], 'a plain filename= for old clients').toBeDefined();
+        if (/[^\x00-\xff]/.test(name)) {
+          expect(
+            cd.params['filename*'],
+            'filename* when filename= cannot hold the name',
+          ).toBeDefined();
+        }
+        if (exact.includes(name)) expect(recoveredName(cd.params)).toBe(name);
+        if (method === 'GET') expect(res.buf.toString()).toBe('payload');
+        else expect(res.buf.length).toBe(0);
+      }
+    });
+  }
+});
+
+describe('Range', () => {
+  it('bytes=a-b → 206 with Content-Range', async () => {
+    expectRange(await fetchContent({ range: 'bytes=0-99' }), 0, 99);
+    expectRange(await fetchContent({ range: 'bytes=100-100' }), 100, 100);
+    expectRange(await fetchContent({ range: 'bytes=0-999' }), 0, 999);
+  });
+
+  it('bytes=a- → to the end', async () => {
+    expectRange(await fetchContent({ range: 'bytes=900-' }), 900, 999);
+    expectRange(await fetchContent({ range: 'bytes=999-' }), 999, 999);
+    expectRange(await fetchContent({ range: 'bytes=0-' }), 0, 999);
+  });
+
+  it('bytes=-n → the last n bytes; n past the size → the whole representation', async () => {
+    expectRange(await fetchContent({ range: 'bytes=-100' }), 900, 999);
+    expectRange(await fetchContent({ range: 'bytes=-1' }), 999, 999);
+    expectRange(await fetchContent({ range: 'bytes=-5000' }), 0, 999);
+  });
+
+  it('an end past the last byte is cut to it', async () => {
+    expectRange(await fetchContent({ range: 'bytes=990-2000' }), 990, 999);
+    expectRange(await fetchContent({ range: 'bytes=500-1000' }), 500, 999);
+  });
+
+  it('206 responses keep the download headers', async () => {
+    const res = await fetchContent({ range: 'bytes=10-19' });
+    expectStatus(res, 206);
+    expect(res.headers['accept-ranges']).toBe('bytes');
+    expect(res.headers.etag).toBeDefined();
+    expect(res.headers['content-type']).toMatch(/^text\/plain/);
+    expect(res.headers['x-content-type-options']).toBe('nosniff');
+    expect(res.headers['content-disposition']).toMatch(/^attachment/);
+  });
+
+  it('a start at or past the size → 416 with Content-Range: bytes */size', async () => {
+    expectUnsatisfiable(await fetchContent({ range: 'bytes=1000-' }));
+    expectUnsatisfiable(await fetchContent({ range: 'bytes=1000-1005' }));
+    expectUnsatisfiable(await fetchContent({ range: 'bytes=5000-6000' }));
+    expectUnsatisfiable(await fetchContent({ range: 'bytes=-0' }));
+  });
+
+  it('a start after the end → 416', async () => {
+    expectUnsatisfiable(await fetchContent({ range: 'bytes=5-2' }));
+    expectUnsatisfiable(await fetchContent({ range: 'bytes=999-998' }));
+  });
+
+  for (const garbage of [
+    'bytes=abc',
+    'bytes=',
+    'bytes=-',
+    'bytes=1-x',
+    'bytes=--5',
+    'bytes=0x10-0x20',
+    'bytes 0-10',
+    'bytes=1.5-3',
+  ]) {
+    it(`an unparsable range ${JSON.stringify(garbage)} → 416`, async () => {
+      expectUnsatisfiable(await fetchContent({ range: garbage }));
+    });
+  }
+
+  it('any range on an empty file → 416 with bytes */0', async () => {
+    const empty = await createShareWithContent(base, admin, 'empty.txt', Buffer.alloc(0));
+    expectUnsatisfiable(await fetchContent({ range: 'bytes=0-' }, 'GET', empty), 0);
+    const full = await fetchContent({}, 'GET', empty);
+    expectStatus(full, 200);
+    expect(full.headers['content-length']).toBe('0');
+  });
+});
+
+describe('conditional requests', () => {
+  it('If-Range with the current ETag → 206', async () => {
+    const { headers } = await fetchContent();
+    expectRange(await fetchContent({ range: 'bytes=0-9', 'if-range': headers.etag! }), 0, 9);
+  });
+
+  it('If-Range with a stale ETag → 200 with the whole content', async () => {
+    const res = await fetchContent({ range: 'bytes=0-9', 'if-range': '"stale-etag"' });
+    expectStatus(res, 200);
+    expect(res.buf.equals(DATA)).toBe(true);
+    expect(res.headers['content-range']).toBeUndefined();
+  });
+
+  it('If-Range after the content was replaced → 200 with the new content', async () => {
+    const share = await createShareWithContent(base, admin, 'v.txt', Buffer.from('version one'));
+    const first = await fetchContent({}, 'GET', share);
+    await upload(base, admin, share, Buffer.from('version two!'), 1, 'PUT');
+    const res = await fetchContent(
+      { range: 'bytes=0-3', 'if-range': first.headers.etag! },
+      'GET',
+      share,
+    );
+    expectStatus(res, 200);
+    expect(res.buf.toString()).toBe('version two!');
+  });
+
+  it('If-None-Match with the current ETag → 304 without a body', async () => {
+    const { headers } = await fetchContent();
+    const res = await fetchContent({ 'if-none-match': headers.etag! });
+    expectStatus(res, 304);
+    expect(res.buf.length).toBe(0);
+    expect(res.headers.etag).toBe(headers.etag);
+    const listed = await fetchContent({ 'if-none-match': `"other", ${headers.etag!}` });
+    expectStatus(listed, 304);
+  });
+
+  it('If-None-Match with another ETag → 200', async () => {
+    const res = await fetchContent({ 'if-none-match': '"something-else"' });
+    expectStatus(res, 200);
+    expect(res.buf.equals(DATA)).toBe(true);
+  });
+});
+
+describe('HEAD /files/<id>/content', () => {
+  it('answers the same headers as GET, without a body', async () => {
+    const getRes = await fetchContent();
+    const head = await fetchContent({}, 'HEAD');
+    expectStatus(head, 200);
+    expect(head.buf.length).toBe(0);
+    for (const name of [
+      'content-length',
+      'accept-ranges',
+      'etag',
+      'last-modified',
+      'content-type',
+      'content-disposition',
+      'x-content-type-options',
+    ]) {
+      expect(head.headers[name], name).toBeDefined();
+      expect(head.headers[name], name).toBe(getRes.headers[name]);
+    }
+    expect(head.headers['content-length']).toBe('1000');
+  });
+
+  it('needs READ like GET: anonymous 401, uninitialized 404', async () => {
+    const anon = await request(base, 'HEAD', `/files/${id}/content`);
+    expect(anon.status).toBe(401);
+    const fresh = await createShare(base, admin, 'e.txt');
+    const res = await fetchContent({}, 'HEAD', fresh);
+    expect(res.status).toBe(404);
+  });
+});
+
+describe('who may download', () => {
+  it('READ is enough for any share; without READ → 403', async () => {
+    const res = await get(base, `/files/${id}/content`, { token: reader });
+    expectStatus(res, 200);
+    const noRead = await createUser(base, admin, ['LIST', 'CREATE']);
+    expectFail(await get(base, `/files/${id}/content`, { token: noRead.token }), 403);
+  });
+});
