@@ -24,6 +24,8 @@ export interface RequestOptions {
   headers?: Record<string, string>;
 }
 
+const REQUEST_IDLE_TIMEOUT_MS = 20_000;
+
 /** One HTTP request over a fresh connection; resolves for every status code. */
 export function request(
   base: string,
@@ -78,6 +80,10 @@ export function request(
       },
     );
     req.on('error', reject);
+    // A safety net, not an assertion: a hung request fails with its name instead of a test timeout.
+    req.setTimeout(REQUEST_IDLE_TIMEOUT_MS, () =>
+      req.destroy(new Error(`${method} ${path}: no response for ${REQUEST_IDLE_TIMEOUT_MS} ms`)),
+    );
     if (payload !== undefined) req.write(payload);
     req.end();
   });

@@ -426,6 +426,16 @@ describe('rule 5 and collisions between rules', () => {
     expectFail(await sendParts0(ghost, 'PUT'), 404);
   });
 
+  it('an unparsable body does not jump the queue: 401 and 403 come first', async () => {
+    const broken = { body: '{"file_name": ', headers: { 'content-type': 'application/json' } };
+    expectFail(await request(base, 'POST', '/files', broken), 401);
+    expectFail(await request(base, 'POST', '/files', { ...broken, token: 'garbage' }), 401);
+    const noCreate = await createUser(base, admin, ['READ']);
+    expectFail(await request(base, 'POST', '/files', { ...broken, token: noCreate.token }), 403);
+    expectFail(await request(base, 'POST', '/users', { ...broken, token: noCreate.token }), 403);
+    expectFail(await request(base, 'PATCH', '/admin/settings', broken), 401);
+  });
+
   it('unknown user + bad body → 404 for ADMIN; non-admin → 403 before 404', async () => {
     expectFail(await patch(base, '/users/no-such-user', { token: admin, json: { bogus: 1 } }), 404);
     expectFail(await put(base, '/users/no-such-user', { token: admin, json: {} }), 404);
