@@ -216,6 +216,20 @@ describe('rule 2: bad tokens → 401', () => {
     expectFail(await get(base, '/files', { token }), 401);
   });
 
+  it('logout of an expired or badly signed token → 400', async () => {
+    const expired = sign({
+      sub: ADMIN.username,
+      iat: Math.floor(Date.now() / 1000) - 7200,
+      exp: Math.floor(Date.now() / 1000) - 3600,
+    });
+    expectFail(await post(base, '/users/logout', { token: admin, json: { token: expired } }), 400);
+    const foreign = sign({ sub: ADMIN.username }, { expiresIn: 600 }, 'another-secret');
+    expectFail(await post(base, '/users/logout', { token: admin, json: { token: foreign } }), 400);
+    const hs512 = sign({ sub: ADMIN.username }, { algorithm: 'HS512', expiresIn: 600 });
+    expectFail(await post(base, '/users/logout', { token: admin, json: { token: hs512 } }), 400);
+    expectStatus(await probe(admin), 200);
+  });
+
   it("a deleted user's token → 401", async () => {
     const user = await createUser(base, admin, ['READ', 'LIST']);
     expectStatus(await get(base, '/files', { token: user.token }), 200);

@@ -3,12 +3,13 @@
 // finishing it"; API.md: "an upload interrupted by a server restart or crash can be finished").
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import jwt from 'jsonwebtoken';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   content,
@@ -31,7 +32,9 @@ const BIN = join(ROOT, 'bin', 'fshare.js');
 interface Running {
   url: string;
   child: ChildProcess;
-  exited: Promise<void>;
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** stdout up to and including the "Listening on" line. */
+  output: string;
 }
 
 const children = new Set<ChildProcess>();
@@ -60,13 +63,14 @@ async function ensureBuilt(): Promise<void> {
 }
 
 /** Starts `fshare serve` and resolves once it prints its URL. */
-function serve(dir: string): Promise<Running> {
+function serve(dir: string, extraEnv: NodeJS.ProcessEnv = {}): Promise<Running> {
   const env: NodeJS.ProcessEnv = {
     ...process.env,
     FSHARE_ADMIN_USER: ADMIN.username,
     FSHARE_ADMIN_PASSWORD: ADMIN.password,
   };
   delete env.FSHARE_SECRET;
+  Object.assign(env, extraEnv);
   const child = spawn(
     process.execPath,
     [BIN, 'serve', '--port', '0', '--data-dir', dir, '--quiet'],
@@ -77,7 +81,9 @@ function serve(dir: string): Promise<Running> {
     },
   );
   children.add(child);
-  const exited = new Promise<void>((done) => child.once('exit', () => done()));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((done) =>
+    child.once('exit', (code, signal) => done({ code, signal })),
+  );
   void exited.then(() => children.delete(child));
   return new Promise((resolveStart, reject) => {
     let out = '';
@@ -85,7 +91,7 @@ function serve(dir: string): Promise<Running> {
     child.stdout!.on('data', (d: Buffer) => {
       out += d.toString();
       const m = /Listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(out);
-      if (m) resolveStart({ url: m[1]!, child, exited });
+      if (m) resolveStart({ url: m[1]!, child, exited, output: out });
     });
     child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
     child.once('exit', (code, signal) =>
@@ -274,6 +280,56 @@ describe('SIGKILL during an upload', () => {
         size: data.length,
       });
       expect((await content(running.url, token, id)).equals(data)).toBe(true);
+    } finally {
+      running.child.kill('SIGTERM');
+      await running.exited;
+    }
+  });
+});
+
+describe('the binary', () => {
+  it('signs tokens with FSHARE_SECRET when it is set', async () => {
+    const secret = `env-secret-${randomUUID()}`;
+    const running = await serve(join(root, 'env-secret'), { FSHARE_SECRET: secret });
+    try {
+      const token = await login(running.url, ADMIN.username, ADMIN.password);
+      expect(() => jwt.verify(token, secret, { algorithms: ['HS256'] })).not.toThrow();
+    } finally {
+      running.child.kill('SIGTERM');
+      await running.exited;
+    }
+  });
+
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    it(`shuts down gracefully on ${signal}: exits by itself with code 0, db.json whole`, async () => {
+      const dir = join(root, `graceful-${signal}`);
+      const running = await serve(dir);
+      const token = await login(running.url, ADMIN.username, ADMIN.password);
+      await createShareWithContent(running.url, token, 'g.txt', Buffer.from('graceful'));
+      running.child.kill(signal);
+      expect(await running.exited).toEqual({ code: 0, signal: null });
+      expect(() => JSON.parse(readFileSync(join(dir, 'db.json'), 'utf8'))).not.toThrow();
+    });
+  }
+
+  it('without admin options, the first start prints a generated admin password once', async () => {
+    const dir = join(root, 'generated-admin');
+    const noAdmin = { FSHARE_ADMIN_USER: undefined, FSHARE_ADMIN_PASSWORD: undefined };
+    let running = await serve(dir, noAdmin);
+    let password: string;
+    try {
+      const m = /password:?\s*(\S+)/i.exec(running.output);
+      expect(m, `stdout: ${running.output}`).not.toBeNull();
+      password = m![1]!;
+      await login(running.url, 'admin', password);
+    } finally {
+      running.child.kill('SIGTERM');
+      await running.exited;
+    }
+    running = await serve(dir, noAdmin);
+    try {
+      expect(running.output).not.toContain(password);
+      await login(running.url, 'admin', password);
     } finally {
       running.child.kill('SIGTERM');
       await running.exited;
