@@ -1,10 +1,111 @@
-import type { Command } from 'commander';
+import { resolve } from 'node:path';
+import { Command, InvalidArgumentError } from 'commander';
+import { createServer } from '../../server/index.js';
+import { parseSize } from '../../shared/size.js';
+
+interface ServeOptions {
+  host: string;
+  port: number;
+  dataDir: string;
+  adminUser?: string;
+  adminPassword?: string;
+  maxChunkSize: number;
+  tokenLifetime: number;
+  quiet?: boolean;
+}
+
+function port(value: string): number {
+  const n = Number(value);
+  if (!/^\d+$/.test(value) || n > 65535)
+    throw new InvalidArgumentError('expected a port number 0-65535');
+  return n;
+}
+
+function size(value: string): number {
+  const n = parseSize(value);
+  if (n === null || n < 1)
+    throw new InvalidArgumentError('expected a size such as 512k, 64m or 1g');
+  return n;
+}
+
+/** "7d", "12h", "30m", "90s" or seconds. */
+function duration(value: string): number {
+  const m = /^(\d+)([smhd]?)$/.exec(value.trim());
+  if (!m || Number(m[1]) < 1)
+    throw new InvalidArgumentError('expected a duration such as 7d, 12h or 3600');
+  return (
+    Number(m[1]) * { '': 1, s: 1, m: 60, h: 3600, d: 86400 }[m[2] as '' | 's' | 'm' | 'h' | 'd']
+  );
+}
 
 export function registerServe(program: Command): void {
   program
     .command('serve')
     .description('run a share server backed by a local data directory')
-    .action(async () => {
-      throw new Error('serve: wired in the next commit');
+    .option('--host <host>', 'interface to listen on', '127.0.0.1')
+    .option('--port <port>', 'port to listen on (0 picks a free one)', port, 5000)
+    .option(
+      '--data-dir <dir>',
+      'where metadata, content and uploads are kept',
+      process.env.FSHARE_DATA_DIR ?? './fshare-data',
+    )
+    .option('--admin-user <name>', 'administrator created on first start (env FSHARE_ADMIN_USER)')
+    .option(
+      '--admin-password <password>',
+      'its password (prefer env FSHARE_ADMIN_PASSWORD: argv is visible in ps)',
+    )
+    .option('--max-chunk-size <size>', 'largest chunk accepted', size, 64 * 1024 * 1024)
+    .option('--token-lifetime <duration>', 'how long issued tokens stay valid', duration, 7 * 86400)
+    .option('-q, --quiet', 'no request log')
+    .addHelpText(
+      'after',
+      `
+Environment: FSHARE_ADMIN_USER, FSHARE_ADMIN_PASSWORD (first start only), FSHARE_SECRET (JWT
+signing secret; default: generated into <data-dir>/secret), FSHARE_DATA_DIR.
+
+Examples:
+  fshare serve                                   http://127.0.0.1:5000, data in ./fshare-data
+  fshare serve --host 0.0.0.0 --port 8080 --data-dir /srv/fshare
+  FSHARE_ADMIN_PASSWORD=s3cret fshare serve --admin-user alice`,
+    )
+    .action(async (opts: ServeOptions) => {
+      const dataDir = resolve(opts.dataDir);
+      const log = opts.quiet ? undefined : (line: string) => process.stderr.write(`${line}\n`);
+      const server = await createServer({
+        dataDir,
+        secret: process.env.FSHARE_SECRET || undefined,
+        adminUser: opts.adminUser ?? process.env.FSHARE_ADMIN_USER ?? undefined,
+        adminPassword: opts.adminPassword ?? process.env.FSHARE_ADMIN_PASSWORD ?? undefined,
+        maxChunkBytes: opts.maxChunkSize,
+        tokenLifetimeSeconds: opts.tokenLifetime,
+        log,
+      });
+      const { url } = await server.listen(opts.port, opts.host);
+      if (server.generatedAdmin) {
+        const { username, password } = server.generatedAdmin;
+        process.stdout.write(
+          `Created administrator "${username}" with password: ${password}\n` +
+            `(shown only this once; change it with: fshare passwd)\n`,
+        );
+      }
+      process.stdout.write(`Listening on ${url}  (data: ${dataDir})\n`);
+
+      let stopping = false;
+      const stop = (signal: string) => {
+        if (stopping) return;
+        stopping = true;
+        process.stderr.write(`${signal}: finishing in-flight requests…\n`);
+        // A stuck client must not keep the process alive forever.
+        setTimeout(() => process.exit(1), 10_000).unref();
+        server.close().then(
+          () => process.exit(0),
+          (err: unknown) => {
+            process.stderr.write(`fshare serve: ${(err as Error).message}\n`);
+            process.exit(1);
+          },
+        );
+      };
+      process.on('SIGINT', () => stop('SIGINT'));
+      process.on('SIGTERM', () => stop('SIGTERM'));
     });
 }

@@ -1,0 +1,98 @@
+import type { ErrorRequestHandler, RequestHandler } from 'express';
+import multer from 'multer';
+
+/** The one error type routes throw; the error handler turns it into API.md's error body. */
+export class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message);
+  }
+}
+
+/** The error table: every refusal the server gives, so messages stay consistent. */
+export const Errors = {
+  authRequired: () =>
+    new HttpError(401, 'Authentication required: send "Authorization: Bearer <token>"'),
+  badAuthHeader: () => new HttpError(401, 'The Authorization header must be "Bearer <token>"'),
+  badToken: () => new HttpError(401, 'The token is invalid, expired or revoked'),
+  badCredentials: () => new HttpError(401, 'Wrong username or password'),
+  forbidden: (permission: string) =>
+    new HttpError(403, `Permission ${permission} is required for this action`),
+  notOwner: () => new HttpError(403, 'Only the owner of the share may do this'),
+  wrongPassword: () => new HttpError(403, 'The current password is wrong'),
+  notYourUser: () => new HttpError(403, 'You may only read your own user record'),
+  shareNotFound: () => new HttpError(404, 'No share with this id'),
+  userNotFound: () => new HttpError(404, 'No user with this name'),
+  noContent: () => new HttpError(404, 'The share has no content yet'),
+  locked: () => new HttpError(423, 'The share is locked'),
+  alreadyInitialized: () =>
+    new HttpError(423, 'The share already has content: use PUT to replace it'),
+  notInitialized: () =>
+    new HttpError(423, 'The share has no content yet: use POST to upload it first'),
+  userExists: () => new HttpError(409, 'A user with this name already exists'),
+  badRequest: (message: string) => new HttpError(400, message),
+} as const;
+
+export const notFound: RequestHandler = (req) => {
+  throw new HttpError(404, `No route for ${req.method} ${req.path}`);
+};
+
+/** Answers 405 with an Allow header for a known path with another method. */
+export function methodNotAllowed(allowed: string[]): RequestHandler {
+  const allow = allowed.join(', ');
+  return (req) => {
+    throw new HttpError(405, `Method ${req.method} is not allowed here (allowed: ${allow})`, {
+      Allow: allow,
+    });
+  };
+}
+
+interface StatusCarrier {
+  status?: unknown;
+  statusCode?: unknown;
+  type?: unknown;
+  expose?: unknown;
+}
+
+/** Turns anything thrown into `{status: "fail", message}` with the right code; never a stack. */
+export function errorHandler(log?: (line: string) => void): ErrorRequestHandler {
+  return (err: unknown, _req, res, next) => {
+    if (res.headersSent) {
+      next(err);
+      return;
+    }
+    let status = 500;
+    let message = 'Internal server error';
+    let headers: Record<string, string> = {};
+    if (err instanceof HttpError) {
+      ({ status, message, headers } = err);
+    } else if (err instanceof multer.MulterError) {
+      status = err.code === 'LIMIT_FILE_SIZE' ? 413 : 400;
+      message =
+        err.code === 'LIMIT_FILE_SIZE'
+          ? 'The chunk is larger than the server accepts'
+          : `Bad multipart body: ${err.message}`;
+    } else if (err && typeof err === 'object') {
+      // body-parser and busboy errors carry a 4xx status and a safe message.
+      const e = err as StatusCarrier & Error;
+      const code = Number(e.status ?? e.statusCode);
+      if (code >= 400 && code < 500) {
+        status = code;
+        message =
+          e.type === 'entity.parse.failed'
+            ? 'The request body is not valid JSON'
+            : e.type === 'entity.too.large'
+              ? 'The request body is too large'
+              : String(e.message);
+      } else if (/multipart|boundary|Unexpected end of form/i.test(String(e.message))) {
+        status = 400;
+        message = `Bad multipart body: ${e.message}`;
+      }
+    }
+    if (status >= 500 && log) log(`error: ${err instanceof Error ? err.stack : String(err)}`);
+    res.status(status).set(headers).json({ status: 'fail', message });
+  };
+}

@@ -1,0 +1,169 @@
+import { randomBytes } from 'node:crypto';
+import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import express, { type Express, type RequestHandler } from 'express';
+import { PERMISSIONS } from '../shared/permissions.js';
+import { isoNoZone } from '../shared/dates.js';
+import { hashPassword, identify, Tokens } from './auth.js';
+import type { Context } from './context.js';
+import { errorHandler, notFound } from './errors.js';
+import { KeyedMutex } from './mutex.js';
+import {
+  DEFAULT_MAX_CHUNK_BYTES,
+  DEFAULT_TOKEN_LIFETIME_SECONDS,
+  type ServerOptions,
+} from './options.js';
+import { authRoutes } from './routes/auth.js';
+import { contentRoutes } from './routes/content.js';
+import { fileRoutes } from './routes/files.js';
+import { settingsRoutes } from './routes/settings.js';
+import { userRoutes } from './routes/users.js';
+import { whoamiRoutes } from './routes/whoami.js';
+import { FileStorage } from './storage.js';
+import { Store } from './store.js';
+
+export type { ServerOptions } from './options.js';
+
+export interface FshareServer {
+  app: Express;
+  /** Starts listening; port 0 picks a free port. */
+  listen(port: number, host: string): Promise<{ url: string; port: number }>;
+  /** Stops accepting, lets in-flight requests finish, flushes metadata. */
+  close(): Promise<void>;
+  /** Set on the first start when the administrator's password was generated (print it once). */
+  generatedAdmin?: { username: string; password: string };
+}
+
+const UPLOAD_MAX_IDLE_MS = 24 * 3600 * 1000;
+
+/** API.md "CORS": the reference server's browser client must work against us. */
+const cors: RequestHandler = (req, res, next) => {
+  res.set({
+    'Access-Control-Allow-Origin': '*',
+    'Access-Control-Allow-Headers': 'Authorization, Content-Type, Range, If-Range, If-None-Match',
+    'Access-Control-Allow-Methods': 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS',
+    'Access-Control-Expose-Headers':
+      'Content-Disposition, Content-Range, Content-Length, Location, ETag, Accept-Ranges',
+    'Access-Control-Max-Age': '600',
+  });
+  if (req.method === 'OPTIONS') {
+    res.status(204).end();
+    return;
+  }
+  next();
+};
+
+function requestLog(log: (line: string) => void): RequestHandler {
+  return (req, res, next) => {
+    const started = process.hrtime.bigint();
+    res.on('close', () => {
+      const ms = Number(process.hrtime.bigint() - started) / 1e6;
+      log(`${req.method} ${req.originalUrl} ${res.statusCode} ${ms.toFixed(1)}ms`);
+    });
+    next();
+  };
+}
+
+async function loadSecret(dataDir: string): Promise<string> {
+  const file = join(dataDir, 'secret');
+  try {
+    return (await readFile(file, 'utf8')).trim();
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  }
+  const secret = randomBytes(48).toString('base64url');
+  await writeFile(file, secret, { mode: 0o600, flag: 'wx' });
+  return secret;
+}
+
+export async function createServer(options: ServerOptions): Promise<FshareServer> {
+  const { dataDir } = options;
+  await mkdir(dataDir, { recursive: true, mode: 0o700 });
+  await chmod(dataDir, 0o700);
+
+  const store = await Store.open(dataDir);
+  const storage = new FileStorage(dataDir);
+  await storage.init();
+  await storage.sweep(UPLOAD_MAX_IDLE_MS);
+  const sweeper = setInterval(
+    () => void storage.sweep(UPLOAD_MAX_IDLE_MS).catch(() => undefined),
+    3600_000,
+  );
+  sweeper.unref();
+
+  const secret = options.secret ?? (await loadSecret(dataDir));
+  const tokens = new Tokens(
+    secret,
+    options.tokenLifetimeSeconds ?? DEFAULT_TOKEN_LIFETIME_SECONDS,
+    store,
+  );
+
+  let generatedAdmin: FshareServer['generatedAdmin'];
+  if (store.userCount() === 0) {
+    const username = options.adminUser ?? 'admin';
+    const password = options.adminPassword ?? randomBytes(12).toString('base64url');
+    if (!options.adminPassword) generatedAdmin = { username, password };
+    await store.addUser({
+      username,
+      permissions: [...PERMISSIONS],
+      register_date: isoNoZone(),
+      password_hash: await hashPassword(password),
+    });
+  }
+
+  const ctx: Context = {
+    store,
+    storage,
+    tokens,
+    maxChunkBytes: options.maxChunkBytes ?? DEFAULT_MAX_CHUNK_BYTES,
+  };
+  const shareLocks = new KeyedMutex();
+
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('etag', false);
+  app.set('query parser', 'simple');
+  if (options.log) app.use(requestLog(options.log));
+  app.use(cors);
+  app.use(express.json({ limit: '1mb' }));
+  app.use(identify(tokens, store));
+  app.use(authRoutes(ctx));
+  app.use(userRoutes(ctx));
+  app.use(settingsRoutes(ctx));
+  app.use(whoamiRoutes(ctx));
+  app.use(contentRoutes(ctx, shareLocks));
+  app.use(fileRoutes(ctx, shareLocks));
+  app.use(notFound);
+  app.use(errorHandler(options.log ?? ((line) => process.stderr.write(`${line}\n`))));
+
+  let server: Server | undefined;
+  return {
+    app,
+    generatedAdmin,
+    listen(port, host) {
+      return new Promise((resolve, reject) => {
+        const s = app.listen(port, host);
+        s.once('error', reject);
+        s.once('listening', () => {
+          server = s;
+          // Large chunks on slow links must not hit Node's 5-minute request timeout.
+          s.requestTimeout = 0;
+          const { port: actual } = s.address() as AddressInfo;
+          const shownHost = host.includes(':') ? `[${host}]` : host;
+          resolve({ url: `http://${shownHost}:${actual}`, port: actual });
+        });
+      });
+    },
+    async close() {
+      clearInterval(sweeper);
+      if (server) {
+        const closed = new Promise<void>((resolve) => server!.close(() => resolve()));
+        server.closeIdleConnections();
+        await closed;
+      }
+      await store.persist();
+    },
+  };
+}

@@ -1,0 +1,18 @@
+export interface ServerOptions {
+  /** Where metadata (db.json), the signing secret, content and chunks live. Created 0700. */
+  dataDir: string;
+  /** JWT signing secret; when absent, read from or generated into `<dataDir>/secret` (0600). */
+  secret?: string;
+  /** Token lifetime in seconds; default 7 days. */
+  tokenLifetimeSeconds?: number;
+  /** Largest accepted chunk in bytes (413 above it); default 64 MiB. */
+  maxChunkBytes?: number;
+  /** First-start administrator; without it, `admin` with a random password. */
+  adminUser?: string;
+  adminPassword?: string;
+  /** Receives one line per request (method, path, status, ms); absent: no request log. */
+  log?: (line: string) => void;
+}
+
+export const DEFAULT_TOKEN_LIFETIME_SECONDS = 7 * 24 * 3600;
+export const DEFAULT_MAX_CHUNK_BYTES = 64 * 1024 * 1024;

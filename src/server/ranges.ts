@@ -1,0 +1,32 @@
+export type RangeResult =
+  { kind: 'none' } | { kind: 'range'; start: number; end: number } | { kind: 'unsatisfiable' };
+
+/**
+ * One byte range per RFC 9110 §14.1.2, with API.md's choices: `a-b`, `a-`, `-n`; an end past the
+ * last byte is cut to it; a start at or past the size, a start after the end, or an unparsable
+ * header is unsatisfiable (416). Several ranges are answered with the whole content (RFC 9110
+ * lets a server ignore Range), since fshare serves one range per request.
+ */
+export function parseRange(header: string | undefined, size: number): RangeResult {
+  if (header === undefined) return { kind: 'none' };
+  const match = /^\s*bytes\s*=\s*(.*)$/i.exec(header);
+  if (!match) return { kind: 'unsatisfiable' };
+  const spec = match[1]!.trim();
+  if (spec.includes(',')) {
+    const parts = spec.split(',').map((p) => p.trim());
+    return parts.every((p) => /^(\d+-\d*|-\d+)$/.test(p))
+      ? { kind: 'none' }
+      : { kind: 'unsatisfiable' };
+  }
+  const m = /^(\d*)-(\d*)$/.exec(spec);
+  if (!m || (m[1] === '' && m[2] === '')) return { kind: 'unsatisfiable' };
+  if (m[1] === '') {
+    const suffix = Number(m[2]);
+    if (suffix === 0 || size === 0) return { kind: 'unsatisfiable' };
+    return { kind: 'range', start: Math.max(0, size - suffix), end: size - 1 };
+  }
+  const start = Number(m[1]);
+  const end = m[2] === '' ? size - 1 : Math.min(Number(m[2]), size - 1);
+  if (start >= size || (m[2] !== '' && start > Number(m[2]))) return { kind: 'unsatisfiable' };
+  return { kind: 'range', start, end };
+}

@@ -1,0 +1,229 @@
+import { open, unlink } from 'node:fs/promises';
+import { pipeline } from 'node:stream/promises';
+import contentDisposition from 'content-disposition';
+import { Router, type Request, type Response } from 'express';
+import mime from 'mime-types';
+import multer from 'multer';
+import type { Context } from '../context.js';
+import { Errors, HttpError } from '../errors.js';
+import { route } from '../http.js';
+import { KeyedMutex } from '../mutex.js';
+import { parseRange } from '../ranges.js';
+import { TotalMismatchError } from '../storage.js';
+import type { ShareRecord } from '../store.js';
+import { findShare } from './shares.js';
+
+const MAX_TOTAL_CHUNKS = 1_000_000;
+
+interface Chunk {
+  uploadId: string;
+  index: number;
+  total: number;
+  file: string;
+}
+
+/** API.md "Content and the chunk protocol". Reading order: here → storage.ts → store.ts. */
+export function contentRoutes(
+  { store, storage, maxChunkBytes }: Context,
+  shareLocks: KeyedMutex,
+): Router {
+  const router = Router();
+  const uploadLocks = new KeyedMutex();
+
+  // Chunk bodies stream to incoming/ under server-made names; the client's filename is ignored.
+  const receive = multer({
+    dest: storage.incomingDir,
+    limits: { fileSize: maxChunkBytes, files: 1, fields: 16, fieldSize: 4096, parts: 20 },
+  }).single('upload');
+
+  const readChunk = async (req: Request, res: Response): Promise<Chunk> => {
+    await new Promise<void>((resolve, reject) =>
+      receive(req, res, (err) => (err ? reject(err) : resolve())),
+    );
+    const file = req.file?.path;
+    try {
+      const fields = (req.body ?? {}) as Record<string, unknown>;
+      const int = (name: string): number => {
+        const value = fields[name];
+        if (typeof value !== 'string' || !/^\d{1,9}$/.test(value.trim())) {
+          throw Errors.badRequest(`Form field "${name}" must be a non-negative integer`);
+        }
+        return Number(value.trim());
+      };
+      const uploadId = fields.dzuuid;
+      if (typeof uploadId !== 'string' || uploadId.length === 0 || uploadId.length > 1024) {
+        throw Errors.badRequest('Form field "dzuuid" must be a non-empty string');
+      }
+      const total = int('dztotalchunks');
+      const index = int('dzchunkindex');
+      if (total < 1 || total > MAX_TOTAL_CHUNKS) {
+        throw Errors.badRequest(`"dztotalchunks" must be between 1 and ${MAX_TOTAL_CHUNKS}`);
+      }
+      if (index >= total)
+        throw Errors.badRequest(`"dzchunkindex" must be below dztotalchunks (${total})`);
+      if (!file) throw Errors.badRequest('The file part "upload" is missing');
+      return { uploadId, index, total, file };
+    } catch (err) {
+      if (file) await unlink(file).catch(() => undefined);
+      throw err;
+    }
+  };
+
+  /**
+   * Files one chunk; the request that completes the upload joins it and replaces the content.
+   * `stillAllowed` repeats the state check at the moment of replacement.
+   */
+  const acceptChunk = async (
+    req: Request,
+    res: Response,
+    share: ShareRecord,
+    stillAllowed: (s: ShareRecord) => void,
+  ) => {
+    const chunk = await readChunk(req, res);
+    const key = `${share.share_id}\0${chunk.uploadId}`;
+    const done = await uploadLocks.run(key, async () => {
+      let received: number;
+      try {
+        // The share may have been deleted while the body streamed in.
+        if (!store.getShare(share.share_id)) throw Errors.shareNotFound();
+        received = await storage.putChunk(
+          share.share_id,
+          chunk.uploadId,
+          chunk.index,
+          chunk.total,
+          chunk.file,
+        );
+      } catch (err) {
+        await unlink(chunk.file).catch(() => undefined);
+        if (err instanceof TotalMismatchError) throw Errors.badRequest(err.message);
+        throw err;
+      }
+      if (received < chunk.total) return false;
+      await shareLocks.run(share.share_id, async () => {
+        const current = store.getShare(share.share_id);
+        if (!current) throw Errors.shareNotFound();
+        stillAllowed(current);
+        const { size } = await storage.assemble(share.share_id, chunk.uploadId, chunk.total);
+        await store.updateShare(share.share_id, { initialized: true, size });
+      });
+      return true;
+    });
+    if (done) {
+      res
+        .status(201)
+        .json({ status: 'success', message: `Upload complete (${chunk.total} chunks)` });
+    } else {
+      res.json({
+        status: 'success',
+        message: `Chunk ${chunk.index + 1} of ${chunk.total} received`,
+      });
+    }
+  };
+
+  const checkCreate = (s: ShareRecord) => {
+    if (s.locked) throw Errors.locked();
+    if (s.initialized) throw Errors.alreadyInitialized();
+  };
+  const checkReplace = (s: ShareRecord) => {
+    if (s.locked) throw Errors.locked();
+    if (!s.initialized) throw Errors.notInitialized();
+  };
+
+  route(router, '/files/:id/content', {
+    post: async (req, res) => {
+      const share = findShare(req, store, 'CREATE', true);
+      checkCreate(share);
+      await acceptChunk(req, res, share, checkCreate);
+    },
+    put: async (req, res) => {
+      const share = findShare(req, store, 'MODIFY', true);
+      checkReplace(share);
+      await acceptChunk(req, res, share, checkReplace);
+    },
+    get: async (req, res) => {
+      const share = findShare(req, store, 'READ');
+      if (!share.initialized) throw Errors.noContent();
+      await sendContent(req, res, share, storage.contentPath(share.share_id));
+    },
+  });
+
+  return router;
+}
+
+/** Streams content with validators and one optional byte range (RFC 9110). */
+async function sendContent(req: Request, res: Response, share: ShareRecord, path: string) {
+  // Open first: a concurrent replacement renames over the path, and this handle keeps the old bytes.
+  const handle = await open(path, 'r').catch(() => {
+    throw Errors.noContent();
+  });
+  let streaming = false;
+  try {
+    const info = await handle.stat();
+    const size = info.size;
+    const etag = `"${info.ino.toString(36)}-${size.toString(36)}-${Math.floor(info.mtimeMs).toString(36)}"`;
+    const lastModified = new Date(Math.floor(info.mtimeMs / 1000) * 1000);
+    res.set({
+      'Accept-Ranges': 'bytes',
+      ETag: etag,
+      'Last-Modified': lastModified.toUTCString(),
+      'Content-Type': mime.lookup(share.file_name) || 'application/octet-stream',
+      'Content-Disposition': contentDisposition(share.file_name, { type: 'attachment' }),
+      'X-Content-Type-Options': 'nosniff',
+      'Cache-Control': 'private, no-cache',
+    });
+
+    if (matchesEtag(req.headers['if-none-match'], etag)) {
+      res.status(304).end();
+      return;
+    }
+    let range = parseRange(req.headers.range, size);
+    const ifRange = req.get('if-range');
+    if (
+      range.kind !== 'none' &&
+      ifRange !== undefined &&
+      !ifRangeHolds(ifRange, etag, lastModified)
+    ) {
+      range = { kind: 'none' };
+    }
+    if (range.kind === 'unsatisfiable') {
+      throw new HttpError(416, `The range cannot be satisfied: the content has ${size} bytes`, {
+        'Content-Range': `bytes */${size}`,
+      });
+    }
+    let start = 0;
+    let end = size - 1;
+    if (range.kind === 'range') {
+      ({ start, end } = range);
+      res.status(206).set('Content-Range', `bytes ${start}-${end}/${size}`);
+    }
+    res.set('Content-Length', String(end - start + 1));
+    if (req.method === 'HEAD' || end < start) {
+      res.end();
+      return;
+    }
+    streaming = true;
+    try {
+      // The stream owns the handle from here and closes it, also when the client goes away.
+      await pipeline(handle.createReadStream({ start, end }), res);
+    } catch {
+      // The client went away mid-download: nothing to answer, nothing stored is affected.
+      res.destroy();
+    }
+  } finally {
+    if (!streaming) await handle.close();
+  }
+}
+
+function matchesEtag(header: string | undefined, etag: string): boolean {
+  if (!header) return false;
+  if (header.trim() === '*') return true;
+  return header.split(',').some((t) => t.trim().replace(/^W\//, '') === etag);
+}
+
+/** If-Range: a strong ETag must match exactly; a date must equal Last-Modified. */
+function ifRangeHolds(header: string, etag: string, lastModified: Date): boolean {
+  const value = header.trim();
+  if (value.startsWith('"') || value.startsWith('W/')) return value === etag;
+  const date = Date.parse(value);
+  return !Number.isNaN(date) && date === lastModified.getTime();
+}

@@ -1,0 +1,83 @@
+import { isPermission, sortPermissions, type Permission } from '../shared/permissions.js';
+import { Errors } from './errors.js';
+
+/** A JSON request body as received: must be a plain object. */
+export type Body = Record<string, unknown>;
+
+export function requireObject(body: unknown, optional = false): Body {
+  if (body === undefined && optional) return {};
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+    throw Errors.badRequest(
+      body === undefined
+        ? 'A JSON object body is required (Content-Type: application/json)'
+        : 'The body must be a JSON object',
+    );
+  }
+  return body as Body;
+}
+
+/** API.md: unknown or read-only fields in a body are a 400. */
+export function onlyFields(
+  body: Body,
+  writable: readonly string[],
+  readOnly: readonly string[] = [],
+) {
+  for (const key of Object.keys(body)) {
+    if (readOnly.includes(key)) throw Errors.badRequest(`Field "${key}" is read-only`);
+    if (!writable.includes(key)) throw Errors.badRequest(`Unknown field "${key}"`);
+  }
+}
+
+export function requireFields(body: Body, fields: readonly string[]) {
+  for (const key of fields) {
+    if (!(key in body)) throw Errors.badRequest(`Field "${key}" is required`);
+  }
+}
+
+export function stringField(body: Body, key: string, max = 1024): string {
+  const value = body[key];
+  if (typeof value !== 'string' || value.length === 0 || value.length > max) {
+    throw Errors.badRequest(
+      `Field "${key}" must be a non-empty string of at most ${max} characters`,
+    );
+  }
+  return value;
+}
+
+export function permissionsField(body: Body, key: string): Permission[] {
+  const value = body[key];
+  if (!Array.isArray(value))
+    throw Errors.badRequest(`Field "${key}" must be a list of permissions`);
+  for (const p of value) {
+    if (!isPermission(p)) throw Errors.badRequest(`Unknown permission ${JSON.stringify(p)}`);
+  }
+  return sortPermissions(value as Permission[]);
+}
+
+const RESERVED_USERNAMES = new Set(['login', 'logout', 'extend', 'password']);
+const USERNAME_RE = /^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$/;
+
+export function usernameField(body: Body, key = 'username'): string {
+  const value = body[key];
+  if (typeof value !== 'string' || !USERNAME_RE.test(value)) {
+    throw Errors.badRequest(
+      `Field "${key}" must be 1-64 characters of letters, digits, ".", "_", "@" or "-", starting with a letter or digit`,
+    );
+  }
+  if (RESERVED_USERNAMES.has(value.toLowerCase())) {
+    throw Errors.badRequest(`"${value}" is reserved and cannot be a username`);
+  }
+  return value;
+}
+
+/** A positive integer from a query string; `fallback` when absent. */
+export function queryInt(value: unknown, name: string, fallback: number, max?: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'string' || !/^\d+$/.test(value)) {
+    throw Errors.badRequest(`"${name}" must be a positive integer`);
+  }
+  const n = Number(value);
+  if (n < 1) throw Errors.badRequest(`"${name}" must be at least 1`);
+  if (max !== undefined && n > max) throw Errors.badRequest(`"${name}" must be at most ${max}`);
+  return n;
+}
