@@ -1,0 +1,308 @@
+/**
+ * Where the CLI keeps bearer tokens (CLI.md, "Finding the server and the credentials"):
+ * `FSHARE_TOKEN` > the OS keychain (service `fshare`, one account per server and user) > a 0600
+ * fallback file `<configDir>/credentials.json`, used only when no keychain answers, with a
+ * one-line warning. `FSHARE_KEYRING=off` skips the keychain and uses the file without a warning
+ * (for tests and boxes where a keychain prompt would be unwelcome).
+ *
+ * Tokens never reach a log line, an error message or stdout from this module.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdir, open, readFile, rename, unlink } from 'node:fs/promises';
+import { connect } from 'node:net';
+import { join } from 'node:path';
+import type { AsyncEntry } from '@napi-rs/keyring';
+
+export interface CredentialStore {
+  /** Token for server+user: FSHARE_TOKEN env first, then keychain, then the 0600 fallback file; undefined if none. */
+  getToken(server: string, username: string | undefined): Promise<string | undefined>;
+  /** Saves in the keychain; falls back to the 0600 file with a one-line stderr warning (via `warn`). Returns where it went. */
+  saveToken(server: string, username: string, token: string): Promise<'keychain' | 'file'>;
+  deleteToken(server: string, username: string): Promise<void>;
+}
+
+/** Keychain service name shared by every fshare entry. */
+export const KEYCHAIN_SERVICE = 'fshare';
+
+/** File name of the fallback store inside the config directory. */
+export const CREDENTIALS_FILE = 'credentials.json';
+
+/** A Secret Service that never answers must not hang `fshare login`; give up after this long. */
+const KEYCHAIN_TIMEOUT_MS = 3_000;
+
+/** How long the D-Bus session bus gets to answer the first byte of its handshake. */
+const BUS_TIMEOUT_MS = 1_500;
+
+/** Map from keychain account to token: the fallback file's whole content. */
+type TokenFile = Record<string, string>;
+
+type KeyringModule = typeof import('@napi-rs/keyring');
+
+/**
+ * Keychain account for a server and user: `<username>@<server URL normalised>`, so that
+ * `HTTP://Host:80/` and `http://host` name the same entry.
+ */
+export function keychainAccount(server: string, username: string): string {
+  return `${username}@${normaliseServer(server)}`;
+}
+
+function normaliseServer(server: string): string {
+  let url: URL;
+  try {
+    url = new URL(server.trim());
+  } catch {
+    throw new Error(`invalid server URL: ${server}`);
+  }
+  // Scheme, host and default port are already lower-cased/normalised by URL; only path is left.
+  return `${url.protocol}//${url.host}${url.pathname.replace(/\/+$/, '')}`;
+}
+
+export function createCredentialStore(
+  configDir: string,
+  warn: (line: string) => void,
+): CredentialStore {
+  const file = join(configDir, CREDENTIALS_FILE);
+  const keychainOff = (): boolean => process.env.FSHARE_KEYRING?.toLowerCase() === 'off';
+
+  async function readFileTokens(): Promise<TokenFile> {
+    let text: string;
+    try {
+      text = await readFile(file, 'utf8');
+    } catch (err) {
+      if (isErrno(err, 'ENOENT')) return {};
+      throw err;
+    }
+    return parseTokenFile(text);
+  }
+
+  /** Replaces the file atomically (0600 temp file + rename); an empty map removes it. */
+  async function writeFileTokens(tokens: TokenFile): Promise<void> {
+    if (Object.keys(tokens).length === 0) {
+      await unlink(file).catch((err: unknown) => {
+        if (!isErrno(err, 'ENOENT')) throw err;
+      });
+      return;
+    }
+    await mkdir(configDir, { recursive: true, mode: 0o700 });
+    const tmp = `${file}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
+    // 'wx' + 0600: the temp file is never readable by others, not even for an instant.
+    const handle = await open(tmp, 'wx', 0o600);
+    try {
+      await handle.chmod(0o600); // a umask can only narrow the mode; this pins it exactly
+      await handle.writeFile(`${JSON.stringify(tokens, null, 2)}\n`, 'utf8');
+      await handle.sync();
+    } catch (err) {
+      await handle.close();
+      await unlink(tmp).catch(() => undefined);
+      throw err;
+    }
+    await handle.close();
+    try {
+      await rename(tmp, file);
+    } catch (err) {
+      await unlink(tmp).catch(() => undefined);
+      throw err;
+    }
+  }
+
+  async function removeFromFile(account: string): Promise<void> {
+    const tokens = await readFileTokens();
+    if (!Object.hasOwn(tokens, account)) return;
+    delete tokens[account];
+    await writeFileTokens(tokens);
+  }
+
+  /** Without a username, the token of the server's only account, if exactly one is stored. */
+  async function findSoleToken(server: string): Promise<string | undefined> {
+    const suffix = `@${normaliseServer(server)}`;
+    const found = new Map<string, string>();
+    if (!keychainOff()) {
+      const credentials = await withKeyring((keyring, signal) =>
+        keyring.findCredentialsAsync(KEYCHAIN_SERVICE, null, signal),
+      ).catch(() => []);
+      for (const { account, password } of credentials) {
+        if (account.endsWith(suffix)) found.set(account, password);
+      }
+    }
+    for (const [account, token] of Object.entries(await readFileTokens())) {
+      if (account.endsWith(suffix) && !found.has(account)) found.set(account, token);
+    }
+    return found.size === 1 ? [...found.values()][0] : undefined;
+  }
+
+  return {
+    async getToken(server, username) {
+      const fromEnv = process.env.FSHARE_TOKEN;
+      if (fromEnv) return fromEnv;
+
+      if (username === undefined) return findSoleToken(server);
+
+      const account = keychainAccount(server, username);
+      if (!keychainOff()) {
+        // An unreachable or failing keychain is not an error here: the file may hold the token.
+        const fromKeychain = await keychain(
+          (entry, signal) => entry.getPassword(signal),
+          account,
+        ).catch(() => null);
+        if (fromKeychain) return fromKeychain;
+      }
+      return (await readFileTokens())[account];
+    },
+
+    async saveToken(server, username, token) {
+      const account = keychainAccount(server, username);
+      if (!keychainOff()) {
+        const saved = await keychain((entry, signal) => entry.setPassword(token, signal), account)
+          .then(() => true)
+          .catch(() => false);
+        if (saved) {
+          // A copy left from an earlier keychain-less login would outlive this one on disk.
+          await removeFromFile(account);
+          return 'keychain';
+        }
+      }
+      const tokens = await readFileTokens();
+      tokens[account] = token;
+      await writeFileTokens(tokens);
+      if (!keychainOff()) {
+        warn(`fshare: no OS keychain available; token saved to ${file} (mode 0600)`);
+      }
+      return 'file';
+    },
+
+    async deleteToken(server, username) {
+      const account = keychainAccount(server, username);
+      if (!keychainOff()) {
+        const deleted = await keychain(
+          (entry, signal) => entry.deletePassword(signal),
+          account,
+        ).catch(() => false);
+        if (!deleted) {
+          // A failed delete looks like an unreachable keychain; only a token still readable is an error.
+          const left = await keychain((entry, signal) => entry.getPassword(signal), account).catch(
+            () => null,
+          );
+          if (left) throw new Error(`could not remove the token from the OS keychain (${account})`);
+        }
+      }
+      await removeFromFile(account);
+    },
+  };
+}
+
+let keyringModule: Promise<KeyringModule> | undefined;
+
+/** Loaded on first use: a missing native binding must leave the file fallback working. */
+function loadKeyring(): Promise<KeyringModule> {
+  keyringModule ??= import('@napi-rs/keyring');
+  return keyringModule;
+}
+
+/** Runs one keychain call on the entry for `account`, rejecting on any failure or after the timeout. */
+function keychain<T>(
+  call: (entry: AsyncEntry, signal: AbortSignal) => Promise<T>,
+  account: string,
+): Promise<T> {
+  return withKeyring((keyring, signal) => {
+    // Pinned to the Secret Service on Linux: the default would fall back to the kernel keyring,
+    // which forgets the token at logout, so a headless box would "save" it and lose it.
+    const entry = new keyring.AsyncEntry(KEYCHAIN_SERVICE, account, {
+      linux: { store: 'secret-service' },
+    });
+    return call(entry, signal);
+  });
+}
+
+async function withKeyring<T>(
+  call: (keyring: KeyringModule, signal: AbortSignal) => Promise<T>,
+): Promise<T> {
+  if (!(await sessionBusAnswers())) throw new Error('D-Bus session bus did not answer');
+  const keyring = await loadKeyring();
+  const controller = new AbortController();
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      controller.abort();
+      reject(new Error(`OS keychain did not answer within ${KEYCHAIN_TIMEOUT_MS} ms`));
+    }, KEYCHAIN_TIMEOUT_MS);
+  });
+  try {
+    // The constructor throws synchronously when there is no D-Bus session: inside the async body.
+    return await Promise.race([call(keyring, controller.signal), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+let busCheck: Promise<boolean> | undefined;
+
+/**
+ * False only when a D-Bus session bus accepts a connection but stays silent: libdbus would then
+ * block the main thread inside the synchronous `AsyncEntry` constructor, beyond any JS timeout.
+ * Anything else (no bus, odd address, macOS, Windows) is left for the keyring library to judge.
+ */
+function sessionBusAnswers(): Promise<boolean> {
+  busCheck ??= new Promise((resolve) => {
+    const path = sessionBusSocket();
+    if (path === undefined) return resolve(true);
+    const socket = connect(path);
+    const done = (answered: boolean): void => {
+      socket.destroy();
+      resolve(answered);
+    };
+    socket.setTimeout(BUS_TIMEOUT_MS, () => done(false));
+    socket.on('error', () => done(true));
+    // A bare AUTH always gets an immediate REJECTED line listing the mechanisms.
+    socket.once('connect', () => socket.write('\0AUTH\r\n'));
+    socket.once('data', () => done(true));
+  });
+  return busCheck;
+}
+
+/** Socket path of the session bus where libdbus would look for it (Secret Service platforms only). */
+function sessionBusSocket(): string | undefined {
+  if (process.platform === 'darwin' || process.platform === 'win32') return undefined;
+  const address = process.env.DBUS_SESSION_BUS_ADDRESS;
+  if (!address) {
+    const runtime = process.env.XDG_RUNTIME_DIR;
+    return runtime ? join(runtime, 'bus') : undefined;
+  }
+  // Only the first address is probed; libdbus tries them in order and the first usually wins.
+  const [transport, params = ''] = (address.split(';')[0] ?? '').split(/:(.*)/s);
+  if (transport !== 'unix') return undefined;
+  const values = new Map(
+    params.split(',').map((pair) => {
+      const [key = '', value = ''] = pair.split(/=(.*)/s);
+      return [key, decodeDbusValue(value)] as const;
+    }),
+  );
+  // Abstract sockets are left out: libuv cannot name them exactly, so a probe would prove nothing.
+  return values.get('path');
+}
+
+/** D-Bus address values escape bytes as %XX. */
+function decodeDbusValue(value: string): string {
+  return value.replace(/%([0-9a-fA-F]{2})/g, (_, hex: string) =>
+    String.fromCharCode(parseInt(hex, 16)),
+  );
+}
+
+function parseTokenFile(text: string): TokenFile {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return {}; // unreadable tokens are lost either way; the next save rewrites the file
+  }
+  const tokens: TokenFile = {};
+  if (typeof value === 'object' && value !== null && !Array.isArray(value)) {
+    for (const [account, token] of Object.entries(value)) {
+      if (typeof token === 'string') tokens[account] = token;
+    }
+  }
+  return tokens;
+}
+
+function isErrno(err: unknown, code: string): boolean {
+  return err instanceof Error && (err as NodeJS.ErrnoException).code === code;
+}
