@@ -70,6 +70,31 @@ describe('first start', () => {
   });
 });
 
+describe('separate data directories', () => {
+  it('two servers on fresh data directories in one process share nothing', async () => {
+    const a = await startServer({ dataDir: await freshDataDir() });
+    const b = await startServer({ dataDir: await freshDataDir() });
+    try {
+      const ta = await login(a.url, ADMIN.username, ADMIN.password);
+      const tb = await login(b.url, ADMIN.username, ADMIN.password);
+      await createShare(a.url, ta, 'only-in-a.txt');
+      await createUser(a.url, ta, ['READ'], 'only-in-a');
+      await setDefaultPermissions(a.url, ta, ['LIST']);
+      const files = await get(b.url, '/files', { token: tb });
+      expect(files.body.data).toEqual([]);
+      const users = await get(b.url, '/users', { token: tb });
+      expect(users.body.data.map((u: { username: string }) => u.username)).toEqual([
+        ADMIN.username,
+      ]);
+      const settings = await get(b.url, '/admin/settings', { token: tb });
+      expect(settings.body.default_permissions).toEqual([]);
+    } finally {
+      await a.close(false);
+      await b.close(false);
+    }
+  });
+});
+
 describe('64 concurrent POST /files', () => {
   it('all succeed, all are listed, and all survive a restart', async () => {
     const dataDir = await freshDataDir();
