@@ -93,6 +93,8 @@ export function errorHandler(log?: (line: string) => void): ErrorRequestHandler 
       }
     }
     if (status >= 500 && log) log(`error: ${err instanceof Error ? err.stack : String(err)}`);
-    res.status(status).set(headers).json({ status: 'fail', message });
+    // Headers a download set before failing must not describe the error body.
+    res.removeHeader('Content-Disposition');
+    res.status(status).set(headers).type('application/json').json({ status: 'fail', message });
   };
 }

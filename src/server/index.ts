@@ -22,6 +22,7 @@ import { settingsRoutes } from './routes/settings.js';
 import { userRoutes } from './routes/users.js';
 import { whoamiRoutes } from './routes/whoami.js';
 import { FileStorage } from './storage.js';
+import { UNPARSABLE } from './validate.js';
 import { Store } from './store.js';
 
 export type { ServerOptions } from './options.js';
@@ -53,6 +54,20 @@ const cors: RequestHandler = (req, res, next) => {
     return;
   }
   next();
+};
+
+const parseJson = express.json({ limit: '1mb' });
+
+/** Parses JSON bodies, but leaves a parse failure for the route to report in API.md's order. */
+const deferredJson: RequestHandler = (req, res, next) => {
+  parseJson(req, res, (err?: unknown) => {
+    if ((err as { type?: string } | undefined)?.type === 'entity.parse.failed') {
+      req.body = UNPARSABLE;
+      next();
+      return;
+    }
+    next(err);
+  });
 };
 
 function requestLog(log: (line: string) => void): RequestHandler {
@@ -127,7 +142,7 @@ export async function createServer(options: ServerOptions): Promise<FshareServer
   app.set('query parser', 'simple');
   if (options.log) app.use(requestLog(options.log));
   app.use(cors);
-  app.use(express.json({ limit: '1mb' }));
+  app.use(deferredJson);
   app.use(identify(tokens, store));
   app.use(authRoutes(ctx));
   app.use(userRoutes(ctx));

@@ -78,7 +78,11 @@ export class Store {
   private queued: Promise<void> | null = null;
 
   private constructor(dataDir: string) {
-    this.db = new Low<DbData>(new DurableJsonFile(join(dataDir, 'db.json'), dataDir), EMPTY);
+    // A fresh copy: lowdb keeps the default object itself, and stores must never share data.
+    this.db = new Low<DbData>(
+      new DurableJsonFile(join(dataDir, 'db.json'), dataDir),
+      structuredClone(EMPTY),
+    );
   }
 
   static async open(dataDir: string): Promise<Store> {

@@ -4,7 +4,11 @@ import { Errors } from './errors.js';
 /** A JSON request body as received: must be a plain object. */
 export type Body = Record<string, unknown>;
 
+/** Marks a body that did not parse: reported as 400 only after API.md's earlier checks (401…423). */
+export const UNPARSABLE = Symbol('unparsable JSON body');
+
 export function requireObject(body: unknown, optional = false): Body {
+  if (body === UNPARSABLE) throw Errors.badRequest('The request body is not valid JSON');
   if (body === undefined && optional) return {};
   if (body === null || typeof body !== 'object' || Array.isArray(body)) {
     throw Errors.badRequest(
