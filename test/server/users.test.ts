@@ -536,6 +536,34 @@ describe('GET /users', () => {
 });
 
 describe('password storage', () => {
+  it('the same password is stored differently for two users (salted)', async () => {
+    const password = `same-${randomUUID()}`;
+    const a = await createUser(base, admin, ['READ'], unique('salt-a'), password);
+    const b = await createUser(base, admin, ['READ'], unique('salt-b'), password);
+    const db = JSON.parse(await readFile(join(srv.dataDir, 'db.json'), 'utf8'));
+    const records: Array<Record<string, unknown>> = [];
+    const visit = (node: unknown): void => {
+      if (Array.isArray(node)) node.forEach(visit);
+      else if (node && typeof node === 'object') {
+        const obj = node as Record<string, unknown>;
+        if (obj.username === a.username || obj.username === b.username) records.push(obj);
+        Object.values(obj).forEach(visit);
+      }
+    };
+    visit(db);
+    expect(records).toHaveLength(2);
+    const stored = (r: Record<string, unknown>) =>
+      JSON.stringify(
+        Object.entries(r).filter(
+          ([k]) => !['username', 'permissions', 'register_date'].includes(k),
+        ),
+      );
+    const [ra, rb] = records as [Record<string, unknown>, Record<string, unknown>];
+    expect(stored(ra)).not.toBe('[]');
+    expect(stored(ra)).not.toBe(stored(rb));
+    expect(stored(ra)).not.toContain(password);
+  });
+
   it('no file in the data directory holds a password in plain text', async () => {
     const password = `plain-${randomUUID()}`;
     const user = await createUser(base, admin, ['READ'], unique('store'), password);
