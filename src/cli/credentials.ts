@@ -12,6 +12,7 @@ import { mkdir, open, readFile, rename, unlink } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import type { AsyncEntry } from '@napi-rs/keyring';
+import { normalizeServer } from '../client/http.js';
 
 export interface CredentialStore {
   /** Token for server+user: FSHARE_TOKEN env first, then keychain, then the 0600 fallback file; undefined if none. */
@@ -43,18 +44,7 @@ type KeyringModule = typeof import('@napi-rs/keyring');
  * `HTTP://Host:80/` and `http://host` name the same entry.
  */
 export function keychainAccount(server: string, username: string): string {
-  return `${username}@${normaliseServer(server)}`;
-}
-
-function normaliseServer(server: string): string {
-  let url: URL;
-  try {
-    url = new URL(server.trim());
-  } catch {
-    throw new Error(`invalid server URL: ${server}`);
-  }
-  // Scheme, host and default port are already lower-cased/normalised by URL; only path is left.
-  return `${url.protocol}//${url.host}${url.pathname.replace(/\/+$/, '')}`;
+  return `${username}@${normalizeServer(server)}`;
 }
 
 export function createCredentialStore(
@@ -114,7 +104,7 @@ export function createCredentialStore(
 
   /** Without a username, the token of the server's only account, if exactly one is stored. */
   async function findSoleToken(server: string): Promise<string | undefined> {
-    const suffix = `@${normaliseServer(server)}`;
+    const suffix = `@${normalizeServer(server)}`;
     const found = new Map<string, string>();
     if (!keychainOff()) {
       const credentials = await withKeyring((keyring, signal) =>
