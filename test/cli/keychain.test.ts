@@ -3,7 +3,7 @@
  * (`dbus-run-session`, which ends the bus and with it the keyring daemon), checked from the
  * outside with `secret-tool`. `.ci/run` installs gnome-keyring, dbus and libsecret-tools.
  */
-import { execa, type Result } from 'execa';
+import { execa, type ResultPromise, type Result } from 'execa';
 import { existsSync } from 'node:fs';
 import { chmod, mkdir, mkdtemp, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -14,6 +14,7 @@ const ROOT = resolve(import.meta.dirname, '../..');
 const MODULE = join(ROOT, 'dist/cli/credentials.js');
 const BIN = join(ROOT, 'bin/fshare.js');
 const SERVER = 'http://127.0.0.1:5000';
+const ADMIN = { username: 'admin', password: 'admin-password-123' };
 const ACCOUNT = `bob@${SERVER}`;
 const WARNING =
   /^fshare: no OS keychain available; token saved to (.+credentials\.json) \(mode 0600\)$/;
@@ -126,6 +127,41 @@ async function sandboxProcesses(): Promise<number[]> {
     }
   }
   return pids;
+}
+
+/** A real `fshare serve` on an ephemeral port, outside any D-Bus session. */
+async function startServe(): Promise<{ url: string; stop: () => Promise<void> }> {
+  const dataDir = join(sandbox, 'data');
+  const serve: ResultPromise = execa(
+    'node',
+    [BIN, 'serve', '--port', '0', '--data-dir', dataDir, '--quiet'],
+    {
+      env: {
+        ...sandboxEnv(),
+        FSHARE_ADMIN_USER: ADMIN.username,
+        FSHARE_ADMIN_PASSWORD: ADMIN.password,
+      },
+      extendEnv: false,
+      stdin: 'ignore',
+      reject: false,
+    },
+  );
+  const url = await new Promise<string>((done, fail) => {
+    let seen = '';
+    serve.stdout?.on('data', (chunk: Buffer) => {
+      seen += chunk.toString();
+      const match = /Listening on (http:\/\/\S+)/.exec(seen);
+      if (match?.[1]) done(match[1]);
+    });
+    void serve.then((r) => fail(new Error(`fshare serve exited: ${r.stderr}`)));
+  });
+  return {
+    url,
+    async stop() {
+      serve.kill('SIGTERM');
+      await serve;
+    },
+  };
 }
 
 describe.skipIf(missingTools.length > 0 && !process.env.CI)('credential store', () => {
@@ -350,6 +386,69 @@ echo "ms=$(( ($(date +%s%N) - start) / 1000000 ))"`,
       } finally {
         silent.close();
       }
+    });
+  });
+
+  describe('fshare login through the real binary', () => {
+    let serve: { url: string; stop: () => Promise<void> };
+    beforeEach(async () => {
+      serve = await startServe();
+    });
+    afterEach(async () => {
+      await serve.stop();
+    });
+
+    it('keeps the token in the keychain, uses it, and logout removes it', async () => {
+      const account = `${ADMIN.username}@${serve.url}`;
+      const result = await inSession(
+        `${UNLOCK_KEYRING}
+printf %s "$PW" | node ${BIN} --server ${serve.url} login -u ${ADMIN.username} --password-stdin
+echo "lookup=$(secret-tool lookup service fshare username '${account}')"
+echo "token=$(node ${BIN} token)"
+node ${BIN} whoami | head -n 1
+node ${BIN} logout
+echo "after=$(secret-tool lookup service fshare username '${account}' || echo none)"`,
+        { PW: ADMIN.password },
+      );
+      const lines = result.stdout.split('\n');
+      expect(lines[0]).toBe(
+        `Signed in to ${serve.url} as ${ADMIN.username} (token kept in the OS keychain)`,
+      );
+      const stored = lines[1]?.replace('lookup=', '') ?? '';
+      expect(stored).toMatch(/^\S{20,}$/);
+      expect(lines.slice(2)).toEqual([
+        `token=${stored}`,
+        `${ADMIN.username} on ${serve.url}`,
+        `Signed out of ${serve.url}`,
+        'after=none',
+      ]);
+      expect(ourStderr(result)).toEqual([]);
+      expect(existsSync(join(configDir, 'credentials.json'))).toBe(false);
+      expect(await configDirText()).not.toContain(stored);
+    });
+
+    it('without a keychain, login warns once and keeps the token in the 0600 file', async () => {
+      const env = sandboxEnv({ DBUS_SESSION_BUS_ADDRESS: `unix:path=${join(sandbox, 'no-bus')}` });
+      const options = { env, extendEnv: false, timeout: 30_000 } as const;
+      const login = await execa(
+        'node',
+        [BIN, '--server', serve.url, 'login', '-u', ADMIN.username, '--password-stdin'],
+        { ...options, input: ADMIN.password },
+      );
+      expect(login.stderr.split('\n')).toEqual([expect.stringMatching(WARNING)]);
+      expect(login.stdout).toContain('token kept in the config directory');
+      const file = join(configDir, 'credentials.json');
+      expect((await stat(file)).mode & 0o777).toBe(0o600);
+
+      const { stdout: token } = await execa('node', [BIN, 'token'], { ...options, input: '' });
+      const saved: unknown = JSON.parse(await readFile(file, 'utf8'));
+      expect(saved).toEqual({ [`${ADMIN.username}@${serve.url}`]: token });
+      const overridden = await execa('node', [BIN, 'token'], {
+        ...options,
+        env: { ...env, FSHARE_TOKEN: 'tok-from-env' },
+        input: '',
+      });
+      expect(overridden.stdout).toBe('tok-from-env');
     });
   });
 });
