@@ -127,6 +127,7 @@ export function registerUsers(program: Command): void {
         throw new UsageError('use either --set or +PERM/-PERM changes, not both');
       if (options.set === undefined && !changes.length)
         throw new UsageError('nothing to change: pass +PERM, -PERM or --set LIST');
+      if (changes.length) applyPermissionChanges([], changes); // reject typos before any request
       const client = await session.client();
       const permissions =
         options.set !== undefined

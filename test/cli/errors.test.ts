@@ -1,0 +1,212 @@
+import { randomUUID } from 'node:crypto';
+import { rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  ADMIN,
+  closedPort,
+  createCli,
+  startServe,
+  tempDir,
+  type Cli,
+  type Serve,
+} from '../helpers/cli.js';
+
+function expectOneLine(stderr: string, pattern: RegExp): void {
+  const lines = stderr.trimEnd().split('\n');
+  expect(lines).toHaveLength(1);
+  expect(lines[0]).toMatch(/^fshare: /);
+  expect(lines[0]).toMatch(pattern);
+  expect(stderr).not.toMatch(/\s+at .+:\d+:\d+/); // never a stack trace
+}
+
+describe('bad input gives one clear line and the right exit code', () => {
+  let serve: Serve;
+  let cli: Cli;
+  let work: string;
+
+  beforeAll(async () => {
+    serve = await startServe();
+    cli = await createCli();
+    work = await tempDir('bad');
+    await writeFile(join(work, 'a.txt'), 'a');
+    const login = await cli.run(
+      ['--server', serve.url, 'login', '-u', ADMIN.username, '--password-stdin'],
+      {
+        input: `${ADMIN.password}\n`,
+      },
+    );
+    expect(login.exitCode).toBe(0);
+  });
+
+  afterAll(async () => {
+    await serve?.stop();
+    if (cli) await rm(cli.configDir, { recursive: true, force: true });
+    if (work) await rm(work, { recursive: true, force: true });
+  });
+
+  it('missing file: exit 2, nothing created', async () => {
+    const res = await cli.run(['upload', join(work, 'a.txt'), join(work, 'missing.bin')]);
+    expect(res.exitCode).toBe(2);
+    expectOneLine(res.stderr, /no such file: .*missing\.bin/);
+    expect(res.stdout).toBe('');
+    const list = await cli.json<{ data: unknown[] }>(['ls']);
+    expect(list.data).toHaveLength(0);
+  });
+
+  it('bad id: exit 2; unknown id: exit 4', async () => {
+    const bad = await cli.run(['info', 'not-a-share']);
+    expect(bad.exitCode).toBe(2);
+    expectOneLine(bad.stderr, /not a share id or URL: not-a-share/);
+    const badUrl = await cli.run(['get', `${serve.url}/users/admin`]);
+    expect(badUrl.exitCode).toBe(2);
+    const unknown = await cli.run(['get', randomUUID(), '-o', '-']);
+    expect(unknown.exitCode).toBe(4);
+    expectOneLine(unknown.stderr, /\(HTTP 404\)$/);
+  });
+
+  it('bad size, range, count or permission: exit 2', async () => {
+    const file = join(work, 'a.txt');
+    for (const args of [
+      ['upload', file, '--chunk-size', 'lots'],
+      ['upload', file, '--chunk-size', '0'],
+      ['upload', file, '--parallel', 'x'],
+      ['get', randomUUID(), '--range', '9-3'],
+      ['get', randomUUID(), '--continue', '-o', '-'],
+      ['get', randomUUID(), '--json', '-o', '-'],
+      ['ls', '--page', '0'],
+      ['users', 'add', 'bob', '--perms', 'READ,FLY', '--password-stdin'],
+      ['users', 'perms', 'bob', 'READ'],
+      ['settings', 'anon'],
+      ['chown', randomUUID()],
+    ]) {
+      const res = await cli.run(args, { input: 'pw\n' });
+      expect(res.exitCode, args.join(' ')).toBe(2);
+      expectOneLine(res.stderr, /./);
+    }
+  });
+
+  it('commander usage errors: exit 2 in one line', async () => {
+    for (const args of [['frobnicate'], ['upload'], ['get', 'a', 'b'], ['ls', '--bogus']]) {
+      const res = await cli.run(args);
+      expect(res.exitCode, args.join(' ')).toBe(2);
+      expectOneLine(res.stderr, /./);
+    }
+  });
+
+  it('never waits for a password without a terminal', async () => {
+    const fresh = await createCli();
+    const res = await fresh.run(['--server', serve.url, 'login', '-u', 'admin']);
+    expect(res.exitCode).toBe(2);
+    expectOneLine(res.stderr, /--password-stdin/);
+    const empty = await fresh.run([
+      '--server',
+      serve.url,
+      'login',
+      '-u',
+      'admin',
+      '--password-stdin',
+    ]);
+    expect(empty.exitCode).toBe(2);
+    const add = await cli.run(['users', 'add', 'carol']);
+    expect(add.exitCode).toBe(2);
+  });
+
+  it('server down: exit 6 after retries, one line', async () => {
+    const port = await closedPort();
+    const res = await cli.run(['--server', `http://127.0.0.1:${port}`, 'ls']);
+    expect(res.exitCode).toBe(6);
+    expectOneLine(res.stderr, /cannot reach http:\/\/127\.0\.0\.1:\d+: connection refused/);
+    const up = await cli.run([
+      '--server',
+      `http://127.0.0.1:${port}`,
+      'upload',
+      join(work, 'a.txt'),
+    ]);
+    expect(up.exitCode).toBe(6);
+  });
+
+  it('a bad server URL is a usage error', async () => {
+    const res = await cli.run(['--server', 'ftp://example.com', 'ls']);
+    expect(res.exitCode).toBe(2);
+    expectOneLine(res.stderr, /http or https/);
+  });
+
+  it('--json prints exactly one JSON document', async () => {
+    for (const args of [['whoami'], ['ls'], ['settings', 'show'], ['users', 'ls'], ['token']]) {
+      const res = await cli.run(['--json', ...args]);
+      expect(res.exitCode, args.join(' ')).toBe(0);
+      expect(() => JSON.parse(res.stdout), args.join(' ')).not.toThrow();
+    }
+  });
+
+  it('every command has --help with an example', async () => {
+    const commands = [
+      [],
+      ['login'],
+      ['logout'],
+      ['whoami'],
+      ['token'],
+      ['token', 'extend'],
+      ['passwd'],
+      ['upload'],
+      ['replace'],
+      ['get'],
+      ['ls'],
+      ['info'],
+      ['rm'],
+      ['rename'],
+      ['chown'],
+      ['lock'],
+      ['unlock'],
+      ['users'],
+      ['users', 'ls'],
+      ['users', 'show'],
+      ['users', 'add'],
+      ['users', 'rm'],
+      ['users', 'perms'],
+      ['users', 'passwd'],
+      ['settings'],
+      ['settings', 'show'],
+      ['settings', 'anon'],
+    ];
+    for (const args of commands) {
+      const res = await cli.run([...args, '--help']);
+      expect(res.exitCode, args.join(' ')).toBe(0);
+      expect(res.stdout, args.join(' ')).toContain('Examples:');
+      expect(res.stdout, args.join(' ')).toContain('fshare ');
+    }
+  });
+
+  it('passwd changes the own password; the old one stops working', async () => {
+    const add = await cli.run(['users', 'add', 'dave', '--perms', 'READ', '--password-stdin'], {
+      input: 'old-pw\n',
+    });
+    expect(add.exitCode).toBe(0);
+    const dave = await createCli();
+    expect(
+      (
+        await dave.run(['--server', serve.url, 'login', '-u', 'dave', '--password-stdin'], {
+          input: 'old-pw\n',
+        })
+      ).exitCode,
+    ).toBe(0);
+    const wrong = await dave.run(['passwd', '--password-stdin'], { input: 'nope\nnew-pw\n' });
+    expect(wrong.exitCode).toBe(3);
+    const ok = await dave.run(['passwd', '--password-stdin'], { input: 'old-pw\nnew-pw\n' });
+    expect(ok.exitCode).toBe(0);
+    const old = await dave.run(['login', '-u', 'dave', '--password-stdin'], { input: 'old-pw\n' });
+    expect(old.exitCode).toBe(3);
+    const reset = await cli.run(['users', 'passwd', 'dave', '--password-stdin'], {
+      input: 'reset-pw\n',
+    });
+    expect(reset.exitCode).toBe(0);
+    const fresh = await dave.run(['login', '-u', 'dave', '--password-stdin'], {
+      input: 'reset-pw\n',
+    });
+    expect(fresh.exitCode).toBe(0);
+    const gone = await cli.run(['users', 'rm', 'dave']);
+    expect(gone.exitCode).toBe(0);
+    expect((await cli.run(['users', 'show', 'dave'])).exitCode).toBe(3); // API.md: unknown name is 403
+  });
+});

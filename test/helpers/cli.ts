@@ -1,0 +1,170 @@
+import { existsSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { execa, type ResultPromise } from 'execa';
+
+export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+export const BIN = join(ROOT, 'bin', 'fshare.js');
+export const ADMIN = { username: 'admin', password: 'admin-password-123' };
+
+function assertBuilt(): void {
+  if (!existsSync(join(ROOT, 'dist', 'cli', 'main.js')))
+    throw new Error(
+      'dist/ is missing: run `npm run build` (npm test does it) before the CLI tests',
+    );
+}
+
+/** The parent's environment without any FSHARE_* variable, so a developer's token never leaks in. */
+export function cleanEnv(extra: Record<string, string> = {}): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [key, value] of Object.entries(process.env))
+    if (value !== undefined && !key.startsWith('FSHARE_')) env[key] = value;
+  return { ...env, ...extra };
+}
+
+export async function tempDir(prefix: string): Promise<string> {
+  return mkdtemp(join(tmpdir(), `fshare-${prefix}-`));
+}
+
+export interface Serve {
+  url: string;
+  dataDir: string;
+  /** SIGTERM, wait for the exit; removes the data directory. */
+  stop(): Promise<void>;
+}
+
+/** Starts the built `fshare serve` on an ephemeral port and waits for its "Listening on" line. */
+export async function startServe(): Promise<Serve> {
+  assertBuilt();
+  const dataDir = await tempDir('data');
+  const child = execa('node', [BIN, 'serve', '--port', '0', '--data-dir', dataDir, '--quiet'], {
+    env: cleanEnv({
+      FSHARE_ADMIN_USER: ADMIN.username,
+      FSHARE_ADMIN_PASSWORD: ADMIN.password,
+    }),
+    extendEnv: false,
+    stdin: 'ignore',
+    reject: false,
+    buffer: false,
+  });
+  let stderr = '';
+  child.stderr?.on('data', (d: Buffer) => (stderr += d.toString()));
+  const url = await new Promise<string>((resolveUrl, reject) => {
+    let out = '';
+    const timer = setTimeout(
+      () => reject(new Error(`fshare serve did not start: ${stderr}`)),
+      30_000,
+    );
+    child.stdout?.on('data', (d: Buffer) => {
+      out += d.toString();
+      const match = /Listening on (https?:\/\/\S+)/.exec(out);
+      if (match) {
+        clearTimeout(timer);
+        resolveUrl(match[1]!);
+      }
+    });
+    void child.then((res) => {
+      clearTimeout(timer);
+      reject(new Error(`fshare serve exited with ${res.exitCode} before listening: ${stderr}`));
+    });
+  });
+  return {
+    url,
+    dataDir,
+    async stop() {
+      child.kill('SIGTERM');
+      await child;
+      await rm(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+export interface RunOptions {
+  /** Standard input; default empty, so nothing can ever wait for a prompt. */
+  input?: string;
+  env?: Record<string, string>;
+  cwd?: string;
+}
+
+export interface RunResult {
+  exitCode: number;
+  stdout: string;
+  stderr: string;
+}
+
+export interface BinaryResult {
+  exitCode: number;
+  stdout: Buffer;
+  stderr: string;
+}
+
+/** A user of the CLI: its own config directory, no keychain. */
+export interface Cli {
+  configDir: string;
+  run(args: string[], options?: RunOptions): Promise<RunResult>;
+  /** Like run, with stdout kept as bytes (for `get -o -`). */
+  runBinary(args: string[], options?: RunOptions): Promise<BinaryResult>;
+  /** `run --json` and parse stdout, failing loudly on a non-zero exit. */
+  json<T>(args: string[], options?: RunOptions): Promise<T>;
+}
+
+function spawn(
+  configDir: string,
+  args: string[],
+  options: RunOptions,
+  binary: boolean,
+): ResultPromise {
+  return execa('node', [BIN, ...args], {
+    env: cleanEnv({ FSHARE_CONFIG_DIR: configDir, FSHARE_KEYRING: 'off', ...options.env }),
+    extendEnv: false,
+    input: options.input ?? '',
+    cwd: options.cwd,
+    reject: false,
+    timeout: 60_000,
+    encoding: binary ? 'buffer' : 'utf8',
+  });
+}
+
+export async function createCli(configDir?: string): Promise<Cli> {
+  assertBuilt();
+  const dir = configDir ?? (await tempDir('config'));
+  const cli: Cli = {
+    configDir: dir,
+    async run(args, options = {}) {
+      const res = await spawn(dir, args, options, false);
+      return {
+        exitCode: res.exitCode ?? -1,
+        stdout: String(res.stdout),
+        stderr: String(res.stderr),
+      };
+    },
+    async runBinary(args, options = {}) {
+      const res = await spawn(dir, args, options, true);
+      return {
+        exitCode: res.exitCode ?? -1,
+        stdout: Buffer.from(res.stdout as unknown as Uint8Array),
+        stderr: Buffer.from(res.stderr as unknown as Uint8Array).toString(),
+      };
+    },
+    async json<T>(args: string[], options: RunOptions = {}) {
+      const res = await cli.run(['--json', ...args], options);
+      if (res.exitCode !== 0)
+        throw new Error(`fshare ${args.join(' ')} exited ${res.exitCode}: ${res.stderr}`);
+      return JSON.parse(res.stdout) as T;
+    },
+  };
+  return cli;
+}
+
+/** A loopback port with nothing listening on it (for "server down"). */
+export async function closedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+  const address = server.address();
+  await new Promise<void>((done) => server.close(() => done()));
+  if (typeof address !== 'object' || address === null) throw new Error('no port');
+  return address.port;
+}
