@@ -1,0 +1,696 @@
+#!/usr/bin/env node
+// fshare benchmark (issue 4): transfer speed against cp and curl, peak RSS, metadata throughput.
+// Plain Node ESM, no build step; `npm run bench` builds dist/ first. See bench/README.md.
+//
+//   npm run bench                              1 GiB file, prints a table
+//   npm run bench -- --size 512m --json        one JSON object on stdout
+//
+// Units: MB = 10^6 bytes everywhere (rates and RSS). Progress notes go to stderr.
+
+import { spawn, spawnSync } from 'node:child_process';
+import { createHash, randomBytes, randomFillSync } from 'node:crypto';
+import { createReadStream, existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdir, mkdtemp, open, readFile, rm, statfs, writeFile } from 'node:fs/promises';
+import { cpus, release, tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { Pool } from 'undici';
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const BIN = join(ROOT, 'bin', 'fshare.js');
+const MB = 1e6;
+const GNU_TIME = '/usr/bin/time';
+
+const TARGETS = {
+  upload_vs_cp: 0.6,
+  get_vs_curl: 0.9,
+  peak_rss_mb: 150,
+  create_per_s: 1000,
+  list_p99_ms: 20,
+};
+
+const USAGE = `usage: node bench/run.mjs [options]   (or: npm run bench -- [options])
+
+  --size SIZE          test file size: 512m, 1g, 100000000 ... (binary units; default 1g)
+  --json               print one JSON object on stdout instead of the table
+  --shares N           shares created in the metadata phase (default 10000)
+  --in-flight N        concurrent create requests, keep-alive (default 8)
+  --list-requests N    timed GET /files?page=N&per_page=15 requests (default 500)
+  --chunk-size SIZE    passed to fshare upload (default: the CLI's default)
+  --parallel N         passed to fshare upload (default: the CLI's default)
+  --dir DIR            where the temporary directory goes (default: the OS temp dir)
+  --profile DIR        run the server and the CLI under node --cpu-prof, profiles into DIR
+  --skip-transfer      only the metadata phase
+  --skip-meta          only the transfer phases
+  -h, --help`;
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers
+
+const t0 = performance.now();
+const note = (msg) =>
+  process.stderr.write(`bench: [${((performance.now() - t0) / 1000).toFixed(1)}s] ${msg}\n`);
+
+function fail(msg) {
+  const err = new Error(msg);
+  err.benchFailure = true;
+  return err;
+}
+
+/** "512m", "1g", "1.5GiB" or bytes; binary units like the CLI's --chunk-size. */
+function parseSize(text) {
+  const units = { '': 1, b: 1, k: 2 ** 10, m: 2 ** 20, g: 2 ** 30, t: 2 ** 40 };
+  const m = /^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$/i.exec(String(text));
+  if (!m) return null;
+  const bytes = Math.round(Number(m[1]) * units[m[2].toLowerCase()]);
+  return Number.isSafeInteger(bytes) && bytes > 0 ? bytes : null;
+}
+
+function positiveInt(text, name) {
+  const n = Number(text);
+  if (!/^\d+$/.test(String(text)) || n < 1) throw fail(`${name} must be a positive integer`);
+  return n;
+}
+
+const round = (x, digits = 1) => (x === null || x === undefined ? null : Number(x.toFixed(digits)));
+const mbps = (bytes, seconds) => bytes / MB / seconds;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** Nearest-rank percentile of an unsorted array of numbers. */
+function percentile(values, p) {
+  const sorted = [...values].sort((a, b) => a - b);
+  const rank = Math.ceil((p / 100) * sorted.length);
+  return sorted[Math.min(sorted.length, Math.max(1, rank)) - 1];
+}
+
+/** Seeded PRNG (mulberry32) so the page sequence is the same in every run. */
+function prng(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function commandExists(cmd) {
+  return spawnSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' }).status === 0;
+}
+
+/** VmHWM (peak resident set) of a live process, in bytes; null once it has gone. */
+function peakRss(pid) {
+  try {
+    const m = /^VmHWM:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) * 1024 : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Resets VmHWM to the current RSS (Linux ≥ 4.0), so the next read is the peak of one phase. */
+function resetPeakRss(pid) {
+  try {
+    writeFileSync(`/proc/${pid}/clear_refs`, '5');
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function sha256File(path) {
+  const hash = createHash('sha256');
+  for await (const data of createReadStream(path, { highWaterMark: 1 << 20 })) hash.update(data);
+  return hash.digest('hex');
+}
+
+// ---------------------------------------------------------------------------------------------
+// Child processes: every one is tracked so a failure or Ctrl-C can stop it.
+
+const children = new Set();
+
+/**
+ * Runs a command to completion and measures its wall time and peak RSS: with GNU time
+ * (`%M`, the child's ru_maxrss) when installed, otherwise by polling VmHWM until it exits.
+ */
+async function run(cmd, args, { env, input, measureRss = false } = {}) {
+  const rssFile =
+    measureRss && useGnuTime ? join(tmpRoot, `rss-${randomBytes(4).toString('hex')}`) : null;
+  const [file, argv] = rssFile
+    ? [GNU_TIME, ['-f', '%M', '-o', rssFile, cmd, ...args]]
+    : [cmd, args];
+  const started = performance.now();
+  const child = spawn(file, argv, { env, stdio: ['pipe', 'pipe', 'pipe'] });
+  children.add(child);
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d) => (stdout += d));
+  child.stderr.on('data', (d) => (stderr += d));
+  let polled = 0;
+  const poller =
+    measureRss && !rssFile
+      ? setInterval(() => (polled = Math.max(polled, peakRss(child.pid) ?? 0)), 20)
+      : null;
+  child.stdin.end(input ?? '');
+  const code = await new Promise((resolve, reject) => {
+    child.once('error', reject);
+    child.once('close', (c, signal) => resolve(c ?? signal));
+  });
+  const seconds = (performance.now() - started) / 1000;
+  children.delete(child);
+  if (poller) clearInterval(poller);
+  let rss = null;
+  if (rssFile) {
+    const lines = (await readFile(rssFile, 'utf8').catch(() => '')).trim().split('\n');
+    const kb = Number(lines.at(-1));
+    rss = Number.isFinite(kb) && kb > 0 ? kb * 1024 : null;
+    await rm(rssFile, { force: true });
+  } else if (measureRss) rss = polled || null;
+  return { code, stdout, stderr, seconds, rss };
+}
+
+function checked(what, result) {
+  if (result.code !== 0) {
+    const why = result.stderr.trim().split('\n').slice(-5).join('\n  ');
+    throw fail(`${what} exited with ${result.code}${why ? `:\n  ${why}` : ''}`);
+  }
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Options and state
+
+let opts;
+try {
+  const { values } = parseArgs({
+    options: {
+      size: { type: 'string', default: '1g' },
+      json: { type: 'boolean', default: false },
+      shares: { type: 'string', default: '10000' },
+      'in-flight': { type: 'string', default: '8' },
+      'list-requests': { type: 'string', default: '500' },
+      'chunk-size': { type: 'string' },
+      parallel: { type: 'string' },
+      dir: { type: 'string' },
+      profile: { type: 'string' },
+      'skip-transfer': { type: 'boolean', default: false },
+      'skip-meta': { type: 'boolean', default: false },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+    strict: true,
+  });
+  if (values.help) {
+    process.stdout.write(`${USAGE}\n`);
+    process.exit(0);
+  }
+  const size = parseSize(values.size);
+  if (size === null) throw fail(`not a size: ${values.size} (try 512m or 1g)`);
+  opts = {
+    size,
+    json: values.json,
+    shares: positiveInt(values.shares, '--shares'),
+    inFlight: positiveInt(values['in-flight'], '--in-flight'),
+    listRequests: positiveInt(values['list-requests'], '--list-requests'),
+    uploadArgs: [
+      ...(values['chunk-size'] ? ['--chunk-size', values['chunk-size']] : []),
+      ...(values.parallel ? ['--parallel', values.parallel] : []),
+    ],
+    dir: resolve(values.dir ?? tmpdir()),
+    profile: values.profile ? resolve(values.profile) : null,
+    transfer: !values['skip-transfer'],
+    meta: !values['skip-meta'],
+  };
+} catch (err) {
+  process.stderr.write(`bench: ${err.message}\n${USAGE}\n`);
+  process.exit(2);
+}
+
+const useGnuTime = existsSync(GNU_TIME);
+let tmpRoot;
+let server = null; // { child, url, pid, stderr }
+
+/** Node flags for every fshare process: the CPU profiler when --profile is given. */
+const nodeFlags = () => (opts.profile ? ['--cpu-prof', '--cpu-prof-dir', opts.profile] : []);
+
+// ---------------------------------------------------------------------------------------------
+// The server
+
+async function startServer(dataDir, adminPassword) {
+  const env = {
+    ...process.env,
+    FSHARE_ADMIN_USER: 'admin',
+    FSHARE_ADMIN_PASSWORD: adminPassword,
+  };
+  delete env.FSHARE_SECRET;
+  const child = spawn(
+    process.execPath,
+    [...nodeFlags(), BIN, 'serve', '--port', '0', '--quiet', '--data-dir', dataDir],
+    { env, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  children.add(child);
+  const s = { child, pid: child.pid, url: null, stderr: '', exited: null };
+  server = s;
+  child.stderr.on('data', (d) => (s.stderr = (s.stderr + d).slice(-4000)));
+  child.once('exit', (code, signal) => (s.exited = code ?? signal));
+  s.url = await new Promise((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(() => reject(fail('the server did not start within 30 s')), 30_000);
+    child.stdout.on('data', (d) => {
+      out += d;
+      const m = /Listening on (http:\/\/\S+)/.exec(out);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]);
+      }
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(fail(`the server exited (${code}) before listening:\n${s.stderr.trim()}`));
+    });
+  });
+  return s;
+}
+
+async function stopServer() {
+  const s = server;
+  if (!s) return;
+  server = null;
+  if (s.exited === null) {
+    const exited = new Promise((r) => s.child.once('exit', r));
+    s.child.kill('SIGTERM');
+    const late = await Promise.race([exited.then(() => false), sleep(15_000).then(() => true)]);
+    if (late) {
+      note('the server did not stop within 15 s of SIGTERM; killing it');
+      s.child.kill('SIGKILL');
+      await exited;
+    }
+  }
+  children.delete(s.child);
+}
+
+let cleaning = null;
+function cleanup() {
+  cleaning ??= (async () => {
+    for (const child of children) if (child !== server?.child) child.kill('SIGTERM');
+    await stopServer().catch(() => undefined);
+    if (tmpRoot) await rm(tmpRoot, { recursive: true, force: true }).catch(() => undefined);
+  })();
+  return cleaning;
+}
+
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
+  process.on(signal, () => {
+    note(`${signal}: cleaning up`);
+    void cleanup().finally(() => process.exit(130));
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Phases
+
+/** Streams crypto-random bytes to `path` (1 MiB writes) and returns their SHA-256. */
+async function makeRandomFile(path, size) {
+  const hash = createHash('sha256');
+  const handle = await open(path, 'w', 0o600);
+  const buf = Buffer.allocUnsafe(1 << 20);
+  try {
+    for (let left = size; left > 0;) {
+      const n = Math.min(left, buf.length);
+      const block = buf.subarray(0, n);
+      randomFillSync(block);
+      hash.update(block);
+      for (let off = 0; off < n;) off += (await handle.write(block, off, n - off)).bytesWritten;
+      left -= n;
+    }
+    // On disk before anything is timed: its write-back must not land inside a measurement.
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+  return hash.digest('hex');
+}
+
+/** cp of the file, then `sync FILE` (the server fsyncs what it joins, so the copy is synced too). */
+async function measureCp(src, dst) {
+  const cp = checked('cp', await run('cp', [src, dst]));
+  const sync = checked('sync', await run('sync', [dst]));
+  await rm(dst, { force: true });
+  return { cp_s: cp.seconds, sync_s: sync.seconds };
+}
+
+async function verify(path, expected, what) {
+  const actual = await sha256File(path);
+  if (actual !== expected) throw fail(`${what}: downloaded bytes differ from the source (SHA-256)`);
+}
+
+/** Peak RSS of the server during `fn`: VmHWM reset before, read after. */
+async function serverPhase(peaks, name, fn) {
+  const resettable = resetPeakRss(server.pid);
+  const result = await fn();
+  const peak = peakRss(server.pid);
+  if (peak === null) throw fail(`the server died during ${name}:\n${server.stderr.trim()}`);
+  peaks[name] = peak;
+  if (!resettable) peaks._monotonic = true;
+  return result;
+}
+
+async function metadata(url, token, peaks) {
+  const pool = new Pool(url, {
+    connections: opts.inFlight,
+    pipelining: 1,
+    keepAliveTimeout: 60_000,
+  });
+  const headers = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
+  try {
+    // Creates: `in-flight` workers, each one request at a time over its keep-alive connection.
+    const createLatencies = [];
+    let next = 0;
+    const worker = async () => {
+      while (next < opts.shares) {
+        const i = next++;
+        const t0 = performance.now();
+        const res = await pool.request({
+          path: '/files',
+          method: 'POST',
+          headers,
+          body: JSON.stringify({ file_name: `bench-${String(i).padStart(5, '0')}.txt` }),
+        });
+        const text = await res.body.text();
+        if (res.statusCode !== 201) throw fail(`POST /files → ${res.statusCode}: ${text}`);
+        createLatencies.push(performance.now() - t0);
+      }
+    };
+    note(`creating ${opts.shares} shares, ${opts.inFlight} in flight`);
+    const createSeconds = await serverPhase(peaks, 'create', async () => {
+      const t0 = performance.now();
+      await Promise.all(Array.from({ length: opts.inFlight }, worker));
+      return (performance.now() - t0) / 1000;
+    });
+
+    // Listing: one request at a time (latency, not throughput), pages drawn across the list.
+    const get = async (page) => {
+      const t0 = performance.now();
+      const res = await pool.request({
+        path: `/files?page=${page}&per_page=15`,
+        method: 'GET',
+        headers: { authorization: headers.authorization },
+      });
+      const body = await res.body.json();
+      const ms = performance.now() - t0;
+      if (res.statusCode !== 200) throw fail(`GET /files?page=${page} → ${res.statusCode}`);
+      return { ms, body };
+    };
+    note('listing');
+    const first = await get(1);
+    const pages = first.body.pages;
+    const random = prng(4);
+    const listLatencies = await serverPhase(peaks, 'list', async () => {
+      for (let i = 0; i < 20; i++) await get(1 + Math.floor(random() * pages)); // warm-up
+      const out = [];
+      for (let i = 0; i < opts.listRequests; i++) {
+        const page = 1 + Math.floor(random() * pages);
+        const { ms, body } = await get(page);
+        if (body.data.length === 0 || body.data.length > 15)
+          throw fail(`page ${page} has ${body.data.length} shares`);
+        out.push(ms);
+      }
+      return out;
+    });
+    return {
+      create_per_s: opts.shares / createSeconds,
+      create_s: createSeconds,
+      create_p50_ms: percentile(createLatencies, 50),
+      create_p99_ms: percentile(createLatencies, 99),
+      list_pages: pages,
+      list_p50_ms: percentile(listLatencies, 50),
+      list_p99_ms: percentile(listLatencies, 99),
+      list_max_ms: Math.max(...listLatencies),
+    };
+  } finally {
+    await pool.close();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Main
+
+async function main() {
+  await mkdir(opts.dir, { recursive: true });
+  tmpRoot = await mkdtemp(join(opts.dir, 'fshare-bench-'));
+  const dataDir = join(tmpRoot, 'data');
+  const configDir = join(tmpRoot, 'config');
+  const src = join(tmpRoot, 'source.bin');
+  const size = opts.size;
+  if (opts.profile) await mkdir(opts.profile, { recursive: true });
+
+  // Source, cp's copy, chunks + joined content at the moment of the join; downloads one at a time.
+  const fs = await statfs(tmpRoot);
+  const free = fs.bavail * fs.bsize;
+  const need = (opts.transfer ? 3 * size : 0) + 256 * MB;
+  if (free < need)
+    throw fail(
+      `${tmpRoot} has ${(free / 1e9).toFixed(1)} GB free; this run needs about ${(need / 1e9).toFixed(1)} GB (try a smaller --size or --dir elsewhere)`,
+    );
+  const hasCurl = commandExists('curl');
+  if (opts.transfer && !hasCurl)
+    throw fail('curl is needed to measure the download baseline (apt-get install curl)');
+  if (!useGnuTime) note(`${GNU_TIME} not found (apt-get install time): polling VmHWM instead`);
+  if (!existsSync(join(ROOT, 'dist', 'cli', 'main.js')))
+    throw fail('dist/ is missing: run `npm run build` (npm run bench does it)');
+
+  note(
+    `node ${process.version}, ${cpus().length} CPUs, Linux ${release()}, temp dir ${tmpRoot}, ` +
+      `size ${size} bytes`,
+  );
+
+  const results = {};
+  const peaks = {};
+  const cliRss = {};
+
+  if (opts.transfer) {
+    note(`writing ${(size / MB).toFixed(0)} MB of random bytes`);
+    const digest = await makeRandomFile(src, size);
+    note('cp + sync');
+    const cp = await measureCp(src, join(tmpRoot, 'copy.bin'));
+    results.cp_mb_s = mbps(size, cp.cp_s + cp.sync_s);
+    results.cp_nosync_mb_s = mbps(size, cp.cp_s);
+
+    const adminPassword = randomBytes(18).toString('base64url');
+    await startServer(dataDir, adminPassword);
+    peaks.start = peakRss(server.pid);
+    note(`server at ${server.url} (pid ${server.pid})`);
+    const cliEnv = {
+      ...process.env,
+      FSHARE_CONFIG_DIR: configDir,
+      FSHARE_KEYRING: 'off',
+      FSHARE_SERVER: server.url,
+    };
+    delete cliEnv.FSHARE_TOKEN;
+    const fshare = (args, options = {}) =>
+      run(process.execPath, [...nodeFlags(), BIN, ...args], { env: cliEnv, ...options });
+
+    checked(
+      'fshare login',
+      await fshare(['login', '-u', 'admin', '--password-stdin'], { input: `${adminPassword}\n` }),
+    );
+    const token = checked('fshare token', await fshare(['token'])).stdout.trim();
+    if (!token) throw fail('fshare token printed nothing');
+
+    note(`fshare upload ${opts.uploadArgs.join(' ') || '(defaults)'}`);
+    const up = await serverPhase(peaks, 'upload', async () =>
+      checked(
+        'fshare upload',
+        await fshare(['upload', src, '--no-progress', '--json', ...opts.uploadArgs], {
+          measureRss: true,
+        }),
+      ),
+    );
+    const uploaded = JSON.parse(up.stdout);
+    const id = uploaded[0]?.share_id;
+    if (!id || uploaded[0].size !== size) throw fail(`unexpected upload output: ${up.stdout}`);
+    results.upload_mb_s = mbps(size, up.seconds);
+    cliRss.upload = up.rss;
+
+    note('curl GET content');
+    const curlOut = join(tmpRoot, 'curl.bin');
+    const headerFile = join(tmpRoot, 'curl-headers');
+    // From a 0600 file, not argv: a token on the command line shows in ps.
+    await writeFile(headerFile, `Authorization: Bearer ${token}\n`, { mode: 0o600 });
+    const curl = await serverPhase(peaks, 'curl_get', async () =>
+      checked(
+        'curl',
+        await run(
+          'curl',
+          ['-sS', '-f', '-o', curlOut, '-H', `@${headerFile}`, `${server.url}/files/${id}/content`],
+          { measureRss: true },
+        ),
+      ),
+    );
+    results.curl_get_mb_s = mbps(size, curl.seconds);
+    cliRss.curl = curl.rss;
+    await verify(curlOut, digest, 'curl');
+    await rm(curlOut, { force: true });
+
+    note('fshare get');
+    const getOut = join(tmpRoot, 'get.bin');
+    const get = await serverPhase(peaks, 'get', async () =>
+      checked(
+        'fshare get',
+        await fshare(['get', id, '-o', getOut, '--no-progress'], { measureRss: true }),
+      ),
+    );
+    results.get_mb_s = mbps(size, get.seconds);
+    cliRss.get = get.rss;
+    note('verifying the downloaded bytes');
+    await verify(getOut, digest, 'fshare get');
+    await rm(getOut, { force: true });
+    await rm(src, { force: true });
+
+    if (opts.meta) Object.assign(results, await metadata(server.url, token, peaks));
+  } else {
+    const adminPassword = randomBytes(18).toString('base64url');
+    await startServer(dataDir, adminPassword);
+    peaks.start = peakRss(server.pid);
+    note(`server at ${server.url} (pid ${server.pid})`);
+    const login = await fetch(`${server.url}/users/login`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ username: 'admin', password: adminPassword }),
+    });
+    const { auth_token: token } = await login.json();
+    if (!token) throw fail(`login failed (HTTP ${login.status})`);
+    Object.assign(results, await metadata(server.url, token, peaks));
+  }
+
+  // Last read before SIGTERM: the server's peak over its whole life is the largest phase peak.
+  peaks.end = peakRss(server.pid);
+  note('stopping the server');
+  await stopServer();
+  note('server stopped');
+
+  const phasePeaks = Object.entries(peaks).filter(([k, v]) => !k.startsWith('_') && v !== null);
+  const serverPeak = Math.max(...phasePeaks.map(([, v]) => v));
+  const fshareRss = [cliRss.upload, cliRss.get].filter((v) => v);
+  const out = {
+    cp_mb_s: round(results.cp_mb_s),
+    upload_mb_s: round(results.upload_mb_s),
+    curl_get_mb_s: round(results.curl_get_mb_s),
+    get_mb_s: round(results.get_mb_s),
+    server_peak_rss_mb: round(serverPeak / MB),
+    cli_peak_rss_mb: fshareRss.length ? round(Math.max(...fshareRss) / MB) : null,
+    create_per_s: round(results.create_per_s, 0),
+    list_p50_ms: round(results.list_p50_ms, 2),
+    list_p99_ms: round(results.list_p99_ms, 2),
+    // Extras
+    upload_vs_cp: results.upload_mb_s ? round(results.upload_mb_s / results.cp_mb_s, 3) : null,
+    get_vs_curl: results.get_mb_s ? round(results.get_mb_s / results.curl_get_mb_s, 3) : null,
+    cp_nosync_mb_s: round(results.cp_nosync_mb_s),
+    upload_rss_mb: round(cliRss.upload / MB),
+    get_rss_mb: round(cliRss.get / MB),
+    curl_rss_mb: round(cliRss.curl / MB),
+    server_rss_by_phase_mb: Object.fromEntries(phasePeaks.map(([k, v]) => [k, round(v / MB)])),
+    create_p50_ms: round(results.create_p50_ms, 2),
+    create_p99_ms: round(results.create_p99_ms, 2),
+    list_max_ms: round(results.list_max_ms, 2),
+    list_pages: results.list_pages ?? null,
+    size_bytes: opts.transfer ? size : null,
+    shares: opts.meta ? opts.shares : null,
+    upload_args: opts.uploadArgs.join(' ') || 'defaults',
+    rss_method: useGnuTime ? 'GNU time %M (ru_maxrss)' : 'VmHWM polled every 20 ms',
+    units: 'MB = 10^6 bytes',
+  };
+  if (peaks._monotonic) out.server_rss_by_phase_mb = 'VmHWM reset unavailable: cumulative';
+  return out;
+}
+
+function targets(r) {
+  const met = (ok) => (ok === null ? 'n/a' : ok ? 'met' : 'MISSED');
+  const have = (...xs) => xs.every((x) => x !== null && x !== undefined);
+  return [
+    [
+      'upload ≥ 0.6 × cp',
+      `${r.upload_vs_cp} × cp`,
+      met(have(r.upload_vs_cp) ? r.upload_vs_cp >= TARGETS.upload_vs_cp : null),
+    ],
+    [
+      'get ≥ 0.9 × curl',
+      `${r.get_vs_curl} × curl`,
+      met(have(r.get_vs_curl) ? r.get_vs_curl >= TARGETS.get_vs_curl : null),
+    ],
+    [
+      'server peak RSS < 150 MB',
+      `${r.server_peak_rss_mb} MB`,
+      met(have(r.server_peak_rss_mb) ? r.server_peak_rss_mb < TARGETS.peak_rss_mb : null),
+    ],
+    [
+      'CLI peak RSS < 150 MB',
+      `${r.cli_peak_rss_mb} MB`,
+      met(have(r.cli_peak_rss_mb) ? r.cli_peak_rss_mb < TARGETS.peak_rss_mb : null),
+    ],
+    [
+      'creates ≥ 1,000/s',
+      `${r.create_per_s}/s`,
+      met(have(r.create_per_s) ? r.create_per_s >= TARGETS.create_per_s : null),
+    ],
+    [
+      'list p99 < 20 ms',
+      `${r.list_p99_ms} ms`,
+      met(have(r.list_p99_ms) ? r.list_p99_ms < TARGETS.list_p99_ms : null),
+    ],
+  ];
+}
+
+function table(r) {
+  const rows = [
+    ['cp + sync (disk limit)', `${r.cp_mb_s} MB/s`, `cp alone ${r.cp_nosync_mb_s} MB/s`],
+    ['fshare upload', `${r.upload_mb_s} MB/s`, `${r.upload_vs_cp} × cp (${r.upload_args})`],
+    ['curl GET content', `${r.curl_get_mb_s} MB/s`, `curl RSS ${r.curl_rss_mb} MB`],
+    ['fshare get', `${r.get_mb_s} MB/s`, `${r.get_vs_curl} × curl`],
+    [
+      'server peak RSS',
+      `${r.server_peak_rss_mb} MB`,
+      typeof r.server_rss_by_phase_mb === 'object'
+        ? Object.entries(r.server_rss_by_phase_mb)
+            .map(([k, v]) => `${k} ${v}`)
+            .join(', ')
+        : r.server_rss_by_phase_mb,
+    ],
+    ['CLI peak RSS', `${r.cli_peak_rss_mb} MB`, `upload ${r.upload_rss_mb}, get ${r.get_rss_mb}`],
+    ['creates', `${r.create_per_s}/s`, `p50 ${r.create_p50_ms} ms, p99 ${r.create_p99_ms} ms`],
+    ['list p50', `${r.list_p50_ms} ms`, `${r.list_pages} pages of 15`],
+    ['list p99', `${r.list_p99_ms} ms`, `max ${r.list_max_ms} ms`],
+  ];
+  const fmt = (rows, header) => {
+    const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
+    const line = (cells) =>
+      cells
+        .map((c, i) => c.padEnd(widths[i]))
+        .join('  ')
+        .trimEnd();
+    return [line(header), line(widths.map((w) => '-'.repeat(w))), ...rows.map(line)].join('\n');
+  };
+  const size = r.size_bytes ? `${(r.size_bytes / 2 ** 20).toFixed(0)} MiB file` : 'no transfer';
+  return (
+    `fshare benchmark (${size}; MB = 10^6 bytes; RSS by ${r.rss_method})\n\n` +
+    fmt(rows, ['measure', 'value', 'detail']) +
+    '\n\n' +
+    fmt(targets(r), ['target (issue 4)', 'measured', 'status']) +
+    '\n'
+  );
+}
+
+try {
+  const result = await main();
+  process.stdout.write(opts.json ? `${JSON.stringify(result, null, 2)}\n` : table(result));
+  await cleanup();
+} catch (err) {
+  const detail = err.benchFailure ? err.message : (err.stack ?? String(err));
+  process.stderr.write(`bench: failed: ${detail}\n`);
+  if (server?.stderr.trim())
+    process.stderr.write(`bench: server stderr:\n${server.stderr.trim()}\n`);
+  await cleanup();
+  process.exitCode = 1;
+}
