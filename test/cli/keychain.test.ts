@@ -3,7 +3,7 @@
  * (`dbus-run-session`, which ends the bus and with it the keyring daemon), checked from the
  * outside with `secret-tool`. `.ci/run` installs gnome-keyring, dbus and libsecret-tools.
  */
-import { execa, type ResultPromise, type Result } from 'execa';
+import { execa, type ResultPromise } from 'execa';
 import { existsSync } from 'node:fs';
 import { chmod, mkdir, mkdtemp, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -41,6 +41,13 @@ else if (op === 'delete') { await store.deleteToken(server, user); console.log('
 else throw new Error('unknown op ' + op);
 `;
 
+/** What a finished run left behind (execa's own Result type is generic over its options). */
+interface Run {
+  exitCode?: number;
+  stdout: string;
+  stderr: string;
+}
+
 let sandbox: string;
 let configDir: string;
 let runtimeDir: string;
@@ -66,7 +73,7 @@ function sandboxEnv(extra: Record<string, string> = {}): Record<string, string> 
 }
 
 /** Runs a bash script inside a fresh D-Bus session; `$DRIVER` is the module driver. */
-async function inSession(script: string, env: Record<string, string> = {}): Promise<Result> {
+async function inSession(script: string, env: Record<string, string> = {}): Promise<Run> {
   const result = await execa(
     'dbus-run-session',
     ['--', 'bash', '-c', `set -euo pipefail\nDRIVER=${join(sandbox, 'driver.mjs')}\n${script}`],
@@ -77,7 +84,7 @@ async function inSession(script: string, env: Record<string, string> = {}): Prom
 }
 
 /** Runs the driver with no D-Bus session at all: the bus address names a socket that is not there. */
-async function withoutBus(args: string[], env: Record<string, string> = {}): Promise<Result> {
+async function withoutBus(args: string[], env: Record<string, string> = {}): Promise<Run> {
   const result = await execa('node', [join(sandbox, 'driver.mjs'), ...args], {
     env: sandboxEnv({ DBUS_SESSION_BUS_ADDRESS: `unix:path=${join(sandbox, 'no-bus')}`, ...env }),
     extendEnv: false,
@@ -90,7 +97,7 @@ async function withoutBus(args: string[], env: Record<string, string> = {}): Pro
 }
 
 /** Our lines on stderr, without the chatter of dbus-daemon and of an activated gnome-keyring. */
-function ourStderr(result: Result): string[] {
+function ourStderr(result: Run): string[] {
   return result.stderr.split('\n').filter((line) => line.startsWith('fshare'));
 }
 
