@@ -10,7 +10,11 @@ export interface ProgressBar {
 export interface ProgressDisplay {
   /** Adds one bar, for one file. */
   bar(label: string, total: number): ProgressBar;
-  /** Stops every bar and leaves the final state on screen. */
+  /** A stderr line (an error for one file) drawn above the bars. */
+  log(line: string): void;
+  /** Prints a stdout line without tearing the bars: held back until `stop` while they are drawn. */
+  print(line: string): void;
+  /** Stops every bar, leaves the final state on screen, then prints the held lines. Idempotent. */
   stop(): void;
 }
 
@@ -21,21 +25,29 @@ export function progressEnabled(progressOption: boolean | undefined): boolean {
   return progressOption !== false && process.stderr.isTTY === true;
 }
 
-function shortLabel(label: string, max = 28): string {
+function shortLabel(label: string, max: number): string {
   return label.length <= max ? label.padEnd(max) : `…${label.slice(-(max - 1))}`;
 }
 
 /** One multi-bar per command: bytes, rate and ETA for each file. */
 export function createProgress(enabled: boolean): ProgressDisplay {
-  if (!enabled) return { bar: () => noopBar, stop() {} };
+  const printNow = (line: string) => process.stdout.write(`${line}\n`);
+  const logNow = (line: string) => process.stderr.write(`${line}\n`);
+  if (!enabled) return { bar: () => noopBar, print: printNow, log: logNow, stop() {} };
+  // Fit one line of the terminal: about 50 columns of numbers, the rest for name and bar.
+  const columns = process.stderr.columns || 80;
+  const labelWidth = Math.min(28, Math.max(10, columns - 66));
+  const barWidth = Math.min(40, Math.max(8, columns - 52 - labelWidth));
+  const held: string[] = [];
+  let stopped = false;
   const multi = new cliProgress.MultiBar(
     {
       stream: process.stderr,
-      format: '{label} {bar} {percentage}% | {done}/{size} | {rate}/s | ETA {eta_formatted}',
+      format: '{label} {bar} {percentage}% {done}/{size} {rate}/s ETA {eta_formatted}',
       hideCursor: true,
       clearOnComplete: false,
       stopOnComplete: false,
-      barsize: 24,
+      barsize: barWidth,
       etaBuffer: 50,
       fps: 10,
       autopadding: true,
@@ -48,7 +60,7 @@ export function createProgress(enabled: boolean): ProgressDisplay {
       const payload = (bytes: number, size: number) => {
         const seconds = Math.max(0.001, (Date.now() - started) / 1000);
         return {
-          label: shortLabel(label),
+          label: shortLabel(label, labelWidth),
           done: formatSize(bytes),
           size: formatSize(size),
           rate: formatSize(Math.round(bytes / seconds)),
@@ -69,8 +81,19 @@ export function createProgress(enabled: boolean): ProgressDisplay {
         },
       };
     },
+    log(line) {
+      if (stopped) logNow(line);
+      else multi.log(`${line}\n`);
+    },
+    print(line) {
+      if (stopped) printNow(line);
+      else held.push(line);
+    },
     stop() {
+      if (stopped) return;
+      stopped = true;
       multi.stop();
+      for (const line of held.splice(0)) printNow(line);
     },
   };
 }

@@ -212,6 +212,14 @@ export async function download(
     }
   }
 
+  /** A network failure that leaves data in the .part says how to pick it up again. */
+  const resumeHint = async (err: unknown): Promise<unknown> => {
+    const held = target === undefined ? 0 : ((await sizeOf(`${target}.part`)) ?? 0);
+    if (err instanceof NetworkError && held > 0)
+      err.message += `; ${held} bytes kept in ${target}.part, run again with --continue`;
+    return err;
+  };
+
   const range = options.range;
   let windowStart: number | undefined =
     range && 'start' in range ? range.start : range ? undefined : 0;
@@ -234,6 +242,8 @@ export async function download(
       idempotent: true,
       retryServerErrors: true,
       signal: options.signal,
+    }).catch(async (err: unknown) => {
+      throw await resumeHint(err);
     });
     if (res.statusCode === 416 && options.resume && offset > 0 && !started) {
       await res.body.dump();
@@ -326,11 +336,12 @@ export async function download(
       } else offset += written;
       if (sinkFailed || !isTransportError(err)) throw err;
       if (attempt > client.retry.retries) {
-        const hint = part ? '; run again with --continue' : '';
-        throw new NetworkError(
-          `download from ${client.server} broke off: ${describeTransportError(err)} (after ${attempt} attempts)${hint}`,
-          attempt,
-          { cause: err },
+        throw await resumeHint(
+          new NetworkError(
+            `download from ${client.server} broke off: ${describeTransportError(err)} (after ${attempt} attempts)`,
+            attempt,
+            { cause: err },
+          ),
         );
       }
       await sleep(backoffDelay(client.retry, attempt), undefined, { signal: options.signal });

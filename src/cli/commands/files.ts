@@ -26,6 +26,7 @@ import type { Page, Share } from '../../shared/types.js';
 import { openSession, partialValidators, type Session } from '../context.js';
 import {
   UsageError,
+  errorLine,
   examples,
   exitCodeFor,
   printDetails,
@@ -105,10 +106,6 @@ function chunkOptions(options: { chunkSize: string; parallel: string }) {
   };
 }
 
-function printUploaded(session: Session, result: UploadedShare): void {
-  if (!session.opts.json) printLine(`${result.share_id}  ${result.url}  ${result.file_name}`);
-}
-
 /** Runs `task` for each item, reporting failures as they happen; returns the first exit code. */
 async function eachReporting<T>(items: T[], task: (item: T) => Promise<void>): Promise<number> {
   let code = 0;
@@ -173,11 +170,12 @@ export function registerFiles(program: Command): void {
                   onProgress: (sent, total) => bar.update(sent, total),
                 });
                 bar.stop();
-                printUploaded(session, results[i]!);
+                const r = results[i]!;
+                if (!session.opts.json) progress.print(`${r.share_id}  ${r.url}  ${r.file_name}`);
               } catch (err) {
                 bar.stop();
                 code ||= exitCodeFor(err);
-                reportError(err);
+                progress.log(errorLine(err));
               }
             }),
           ),

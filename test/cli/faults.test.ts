@@ -1,0 +1,261 @@
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { readFile, rm, stat, writeFile } from 'node:fs/promises';
+import {
+  createServer,
+  request,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
+import { join } from 'node:path';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { ADMIN, createCli, startServe, tempDir, type Cli, type Serve } from '../helpers/cli.js';
+
+/** What the proxy does with one request. */
+type Fault = 'pass' | 'http503' | 'drop' | { cutAfter: number };
+
+interface Seen {
+  method: string;
+  url: string;
+  range?: string;
+  ifRange?: string;
+  status?: number;
+}
+
+/**
+ * A transparent proxy in front of the real server that injects failures, so retries and
+ * resumption are exercised over real sockets.
+ */
+function startFaultProxy(target: string, decide: (req: IncomingMessage, n: number) => Fault) {
+  const seen: Seen[] = [];
+  const upstream = new URL(target);
+  const server: Server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    const entry: Seen = {
+      method: req.method ?? '',
+      url: req.url ?? '',
+      range: req.headers.range,
+      ifRange: req.headers['if-range'] as string | undefined,
+    };
+    seen.push(entry);
+    const fault = decide(req, seen.length);
+    if (fault === 'drop') {
+      req.socket.destroy();
+      return;
+    }
+    if (fault === 'http503') {
+      req.resume();
+      req.on('end', () => {
+        entry.status = 503;
+        res.writeHead(503, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ status: 'fail', message: 'injected failure' }));
+      });
+      return;
+    }
+    const forward = request(
+      {
+        host: upstream.hostname,
+        port: upstream.port,
+        method: req.method,
+        path: req.url,
+        headers: req.headers,
+      },
+      (up) => {
+        entry.status = up.statusCode;
+        res.writeHead(up.statusCode ?? 502, up.headers);
+        if (fault === 'pass') {
+          up.pipe(res);
+          return;
+        }
+        let sent = 0;
+        up.on('data', (chunk: Buffer) => {
+          if (sent >= fault.cutAfter) return;
+          const part = chunk.subarray(0, fault.cutAfter - sent);
+          sent += part.length;
+          const last = sent >= fault.cutAfter;
+          // Cut only once the bytes are flushed, so the client really holds them.
+          res.write(part, () => {
+            if (last) res.socket?.destroy();
+          });
+          if (last) up.destroy();
+        });
+      },
+    );
+    forward.on('error', () => res.socket?.destroy());
+    req.pipe(forward);
+  });
+  return {
+    seen,
+    url: new Promise<string>((resolve) =>
+      server.listen(0, '127.0.0.1', () => {
+        const address = server.address();
+        resolve(`http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`);
+      }),
+    ),
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+describe('transfers survive a flaky network', () => {
+  let serve: Serve;
+  let cli: Cli;
+  let work: string;
+  let original: Buffer;
+  let fault: (req: IncomingMessage, n: number) => Fault = () => 'pass';
+  let proxy: ReturnType<typeof startFaultProxy>;
+  let proxyUrl: string;
+  let token: string;
+
+  beforeAll(async () => {
+    serve = await startServe();
+    cli = await createCli();
+    work = await tempDir('faults');
+    original = randomBytes(600_000);
+    await writeFile(join(work, 'data.bin'), original);
+    proxy = startFaultProxy(serve.url, (req, n) => fault(req, n));
+    proxyUrl = await proxy.url;
+    const login = await cli.run(
+      ['--server', proxyUrl, 'login', '-u', ADMIN.username, '--password-stdin'],
+      {
+        input: `${ADMIN.password}\n`,
+      },
+    );
+    expect(login.exitCode).toBe(0);
+    token = (await cli.run(['token'])).stdout;
+  });
+
+  beforeEach(() => {
+    fault = () => 'pass';
+    proxy.seen.length = 0;
+  });
+
+  afterAll(async () => {
+    await proxy?.close();
+    await serve?.stop();
+    if (cli) await rm(cli.configDir, { recursive: true, force: true });
+    if (work) await rm(work, { recursive: true, force: true });
+  });
+
+  const isContent = (req: IncomingMessage) => /\/content$/.test(req.url ?? '');
+
+  it('retries chunks that fail with 5xx or a dropped connection', async () => {
+    let chunkRequests = 0;
+    fault = (req) => {
+      if (req.method !== 'POST' || !isContent(req)) return 'pass';
+      chunkRequests++;
+      if (chunkRequests === 2 || chunkRequests === 5) return 'http503';
+      if (chunkRequests === 3) return 'drop';
+      return 'pass';
+    };
+    const res = await cli.run([
+      '--json',
+      'upload',
+      join(work, 'data.bin'),
+      '--chunk-size',
+      '64k',
+      '--parallel',
+      '3',
+    ]);
+    expect(res.exitCode, res.stderr).toBe(0);
+    const [share] = JSON.parse(res.stdout) as { share_id: string; size: number }[];
+    expect(share!.size).toBe(original.length);
+    expect(chunkRequests).toBe(10 + 3); // 10 chunks, 3 of them sent twice
+    fault = () => 'pass';
+    const got = await cli.runBinary(['get', share!.share_id, '-o', '-']);
+    expect(got.stdout.equals(original)).toBe(true);
+  });
+
+  it('does not retry a 4xx', async () => {
+    const first = await cli.json<{ share_id: string }[]>([
+      'upload',
+      join(work, 'data.bin'),
+      '--chunk-size',
+      '1m',
+    ]);
+    const id = first[0]!.share_id;
+    await cli.run(['lock', id]);
+    proxy.seen.length = 0;
+    const res = await cli.run(['replace', id, join(work, 'data.bin'), '--chunk-size', '1m']);
+    expect(res.exitCode).toBe(5);
+    expect(proxy.seen.filter((s) => s.method === 'PUT' && s.url.endsWith('/content'))).toHaveLength(
+      1,
+    );
+    await cli.run(['unlock', id]);
+  });
+
+  it('retries an idempotent JSON request after a 5xx', async () => {
+    let calls = 0;
+    fault = (req) => (req.url === '/whoami' && ++calls === 1 ? 'http503' : 'pass');
+    const res = await cli.run(['whoami']);
+    expect(res.exitCode).toBe(0);
+    expect(calls).toBe(2);
+  });
+
+  it('resumes a download cut mid-stream with Range and If-Range', async () => {
+    const [share] = await cli.json<{ share_id: string }[]>(['upload', join(work, 'data.bin')]);
+    let gets = 0;
+    fault = (req) =>
+      req.method === 'GET' && isContent(req) && ++gets === 1 ? { cutAfter: 200_000 } : 'pass';
+    const out = join(work, 'cut.bin');
+    const res = await cli.run(['get', share!.share_id, '-o', out]);
+    expect(res.exitCode, res.stderr).toBe(0);
+    expect((await readFile(out)).equals(original)).toBe(true);
+    const contentGets = proxy.seen.filter((s) => s.method === 'GET' && s.url.endsWith('/content'));
+    expect(contentGets).toHaveLength(2);
+    expect(contentGets[1]!.range).toMatch(/^bytes=\d+-$/);
+    expect(contentGets[1]!.ifRange).toBeTruthy();
+    expect(contentGets[1]!.status).toBe(206);
+  });
+
+  it('leaves NAME.part after giving up, and --continue finishes it', async () => {
+    const [share] = await cli.json<{ share_id: string }[]>(['upload', join(work, 'data.bin')]);
+    fault = (req) => (req.method === 'GET' && isContent(req) ? { cutAfter: 50_000 } : 'pass');
+    const out = join(work, 'partial.bin');
+    const broken = await cli.run(['get', share!.share_id, '-o', out]);
+    expect(broken.exitCode).toBe(6);
+    expect(broken.stderr.trimEnd().split('\n')).toHaveLength(1);
+    expect(broken.stderr).toContain('--continue');
+    const partSize = (await stat(`${out}.part`)).size;
+    expect(partSize).toBeGreaterThan(0);
+    expect(partSize).toBeLessThan(original.length);
+    expect(existsSync(out)).toBe(false);
+
+    fault = () => 'pass';
+    proxy.seen.length = 0;
+    const resumed = await cli.json<{ resumed_from: number; size: number }>([
+      'get',
+      share!.share_id,
+      '-o',
+      out,
+      '--continue',
+    ]);
+    expect(resumed).toEqual(
+      expect.objectContaining({ resumed_from: partSize, size: original.length }),
+    );
+    expect((await readFile(out)).equals(original)).toBe(true);
+    const get = proxy.seen.find((s) => s.method === 'GET' && s.url.endsWith('/content'));
+    expect(get?.range).toBe(`bytes=${partSize}-`);
+    expect(get?.ifRange).toMatch(/^(W\/)?"/);
+  });
+
+  it('starts over when the share changed since the .part was written', async () => {
+    const [share] = await cli.json<{ share_id: string }[]>(['upload', join(work, 'data.bin')]);
+    fault = (req) => (req.method === 'GET' && isContent(req) ? { cutAfter: 50_000 } : 'pass');
+    const out = join(work, 'changed.bin');
+    expect((await cli.run(['get', share!.share_id, '-o', out])).exitCode).toBe(6);
+    fault = () => 'pass';
+    const changed = randomBytes(300_000);
+    await writeFile(join(work, 'changed-src.bin'), changed);
+    expect(
+      (await cli.run(['replace', share!.share_id, join(work, 'changed-src.bin')])).exitCode,
+    ).toBe(0);
+    const res = await cli.run(['get', share!.share_id, '-o', out, '--continue']);
+    expect(res.exitCode, res.stderr).toBe(0);
+    expect(res.stderr).toMatch(/changed/);
+    expect((await readFile(out)).equals(changed)).toBe(true);
+  });
+
+  it('keeps using the token from the keyring-less store through the proxy', () => {
+    expect(token).toMatch(/^[\w-]+\.[\w-]+\.[\w-]+$/);
+  });
+});
