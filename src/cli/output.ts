@@ -48,7 +48,7 @@ export function exitCodeFor(err: unknown): number {
 /** The one line CLI.md asks for: `fshare: <the server's message> (HTTP 403)`. */
 export function errorLine(err: unknown): string {
   const message = err instanceof Error ? err.message : String(err);
-  const oneLine = message.replace(/\s*[\r\n]+\s*/g, ' ').trim() || 'failed';
+  const oneLine = printable(message.replace(/\s*[\r\n]+\s*/g, ' ').trim()) || 'failed';
   return err instanceof ApiError ? `fshare: ${oneLine} (HTTP ${err.status})` : `fshare: ${oneLine}`;
 }
 
@@ -63,12 +63,22 @@ export function warn(line: string): void {
   process.stderr.write(line.startsWith('fshare:') ? `${line}\n` : `fshare: ${line}\n`);
 }
 
+/** Control characters from the server (names) shown as "?", so they cannot drive the terminal. */
+export function printable(text: string): string {
+  return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, '?');
+}
+
 /** The single JSON document of `--json`. */
 export function printJson(value: unknown): void {
   process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
 }
 
+/** One human line on stdout; names from the server inside it are made printable. */
 export function printLine(line = ''): void {
+  writeLine(printable(line));
+}
+
+function writeLine(line: string): void {
   process.stdout.write(`${line}\n`);
 }
 
@@ -77,8 +87,9 @@ export function printLine(line = ''): void {
  * so `cut -f1` works (the way gh prints lists).
  */
 export function printTable(columns: string[], rows: string[][], tty = process.stdout.isTTY): void {
+  rows = rows.map((row) => row.map(printable)); // before measuring, and so a tab stays a separator
   if (!tty) {
-    for (const row of rows) printLine(row.join('\t'));
+    for (const row of rows) writeLine(row.join('\t'));
     return;
   }
   const widths = columns.map((c, i) => Math.max(c.length, ...rows.map((r) => (r[i] ?? '').length)));
@@ -87,8 +98,8 @@ export function printTable(columns: string[], rows: string[][], tty = process.st
       .map((cell, i) => (i === cells.length - 1 ? cell : cell.padEnd(widths[i]!)))
       .join('  ')
       .trimEnd();
-  printLine(format(columns));
-  for (const row of rows) printLine(format(row));
+  writeLine(format(columns));
+  for (const row of rows) writeLine(format(row));
 }
 
 /** "key: value" lines with the values aligned, for one object's details. */

@@ -1,5 +1,6 @@
 import cliProgress from 'cli-progress';
 import { formatSize } from '../shared/size.js';
+import { printLine } from './output.js';
 
 export interface ProgressBar {
   /** Bytes done so far (and the total, once it is known). */
@@ -31,7 +32,7 @@ function shortLabel(label: string, max: number): string {
 
 /** One multi-bar per command: bytes, rate and ETA for each file. */
 export function createProgress(enabled: boolean): ProgressDisplay {
-  const printNow = (line: string) => process.stdout.write(`${line}\n`);
+  const printNow = (line: string) => printLine(line);
   const logNow = (line: string) => process.stderr.write(`${line}\n`);
   if (!enabled) return { bar: () => noopBar, print: printNow, log: logNow, stop() {} };
   // Fit one line of the terminal: about 50 columns of numbers, the rest for name and bar.

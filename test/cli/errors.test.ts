@@ -126,6 +126,40 @@ describe('bad input gives one clear line and the right exit code', () => {
     expect(up.exitCode).toBe(6);
   });
 
+  it('FSHARE_SERVER beats the saved server, --server beats both', async () => {
+    const port = await closedPort();
+    const dead = `http://127.0.0.1:${port}`;
+    const viaEnv = await cli.run(['whoami'], { env: { FSHARE_SERVER: dead } });
+    expect(viaEnv.exitCode).toBe(6);
+    expect(viaEnv.stderr).toContain(dead);
+    const viaFlag = await cli.run(['--server', serve.url, 'whoami'], {
+      env: { FSHARE_SERVER: dead },
+    });
+    expect(viaFlag.exitCode).toBe(0);
+  });
+
+  it('logout with the server gone still forgets the token and says so', async () => {
+    const other = await startServe();
+    const user = await createCli();
+    try {
+      const login = await user.run(
+        ['--server', other.url, 'login', '-u', ADMIN.username, '--password-stdin'],
+        {
+          input: `${ADMIN.password}\n`,
+        },
+      );
+      expect(login.exitCode).toBe(0);
+    } finally {
+      await other.stop();
+    }
+    const res = await user.run(['logout']);
+    expect(res.exitCode).toBe(6);
+    expectOneLine(res.stderr, /signed out locally.*cannot reach/);
+    const token = await user.run(['token']);
+    expect(token.exitCode).toBe(3);
+    await rm(user.configDir, { recursive: true, force: true });
+  });
+
   it('a bad server URL is a usage error', async () => {
     const res = await cli.run(['--server', 'ftp://example.com', 'ls']);
     expect(res.exitCode).toBe(2);

@@ -245,6 +245,45 @@ describe('fshare end to end against fshare serve', () => {
     expect((await alice.json<Share>(['info', share.share_id])).file_name).toBe('renamed.bin');
   });
 
+  it('gives a share away and back with chown', async () => {
+    expect((await alice.run(['chown', share.share_id, 'admin'])).exitCode).toBe(0);
+    expect((await alice.json<Share>(['info', share.share_id])).owner_name).toBe('admin');
+    const notOwner = await alice.run(['rename', share.share_id, 'nope.bin']);
+    expect(notOwner.exitCode).toBe(3);
+    expectErrorLine(notOwner.stderr, 403);
+    expect((await admin.run(['chown', share.url, 'alice'])).exitCode).toBe(0);
+    const unknownUser = await alice.run(['chown', share.share_id, 'nobody']);
+    expect(unknownUser.exitCode).toBe(1);
+    expectErrorLine(unknownUser.stderr, 400);
+    const anon = await alice.json<{ share_id: string }[]>([
+      'upload',
+      join(work, 'hello.txt'),
+      '--name',
+      'anon.txt',
+    ]);
+    expect((await alice.run(['chown', anon[0]!.share_id, '--anonymous'])).exitCode).toBe(0);
+    expect((await alice.json<Share>(['info', anon[0]!.share_id])).owner_name).toBeNull();
+  });
+
+  it('never lets a share name escape the current directory', async () => {
+    const dir = await tempDir('names');
+    const up = await alice.json<Uploaded[]>([
+      'upload',
+      join(work, 'hello.txt'),
+      '--name',
+      '../escape.txt',
+    ]);
+    const res = await alice.run(['get', up[0]!.share_id], { cwd: dir });
+    expect(res.exitCode).toBe(0);
+    expect(await readFile(join(dir, 'escape.txt'), 'utf8')).toBe('hello\n');
+    expect(existsSync(join(dir, '..', 'escape.txt'))).toBe(false);
+    const dots = await alice.json<Uploaded[]>(['upload', join(work, 'hello.txt'), '--name', '..']);
+    expect((await alice.run(['get', dots[0]!.share_id], { cwd: dir })).exitCode).toBe(0);
+    expect(existsSync(join(dir, dots[0]!.share_id))).toBe(true); // falls back to the id
+    await rm(dir, { recursive: true, force: true });
+    for (const id of [up[0]!.share_id, dots[0]!.share_id]) await alice.run(['rm', id]);
+  });
+
   it('refuses to replace or delete a locked share with exit 5', async () => {
     expect((await alice.run(['lock', share.share_id])).exitCode).toBe(0);
     expect((await alice.json<Share>(['info', share.share_id])).locked).toBe(true);
@@ -310,6 +349,15 @@ describe('fshare end to end against fshare serve', () => {
     expect(fresh.exitCode).toBe(0);
     expect(fresh.stdout).toMatch(/^[\w-]+\.[\w-]+\.[\w-]+$/);
     expect(fresh.stdout).not.toBe(aliceToken);
+  });
+
+  it('token extend stores a fresh token that works', async () => {
+    const before = (await admin.run(['token'])).stdout;
+    const res = await admin.run(['token', 'extend']);
+    expect(res.exitCode).toBe(0);
+    const after = (await admin.run(['token'])).stdout;
+    expect(after).not.toBe(before);
+    expect((await admin.json<Whoami>(['whoami'])).username).toBe('admin');
   });
 
   it('deletes a share', async () => {
