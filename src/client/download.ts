@@ -301,7 +301,8 @@ export async function download(
     const part = target === undefined ? undefined : `${target}.part`;
     const responseEtag = header(res.headers, 'etag');
     if (responseEtag) etag = responseEtag;
-    if (part && !wroteFile) await options.validators?.set(part, etag);
+    // Remember the validator whenever the .part (re)starts, so a later --continue can check it.
+    if (part && (!wroteFile || offset === 0)) await options.validators?.set(part, etag);
     if (!started) options.onStart?.({ path: target ?? null, offset, totalBytes: expected });
     started = true;
 

@@ -327,7 +327,9 @@ export function registerFiles(program: Command): void {
       ]),
     );
     if (page && page.pages > 1 && tty)
-      warn(`page ${pageNumber} of ${page.pages}${page.next ? `; next: --page ${page.next}` : ''}`);
+      process.stderr.write(
+        `(page ${pageNumber} of ${page.pages}${page.next ? `; next: --page ${page.next}` : ''})\n`,
+      );
   });
 
   program
