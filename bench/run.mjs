@@ -10,8 +10,8 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash, randomBytes, randomFillSync } from 'node:crypto';
 import { createReadStream, existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { mkdir, mkdtemp, open, readFile, rm, statfs, writeFile } from 'node:fs/promises';
-import { cpus, release, tmpdir } from 'node:os';
+import { mkdir, mkdtemp, open, readFile, readdir, rm, statfs, writeFile } from 'node:fs/promises';
+import { cpus, loadavg, release, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
@@ -38,12 +38,14 @@ const USAGE = `usage: node bench/run.mjs [options]   (or: npm run bench -- [opti
   --shares N           shares created in the metadata phase (default 10000)
   --in-flight N        concurrent create requests, keep-alive (default 8)
   --list-requests N    timed GET /files?page=N&per_page=15 requests (default 500)
+  --repeat N           transfer rounds (cp, upload, curl, get); medians are reported (default 1)
   --chunk-size SIZE    passed to fshare upload (default: the CLI's default)
   --parallel N         passed to fshare upload (default: the CLI's default)
   --dir DIR            where the temporary directory goes (default: the OS temp dir)
   --profile DIR        run the server and the CLI under node --cpu-prof, profiles into DIR
   --skip-transfer      only the metadata phase
   --skip-meta          only the transfer phases
+  --upload-only        only cp and upload (for sweeps of --chunk-size and --parallel)
   -h, --help`;
 
 // ---------------------------------------------------------------------------------------------
@@ -83,6 +85,12 @@ function percentile(values, p) {
   const sorted = [...values].sort((a, b) => a - b);
   const rank = Math.ceil((p / 100) * sorted.length);
   return sorted[Math.min(sorted.length, Math.max(1, rank)) - 1];
+}
+
+function median(values) {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 }
 
 /** Seeded PRNG (mulberry32) so the page sequence is the same in every run. */
@@ -159,7 +167,8 @@ async function run(cmd, args, { env, input, measureRss = false } = {}) {
     child.once('error', reject);
     child.once('close', (c, signal) => resolve(c ?? signal));
   });
-  const seconds = (performance.now() - started) / 1000;
+  const ended = performance.now();
+  const seconds = (ended - started) / 1000;
   children.delete(child);
   if (poller) clearInterval(poller);
   let rss = null;
@@ -169,7 +178,7 @@ async function run(cmd, args, { env, input, measureRss = false } = {}) {
     rss = Number.isFinite(kb) && kb > 0 ? kb * 1024 : null;
     await rm(rssFile, { force: true });
   } else if (measureRss) rss = polled || null;
-  return { code, stdout, stderr, seconds, rss };
+  return { code, stdout, stderr, seconds, ended, rss };
 }
 
 function checked(what, result) {
@@ -192,12 +201,14 @@ try {
       shares: { type: 'string', default: '10000' },
       'in-flight': { type: 'string', default: '8' },
       'list-requests': { type: 'string', default: '500' },
+      repeat: { type: 'string', default: '1' },
       'chunk-size': { type: 'string' },
       parallel: { type: 'string' },
       dir: { type: 'string' },
       profile: { type: 'string' },
       'skip-transfer': { type: 'boolean', default: false },
       'skip-meta': { type: 'boolean', default: false },
+      'upload-only': { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
@@ -214,6 +225,7 @@ try {
     shares: positiveInt(values.shares, '--shares'),
     inFlight: positiveInt(values['in-flight'], '--in-flight'),
     listRequests: positiveInt(values['list-requests'], '--list-requests'),
+    repeat: positiveInt(values.repeat, '--repeat'),
     uploadArgs: [
       ...(values['chunk-size'] ? ['--chunk-size', values['chunk-size']] : []),
       ...(values.parallel ? ['--parallel', values.parallel] : []),
@@ -221,7 +233,8 @@ try {
     dir: resolve(values.dir ?? tmpdir()),
     profile: values.profile ? resolve(values.profile) : null,
     transfer: !values['skip-transfer'],
-    meta: !values['skip-meta'],
+    meta: !values['skip-meta'] && !values['upload-only'],
+    uploadOnly: values['upload-only'],
   };
 } catch (err) {
   process.stderr.write(`bench: ${err.message}\n${USAGE}\n`);
@@ -346,13 +359,35 @@ async function verify(path, expected, what) {
   if (actual !== expected) throw fail(`${what}: downloaded bytes differ from the source (SHA-256)`);
 }
 
+/**
+ * Diagnostic: when the server's join of the uploaded chunks began, seen as the first file in its
+ * data-dir tmp/ (storage.ts joins there, then renames into content/). Null if never seen.
+ */
+function watchJoin(dir) {
+  let seen = null;
+  let busy = false;
+  const timer = setInterval(async () => {
+    if (seen !== null || busy) return;
+    busy = true;
+    const names = await readdir(dir).catch(() => []);
+    if (names.length > 0) seen = performance.now();
+    busy = false;
+  }, 10);
+  return {
+    stop() {
+      clearInterval(timer);
+      return seen;
+    },
+  };
+}
+
 /** Peak RSS of the server during `fn`: VmHWM reset before, read after. */
 async function serverPhase(peaks, name, fn) {
   const resettable = resetPeakRss(server.pid);
   const result = await fn();
   const peak = peakRss(server.pid);
   if (peak === null) throw fail(`the server died during ${name}:\n${server.stderr.trim()}`);
-  peaks[name] = peak;
+  peaks[name] = Math.max(peaks[name] ?? 0, peak);
   if (!resettable) peaks._monotonic = true;
   return result;
 }
@@ -454,52 +489,61 @@ async function main() {
     throw fail(
       `${tmpRoot} has ${(free / 1e9).toFixed(1)} GB free; this run needs about ${(need / 1e9).toFixed(1)} GB (try a smaller --size or --dir elsewhere)`,
     );
-  const hasCurl = commandExists('curl');
-  if (opts.transfer && !hasCurl)
+  if (opts.transfer && !commandExists('curl'))
     throw fail('curl is needed to measure the download baseline (apt-get install curl)');
   if (!useGnuTime) note(`${GNU_TIME} not found (apt-get install time): polling VmHWM instead`);
   if (!existsSync(join(ROOT, 'dist', 'cli', 'main.js')))
     throw fail('dist/ is missing: run `npm run build` (npm run bench does it)');
 
+  const loadStart = loadavg();
   note(
-    `node ${process.version}, ${cpus().length} CPUs, Linux ${release()}, temp dir ${tmpRoot}, ` +
-      `size ${size} bytes`,
+    `node ${process.version}, ${cpus().length} CPUs, Linux ${release()}, load ${loadStart
+      .map((x) => x.toFixed(2))
+      .join(' ')}, temp dir ${tmpRoot}`,
   );
 
-  const results = {};
   const peaks = {};
-  const cliRss = {};
+  const rounds = [];
+  let meta = {};
 
+  let digest;
   if (opts.transfer) {
     note(`writing ${(size / MB).toFixed(0)} MB of random bytes`);
-    const digest = await makeRandomFile(src, size);
-    note('cp + sync');
+    digest = await makeRandomFile(src, size);
+  }
+
+  const adminPassword = randomBytes(18).toString('base64url');
+  await startServer(dataDir, adminPassword);
+  peaks.start = peakRss(server.pid);
+  note(`server at ${server.url} (pid ${server.pid})`);
+  const cliEnv = {
+    ...process.env,
+    FSHARE_CONFIG_DIR: configDir,
+    FSHARE_KEYRING: 'off',
+    FSHARE_SERVER: server.url,
+  };
+  delete cliEnv.FSHARE_TOKEN;
+  const fshare = (args, options = {}) =>
+    run(process.execPath, [...nodeFlags(), BIN, ...args], { env: cliEnv, ...options });
+
+  checked(
+    'fshare login',
+    await fshare(['login', '-u', 'admin', '--password-stdin'], { input: `${adminPassword}\n` }),
+  );
+  const token = checked('fshare token', await fshare(['token'])).stdout.trim();
+  if (!token) throw fail('fshare token printed nothing');
+
+  for (let r = 1; opts.transfer && r <= opts.repeat; r++) {
+    const rd = {};
+    const tag = opts.repeat > 1 ? ` (round ${r} of ${opts.repeat})` : '';
+
+    note(`cp + sync${tag}`);
     const cp = await measureCp(src, join(tmpRoot, 'copy.bin'));
-    results.cp_mb_s = mbps(size, cp.cp_s + cp.sync_s);
-    results.cp_nosync_mb_s = mbps(size, cp.cp_s);
+    rd.cp_mb_s = mbps(size, cp.cp_s + cp.sync_s);
+    rd.cp_nosync_mb_s = mbps(size, cp.cp_s);
 
-    const adminPassword = randomBytes(18).toString('base64url');
-    await startServer(dataDir, adminPassword);
-    peaks.start = peakRss(server.pid);
-    note(`server at ${server.url} (pid ${server.pid})`);
-    const cliEnv = {
-      ...process.env,
-      FSHARE_CONFIG_DIR: configDir,
-      FSHARE_KEYRING: 'off',
-      FSHARE_SERVER: server.url,
-    };
-    delete cliEnv.FSHARE_TOKEN;
-    const fshare = (args, options = {}) =>
-      run(process.execPath, [...nodeFlags(), BIN, ...args], { env: cliEnv, ...options });
-
-    checked(
-      'fshare login',
-      await fshare(['login', '-u', 'admin', '--password-stdin'], { input: `${adminPassword}\n` }),
-    );
-    const token = checked('fshare token', await fshare(['token'])).stdout.trim();
-    if (!token) throw fail('fshare token printed nothing');
-
-    note(`fshare upload ${opts.uploadArgs.join(' ') || '(defaults)'}`);
+    note(`fshare upload ${opts.uploadArgs.join(' ') || '(defaults)'}${tag}`);
+    const joinWatch = watchJoin(join(dataDir, 'tmp'));
     const up = await serverPhase(peaks, 'upload', async () =>
       checked(
         'fshare upload',
@@ -508,13 +552,23 @@ async function main() {
         }),
       ),
     );
+    const joinStarted = joinWatch.stop();
     const uploaded = JSON.parse(up.stdout);
     const id = uploaded[0]?.share_id;
     if (!id || uploaded[0].size !== size) throw fail(`unexpected upload output: ${up.stdout}`);
-    results.upload_mb_s = mbps(size, up.seconds);
-    cliRss.upload = up.rss;
+    rd.upload_mb_s = mbps(size, up.seconds);
+    rd.upload_s = up.seconds;
+    rd.upload_join_s = joinStarted === null ? null : (up.ended - joinStarted) / 1000;
+    rd.upload_rss = up.rss;
 
-    note('curl GET content');
+    if (opts.uploadOnly) {
+      checked('fshare rm', await fshare(['rm', id]));
+      rd.upload_vs_cp = rd.upload_mb_s / rd.cp_mb_s;
+      rounds.push(rd);
+      continue;
+    }
+
+    note(`curl GET content${tag}`);
     const curlOut = join(tmpRoot, 'curl.bin');
     const headerFile = join(tmpRoot, 'curl-headers');
     // From a 0600 file, not argv: a token on the command line shows in ps.
@@ -529,12 +583,12 @@ async function main() {
         ),
       ),
     );
-    results.curl_get_mb_s = mbps(size, curl.seconds);
-    cliRss.curl = curl.rss;
+    rd.curl_get_mb_s = mbps(size, curl.seconds);
+    rd.curl_rss = curl.rss;
     await verify(curlOut, digest, 'curl');
     await rm(curlOut, { force: true });
 
-    note('fshare get');
+    note(`fshare get${tag}`);
     const getOut = join(tmpRoot, 'get.bin');
     const get = await serverPhase(peaks, 'get', async () =>
       checked(
@@ -542,67 +596,79 @@ async function main() {
         await fshare(['get', id, '-o', getOut, '--no-progress'], { measureRss: true }),
       ),
     );
-    results.get_mb_s = mbps(size, get.seconds);
-    cliRss.get = get.rss;
+    rd.get_mb_s = mbps(size, get.seconds);
+    rd.get_rss = get.rss;
     note('verifying the downloaded bytes');
     await verify(getOut, digest, 'fshare get');
     await rm(getOut, { force: true });
-    await rm(src, { force: true });
-
-    if (opts.meta) Object.assign(results, await metadata(server.url, token, peaks));
-  } else {
-    const adminPassword = randomBytes(18).toString('base64url');
-    await startServer(dataDir, adminPassword);
-    peaks.start = peakRss(server.pid);
-    note(`server at ${server.url} (pid ${server.pid})`);
-    const login = await fetch(`${server.url}/users/login`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ username: 'admin', password: adminPassword }),
-    });
-    const { auth_token: token } = await login.json();
-    if (!token) throw fail(`login failed (HTTP ${login.status})`);
-    Object.assign(results, await metadata(server.url, token, peaks));
+    // Each round uploads a new share: drop this one so the disk holds one copy at a time.
+    checked('fshare rm', await fshare(['rm', id]));
+    rd.upload_vs_cp = rd.upload_mb_s / rd.cp_mb_s;
+    rd.get_vs_curl = rd.get_mb_s / rd.curl_get_mb_s;
+    rounds.push(rd);
   }
+  if (opts.transfer) await rm(src, { force: true });
+
+  if (opts.meta) meta = await metadata(server.url, token, peaks);
 
   // Last read before SIGTERM: the server's peak over its whole life is the largest phase peak.
   peaks.end = peakRss(server.pid);
   note('stopping the server');
   await stopServer();
-  note('server stopped');
 
   const phasePeaks = Object.entries(peaks).filter(([k, v]) => !k.startsWith('_') && v !== null);
   const serverPeak = Math.max(...phasePeaks.map(([, v]) => v));
-  const fshareRss = [cliRss.upload, cliRss.get].filter((v) => v);
+  const med = (key) => {
+    const values = rounds.map((r) => r[key]).filter((v) => v !== undefined && v !== null);
+    return values.length ? median(values) : null;
+  };
+  const max = (key) => (rounds.length ? Math.max(...rounds.map((r) => r[key] ?? 0)) : null);
+  const mb = (bytes) => (bytes ? round(bytes / MB) : null);
+  const fshareRss = opts.transfer ? Math.max(max('upload_rss'), max('get_rss')) : null;
   const out = {
-    cp_mb_s: round(results.cp_mb_s),
-    upload_mb_s: round(results.upload_mb_s),
-    curl_get_mb_s: round(results.curl_get_mb_s),
-    get_mb_s: round(results.get_mb_s),
-    server_peak_rss_mb: round(serverPeak / MB),
-    cli_peak_rss_mb: fshareRss.length ? round(Math.max(...fshareRss) / MB) : null,
-    create_per_s: round(results.create_per_s, 0),
-    list_p50_ms: round(results.list_p50_ms, 2),
-    list_p99_ms: round(results.list_p99_ms, 2),
-    // Extras
-    upload_vs_cp: results.upload_mb_s ? round(results.upload_mb_s / results.cp_mb_s, 3) : null,
-    get_vs_curl: results.get_mb_s ? round(results.get_mb_s / results.curl_get_mb_s, 3) : null,
-    cp_nosync_mb_s: round(results.cp_nosync_mb_s),
-    upload_rss_mb: round(cliRss.upload / MB),
-    get_rss_mb: round(cliRss.get / MB),
-    curl_rss_mb: round(cliRss.curl / MB),
-    server_rss_by_phase_mb: Object.fromEntries(phasePeaks.map(([k, v]) => [k, round(v / MB)])),
-    create_p50_ms: round(results.create_p50_ms, 2),
-    create_p99_ms: round(results.create_p99_ms, 2),
-    list_max_ms: round(results.list_max_ms, 2),
-    list_pages: results.list_pages ?? null,
+    cp_mb_s: round(med('cp_mb_s')),
+    upload_mb_s: round(med('upload_mb_s')),
+    curl_get_mb_s: round(med('curl_get_mb_s')),
+    get_mb_s: round(med('get_mb_s')),
+    server_peak_rss_mb: mb(serverPeak),
+    cli_peak_rss_mb: mb(fshareRss),
+    create_per_s: round(meta.create_per_s, 0),
+    list_p50_ms: round(meta.list_p50_ms, 2),
+    list_p99_ms: round(meta.list_p99_ms, 2),
+    // Extras. Ratios are the median of each round's ratio (cp and upload run back to back).
+    upload_vs_cp: round(med('upload_vs_cp'), 3),
+    get_vs_curl: round(med('get_vs_curl'), 3),
+    cp_nosync_mb_s: round(med('cp_nosync_mb_s')),
+    upload_s: round(med('upload_s'), 2),
+    upload_join_s: rounds.every((r) => r.upload_join_s !== null)
+      ? round(med('upload_join_s'), 2)
+      : null,
+    upload_rss_mb: mb(max('upload_rss')),
+    get_rss_mb: mb(max('get_rss')),
+    curl_rss_mb: mb(max('curl_rss')),
+    server_rss_by_phase_mb: peaks._monotonic
+      ? 'VmHWM reset unavailable: cumulative'
+      : Object.fromEntries(phasePeaks.map(([k, v]) => [k, mb(v)])),
+    create_p50_ms: round(meta.create_p50_ms, 2),
+    create_p99_ms: round(meta.create_p99_ms, 2),
+    list_max_ms: round(meta.list_max_ms, 2),
+    list_pages: meta.list_pages ?? null,
     size_bytes: opts.transfer ? size : null,
+    repeat: opts.transfer ? opts.repeat : null,
+    rounds: rounds.map((r) => ({
+      cp_mb_s: round(r.cp_mb_s),
+      upload_mb_s: round(r.upload_mb_s),
+      curl_get_mb_s: round(r.curl_get_mb_s),
+      get_mb_s: round(r.get_mb_s),
+      upload_join_s: round(r.upload_join_s, 2),
+    })),
     shares: opts.meta ? opts.shares : null,
     upload_args: opts.uploadArgs.join(' ') || 'defaults',
     rss_method: useGnuTime ? 'GNU time %M (ru_maxrss)' : 'VmHWM polled every 20 ms',
+    loadavg_start: loadStart.map((x) => round(x, 2)),
+    loadavg_end: loadavg().map((x) => round(x, 2)),
     units: 'MB = 10^6 bytes',
   };
-  if (peaks._monotonic) out.server_rss_by_phase_mb = 'VmHWM reset unavailable: cumulative';
   return out;
 }
 
