@@ -1,11 +1,20 @@
 import type { Command } from 'commander';
 import { changePassword, extend, login, logout, whoami } from '../../client/api.js';
 import { ApiError } from '../../client/errors.js';
-import { openSession } from '../context.js';
+import type { LoginResponse } from '../../shared/types.js';
+import { openSession, type Session } from '../context.js';
 import { promptHidden, promptLine, readStdinLines } from '../input.js';
 import { AuthError, UsageError, examples, printJson, printLine, warn } from '../output.js';
 
 const STORED = { keychain: 'the OS keychain', file: 'the config directory' } as const;
+
+/** Stores a freshly issued token and makes its server and user the defaults. */
+async function remember(session: Session, res: LoginResponse): Promise<'keychain' | 'file'> {
+  const where = await session.credentials.saveToken(session.server, res.username, res.auth_token);
+  session.config.set('server', session.server);
+  session.config.set('username', res.username);
+  return where;
+}
 
 export function registerAuth(program: Command): void {
   program
@@ -32,13 +41,7 @@ export function registerAuth(program: Command): void {
         ? (await readStdinLines(1, 'the password'))[0]!
         : await promptHidden(`Password for ${username} on ${session.server}: `);
       const res = await login(session.anonymousClient(), username, password);
-      const where = await session.credentials.saveToken(
-        session.server,
-        res.username,
-        res.auth_token,
-      );
-      session.config.set('server', session.server);
-      session.config.set('username', res.username);
+      const where = await remember(session, res);
       if (session.opts.json)
         printJson({ server: session.server, username: res.username, stored: where });
       else
@@ -131,13 +134,7 @@ export function registerAuth(program: Command): void {
         else printLine(res.auth_token);
         return;
       }
-      const where = await session.credentials.saveToken(
-        session.server,
-        res.username,
-        res.auth_token,
-      );
-      session.config.set('server', session.server);
-      session.config.set('username', res.username);
+      const where = await remember(session, res);
       if (session.opts.json)
         printJson({ server: session.server, username: res.username, stored: where });
       else printLine(`Token renewed for ${res.username} (kept in ${STORED[where]})`);
