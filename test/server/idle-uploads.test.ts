@@ -1,0 +1,50 @@
+// API.md: "Uploads idle for 24 h are removed." The sweep runs at start (and hourly); here the
+// upload's directory is aged on disk between two starts, so no clock is mocked.
+import { randomBytes, randomUUID } from 'node:crypto';
+import { readdir, utimes } from 'node:fs/promises';
+import { join } from 'node:path';
+import { afterAll, expect, it } from 'vitest';
+import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
+import { createShare, expectStatus, sendChunk, split } from '../helpers/http.js';
+
+const servers: TestServer[] = [];
+afterAll(async () => {
+  for (const s of servers) await s.close().catch(() => undefined);
+});
+
+it('an upload idle for more than 24 h is removed at the next start; a fresh one is kept', async () => {
+  const first = await startServer();
+  servers.push(first);
+  const token = await login(first.url, ADMIN.username, ADMIN.password);
+  const data = randomBytes(4000);
+  const [c0, c1] = split(data, 2);
+  const stale = { id: await createShare(first.url, token, 'stale.bin'), dzuuid: randomUUID() };
+  const fresh = { id: await createShare(first.url, token, 'fresh.bin'), dzuuid: randomUUID() };
+  for (const u of [stale, fresh]) {
+    expectStatus(
+      await sendChunk(first.url, token, u.id, { ...u, index: 0, total: 2, data: c0! }),
+      200,
+    );
+  }
+  await first.server.close();
+
+  const uploads = join(first.dataDir, 'uploads');
+  const dirs = await readdir(uploads);
+  expect(dirs).toHaveLength(2);
+  const old = new Date(Date.now() - 25 * 3600 * 1000);
+  const staleDir = dirs.find((d) => d.startsWith(stale.id))!;
+  await utimes(join(uploads, staleDir), old, old);
+
+  const second = await startServer({ dataDir: first.dataDir });
+  servers.push(second);
+  expect(await readdir(uploads)).toEqual([dirs.find((d) => d.startsWith(fresh.id))]);
+  // The fresh upload completes; the stale one starts over, so its last chunk alone is not enough.
+  expectStatus(
+    await sendChunk(second.url, token, fresh.id, { ...fresh, index: 1, total: 2, data: c1! }),
+    201,
+  );
+  expectStatus(
+    await sendChunk(second.url, token, stale.id, { ...stale, index: 1, total: 2, data: c1! }),
+    200,
+  );
+});
