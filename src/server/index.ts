@@ -178,7 +178,7 @@ export async function createServer(options: ServerOptions): Promise<FshareServer
         server.closeIdleConnections();
         await closed;
       }
-      await store.persist();
+      await store.close();
     },
   };
 }

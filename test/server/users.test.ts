@@ -540,7 +540,14 @@ describe('password storage', () => {
     const password = `same-${randomUUID()}`;
     const a = await createUser(base, admin, ['READ'], unique('salt-a'), password);
     const b = await createUser(base, admin, ['READ'], unique('salt-b'), password);
-    const db = JSON.parse(await readFile(join(srv.dataDir, 'db.json'), 'utf8'));
+    // Metadata is db.json (snapshot) plus db.journal (changes since): read both.
+    const db = [
+      JSON.parse(await readFile(join(srv.dataDir, 'db.json'), 'utf8')),
+      ...(await readFile(join(srv.dataDir, 'db.journal'), 'utf8'))
+        .split('\n')
+        .filter(Boolean)
+        .map((line) => JSON.parse(line)),
+    ];
     const records: Array<Record<string, unknown>> = [];
     const visit = (node: unknown): void => {
       if (Array.isArray(node)) node.forEach(visit);
@@ -580,8 +587,10 @@ describe('password storage', () => {
       await patch(base, `/users/${user.username}`, { token: admin, json: { password: patched } }),
       200,
     );
-    // db.json is where the metadata lives; check it explicitly, then every file.
-    const db = await readFile(join(srv.dataDir, 'db.json'), 'utf8');
+    // db.json and db.journal are where the metadata lives; check them explicitly, then every file.
+    const db =
+      (await readFile(join(srv.dataDir, 'db.json'), 'utf8')) +
+      (await readFile(join(srv.dataDir, 'db.journal'), 'utf8'));
     expect(db).toContain(user.username);
     for (const secret of [password, changed, patched, ADMIN.password]) {
       expect(db).not.toContain(secret);
