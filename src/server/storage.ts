@@ -98,6 +98,7 @@ export class FileStorage implements ContentStorage {
 
   async assemble(shareId: string, uploadId: string, total: number) {
     const dir = this.uploadDir(shareId, uploadId);
+    if (total === 1) return this.adoptSingleChunk(shareId, dir);
     const tmp = join(this.tmpDir, randomUUID());
     const out = await open(tmp, 'w', 0o600);
     let size = 0;
@@ -123,6 +124,22 @@ export class FileStorage implements ContentStorage {
     }
     await out.close();
     await rename(tmp, this.contentPath(shareId));
+    await rm(dir, { recursive: true, force: true });
+    return { size };
+  }
+
+  /** A one-chunk upload is already the content: made durable and renamed, never copied. */
+  private async adoptSingleChunk(shareId: string, dir: string) {
+    const chunk = join(dir, '0');
+    const handle = await open(chunk, 'r+');
+    let size: number;
+    try {
+      size = (await handle.stat()).size;
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    await rename(chunk, this.contentPath(shareId));
     await rm(dir, { recursive: true, force: true });
     return { size };
   }
