@@ -1,4 +1,11 @@
-import { randomBytes, randomUUID, scrypt, timingSafeEqual } from 'node:crypto';
+import {
+  createSecretKey,
+  randomBytes,
+  randomUUID,
+  scrypt,
+  timingSafeEqual,
+  type KeyObject,
+} from 'node:crypto';
 import { promisify } from 'node:util';
 import type { Request, RequestHandler } from 'express';
 import jwt from 'jsonwebtoken';
@@ -70,14 +77,20 @@ declare module 'express-serve-static-core' {
 }
 
 export class Tokens {
+  // A KeyObject made once: given a string, jsonwebtoken first tries (and fails) to parse it as a
+  // PEM public key on every call before treating it as a secret.
+  private readonly key: KeyObject;
+
   constructor(
-    private readonly secret: string,
+    secret: string,
     private readonly lifetimeSeconds: number,
     private readonly store: Store,
-  ) {}
+  ) {
+    this.key = createSecretKey(Buffer.from(secret));
+  }
 
   issue(username: string): string {
-    return jwt.sign({}, this.secret, {
+    return jwt.sign({}, this.key, {
       algorithm: 'HS256',
       subject: username,
       jwtid: randomUUID(),
@@ -88,7 +101,7 @@ export class Tokens {
   /** Verifies signature (HS256 only), expiry and revocation; returns claims or null. */
   verify(token: string): TokenClaims | null {
     try {
-      const claims = jwt.verify(token, this.secret, { algorithms: ['HS256'] });
+      const claims = jwt.verify(token, this.key, { algorithms: ['HS256'] });
       if (typeof claims !== 'object' || typeof claims.sub !== 'string') return null;
       if (typeof claims.jti !== 'string' || typeof claims.exp !== 'number') return null;
       if (this.store.isRevoked(claims.jti)) return null;

@@ -1,6 +1,5 @@
 import { resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
-import { createServer } from '../../server/index.js';
 import { parseSize } from '../../shared/size.js';
 
 interface ServeOptions {
@@ -71,6 +70,8 @@ Examples:
     .action(async (opts: ServeOptions) => {
       const dataDir = resolve(opts.dataDir);
       const log = opts.quiet ? undefined : (line: string) => process.stderr.write(`${line}\n`);
+      // Loaded on demand, so client commands do not pay for express, multer and lowdb.
+      const { createServer } = await import('../../server/index.js');
       const server = await createServer({
         dataDir,
         secret: process.env.FSHARE_SECRET || undefined,
