@@ -618,6 +618,12 @@ async function main() {
 
   const phasePeaks = Object.entries(peaks).filter(([k, v]) => !k.startsWith('_') && v !== null);
   const serverPeak = Math.max(...phasePeaks.map(([, v]) => v));
+  // Issue 4's RSS target is about moving 1 GiB: start-up and the transfer phases only.
+  const transferPhases = phasePeaks.filter(([k]) =>
+    ['start', 'upload', 'curl_get', 'get'].includes(k),
+  );
+  const serverTransferPeak =
+    opts.transfer && !peaks._monotonic ? Math.max(...transferPhases.map(([, v]) => v)) : null;
   const med = (key) => {
     const values = rounds.map((r) => r[key]).filter((v) => v !== undefined && v !== null);
     return values.length ? median(values) : null;
@@ -636,6 +642,7 @@ async function main() {
     list_p50_ms: round(meta.list_p50_ms, 2),
     list_p99_ms: round(meta.list_p99_ms, 2),
     // Extras. Ratios are the median of each round's ratio (cp and upload run back to back).
+    server_transfer_peak_rss_mb: mb(serverTransferPeak),
     upload_vs_cp: round(med('upload_vs_cp'), 3),
     get_vs_curl: round(med('get_vs_curl'), 3),
     cp_nosync_mb_s: round(med('cp_nosync_mb_s')),
@@ -687,12 +694,16 @@ function targets(r) {
       met(have(r.get_vs_curl) ? r.get_vs_curl >= TARGETS.get_vs_curl : null),
     ],
     [
-      'server peak RSS < 150 MB',
-      `${r.server_peak_rss_mb} MB`,
-      met(have(r.server_peak_rss_mb) ? r.server_peak_rss_mb < TARGETS.peak_rss_mb : null),
+      'server peak RSS < 150 MB (moving 1 GiB)',
+      `${r.server_transfer_peak_rss_mb} MB`,
+      met(
+        have(r.server_transfer_peak_rss_mb)
+          ? r.server_transfer_peak_rss_mb < TARGETS.peak_rss_mb
+          : null,
+      ),
     ],
     [
-      'CLI peak RSS < 150 MB',
+      'CLI peak RSS < 150 MB (moving 1 GiB)',
       `${r.cli_peak_rss_mb} MB`,
       met(have(r.cli_peak_rss_mb) ? r.cli_peak_rss_mb < TARGETS.peak_rss_mb : null),
     ],
@@ -716,13 +727,18 @@ function table(r) {
     ['curl GET content', `${r.curl_get_mb_s} MB/s`, `curl RSS ${r.curl_rss_mb} MB`],
     ['fshare get', `${r.get_mb_s} MB/s`, `${r.get_vs_curl} × curl`],
     [
-      'server peak RSS',
+      'server peak RSS (whole run)',
       `${r.server_peak_rss_mb} MB`,
       typeof r.server_rss_by_phase_mb === 'object'
         ? Object.entries(r.server_rss_by_phase_mb)
             .map(([k, v]) => `${k} ${v}`)
             .join(', ')
         : r.server_rss_by_phase_mb,
+    ],
+    [
+      'server peak RSS (transfers)',
+      `${r.server_transfer_peak_rss_mb} MB`,
+      'start-up, upload, curl, get',
     ],
     ['CLI peak RSS', `${r.cli_peak_rss_mb} MB`, `upload ${r.upload_rss_mb}, get ${r.get_rss_mb}`],
     ['creates', `${r.create_per_s}/s`, `p50 ${r.create_p50_ms} ms, p99 ${r.create_p99_ms} ms`],
@@ -740,7 +756,7 @@ function table(r) {
   };
   const size = r.size_bytes ? `${(r.size_bytes / 2 ** 20).toFixed(0)} MiB file` : 'no transfer';
   return (
-    `fshare benchmark (${size}; MB = 10^6 bytes; RSS by ${r.rss_method})\n\n` +
+    `fshare benchmark (${size}, ${r.repeat ?? 0} round(s); MB = 10^6 bytes; RSS by ${r.rss_method})\n\n` +
     fmt(rows, ['measure', 'value', 'detail']) +
     '\n\n' +
     fmt(targets(r), ['target (issue 4)', 'measured', 'status']) +
