@@ -88,6 +88,8 @@ export async function uploadContent(
         form.append('dzuuid', uploadId);
         form.append('dzchunkindex', String(index));
         form.append('dztotalchunks', String(total));
+        // Dropzone's offset field, before the data: fshare serve writes the chunk in place.
+        form.append('dzchunkbyteoffset', String(start));
         form.append('upload', blob.slice(start, end), partName);
         return form;
       },

@@ -1,5 +1,5 @@
-import { createHash, randomUUID } from 'node:crypto';
-import { createReadStream } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { constants, createReadStream } from 'node:fs';
 import {
   mkdir,
   open,
@@ -12,6 +12,8 @@ import {
   writeFile,
 } from 'node:fs/promises';
 import { join } from 'node:path';
+import type { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 
 /** Where content and unfinished uploads live. One file-system implementation today. */
 export interface ContentStorage {
@@ -28,6 +30,20 @@ export interface ContentStorage {
     total: number,
     file: string,
   ): Promise<number>;
+  /**
+   * Streams a chunk that names its byte offset straight into the upload's data file: no copy at
+   * the end. It counts as arrived only once `placeChunk` records it.
+   */
+  writePlaced(shareId: string, uploadId: string, offset: number, data: Readable): Promise<number>;
+  /** Records a placed chunk; like `putChunk`, returns how many distinct indexes have arrived. */
+  placeChunk(
+    shareId: string,
+    uploadId: string,
+    index: number,
+    total: number,
+    offset: number,
+    length: number,
+  ): Promise<number>;
   /** Joins the upload's chunks in index order and atomically replaces the share's content. */
   assemble(shareId: string, uploadId: string, total: number): Promise<{ size: number }>;
   /** Path of the share's content, for streaming reads (open it; it may be replaced by rename). */
@@ -40,6 +56,9 @@ export interface ContentStorage {
 
 export class TotalMismatchError extends Error {}
 
+/** Placed chunks that leave a gap or overlap: the upload cannot be assembled. */
+export class LayoutError extends Error {}
+
 const JOIN_BUFFER = 1024 * 1024;
 
 /**
@@ -47,30 +66,30 @@ const JOIN_BUFFER = 1024 * 1024;
  * and hashes: `dzuuid` and file names never become paths.
  *
  *   content/<share_id>                                    the share's bytes
- *   uploads/<share_id>.<sha256(dzuuid)>/total, /<index>   one unfinished upload
+ *   uploads/<share_id>.<sha256(dzuuid)>/                one unfinished upload:
+ *       total          dztotalchunks, fixed by the first chunk
+ *       <index>        a chunk received as a file of its own (clients without offsets)
+ *       <index>.at     "offset length" of a chunk written in place into `data`
+ *       data           the content being assembled
  *   incoming/                                             chunk bodies being received
- *   tmp/                                                  joins in progress
  */
 export class FileStorage implements ContentStorage {
   readonly incomingDir: string;
   private readonly contentDir: string;
   private readonly uploadsDir: string;
-  private readonly tmpDir: string;
 
   constructor(dataDir: string) {
     this.contentDir = join(dataDir, 'content');
     this.uploadsDir = join(dataDir, 'uploads');
     this.incomingDir = join(dataDir, 'incoming');
-    this.tmpDir = join(dataDir, 'tmp');
   }
 
   async init(): Promise<void> {
-    for (const dir of [this.contentDir, this.uploadsDir, this.incomingDir, this.tmpDir]) {
+    for (const dir of [this.contentDir, this.uploadsDir, this.incomingDir]) {
       await mkdir(dir, { recursive: true, mode: 0o700 });
     }
-    // Nothing is in flight at start: partial request bodies and joins are leftovers of a crash.
+    // Nothing is in flight at start: partial request bodies are leftovers of a crash.
     await this.emptyDir(this.incomingDir);
-    await this.emptyDir(this.tmpDir);
   }
 
   private uploadDir(shareId: string, uploadId: string): string {
@@ -78,7 +97,8 @@ export class FileStorage implements ContentStorage {
     return join(this.uploadsDir, `${shareId}.${key}`);
   }
 
-  async putChunk(shareId: string, uploadId: string, index: number, total: number, file: string) {
+  /** Creates the upload's directory and fixes its total, or checks it against the first one. */
+  private async openUpload(shareId: string, uploadId: string, total: number): Promise<string> {
     const dir = this.uploadDir(shareId, uploadId);
     await mkdir(dir, { recursive: true, mode: 0o700 });
     const totalFile = join(dir, 'total');
@@ -90,21 +110,71 @@ export class FileStorage implements ContentStorage {
         `dztotalchunks is ${total} but earlier chunks of this upload said ${known}`,
       );
     }
-    // The chunk's presence under its index is the on-disk record that it arrived.
+    return dir;
+  }
+
+  /** The on-disk record of arrival: a chunk file or a placement record per index. */
+  private async arrived(dir: string): Promise<number> {
+    const indexes = new Set<string>();
+    for (const name of await readdir(dir)) {
+      const m = /^(\d+)(\.at)?$/.exec(name);
+      if (m) indexes.add(m[1]!);
+    }
+    return indexes.size;
+  }
+
+  async putChunk(shareId: string, uploadId: string, index: number, total: number, file: string) {
+    const dir = await this.openUpload(shareId, uploadId, total);
+    await rm(join(dir, `${index}.at`), { force: true });
     await rename(file, join(dir, String(index)));
-    const names = await readdir(dir);
-    return names.filter((n) => /^\d+$/.test(n)).length;
+    return this.arrived(dir);
+  }
+
+  async writePlaced(shareId: string, uploadId: string, offset: number, data: Readable) {
+    const dir = this.uploadDir(shareId, uploadId);
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+    const handle = await open(join(dir, 'data'), constants.O_WRONLY | constants.O_CREAT, 0o600);
+    const sink = handle.createWriteStream({ start: offset, highWaterMark: JOIN_BUFFER });
+    await pipeline(data, sink);
+    return sink.bytesWritten;
+  }
+
+  async placeChunk(
+    shareId: string,
+    uploadId: string,
+    index: number,
+    total: number,
+    offset: number,
+    length: number,
+  ) {
+    const dir = await this.openUpload(shareId, uploadId, total);
+    await rm(join(dir, String(index)), { force: true });
+    await writeFile(join(dir, `${index}.at`), `${offset} ${length}`, { mode: 0o600 });
+    return this.arrived(dir);
   }
 
   async assemble(shareId: string, uploadId: string, total: number) {
     const dir = this.uploadDir(shareId, uploadId);
-    if (total === 1) return this.adoptSingleChunk(shareId, dir);
-    const tmp = join(this.tmpDir, randomUUID());
-    const out = await open(tmp, 'w', 0o600);
+    const names = new Set(await readdir(dir));
+    if (total === 1 && names.has('0')) return this.adoptSingleChunk(shareId, dir);
+    const out = await open(join(dir, 'data'), constants.O_WRONLY | constants.O_CREAT, 0o600);
     let size = 0;
     try {
       for (let i = 0; i < total; i++) {
-        // 1 MiB reads: few system calls, and memory stays flat whatever the chunk size.
+        if (names.has(`${i}.at`)) {
+          // Already in place: only check that it continues exactly where the previous one ended.
+          const [offset, length] = (await readFile(join(dir, `${i}.at`), 'utf8'))
+            .split(' ')
+            .map(Number);
+          if (offset !== size) {
+            throw new LayoutError(
+              `chunk ${i} starts at byte ${offset}, but chunks 0-${i - 1} end at ${size}`,
+            );
+          }
+          size += length!;
+          continue;
+        }
+        // A chunk of its own: copied to its place. 1 MiB reads keep memory flat.
         const chunk = createReadStream(join(dir, String(i)), { highWaterMark: JOIN_BUFFER });
         for await (const data of chunk) {
           const bytes = data as Buffer;
@@ -116,14 +186,13 @@ export class FileStorage implements ContentStorage {
           size += bytes.length;
         }
       }
+      // Bytes past the end come from a chunk cut off by the size limit, or a shorter re-send.
+      await out.truncate(size);
       await out.sync();
-    } catch (err) {
+    } finally {
       await out.close();
-      await rm(tmp, { force: true });
-      throw err;
     }
-    await out.close();
-    await rename(tmp, this.contentPath(shareId));
+    await rename(join(dir, 'data'), this.contentPath(shareId));
     await rm(dir, { recursive: true, force: true });
     return { size };
   }

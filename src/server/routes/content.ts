@@ -9,7 +9,7 @@ import { Errors, HttpError } from '../errors.js';
 import { route } from '../http.js';
 import { KeyedMutex } from '../mutex.js';
 import { parseRange } from '../ranges.js';
-import { TotalMismatchError } from '../storage.js';
+import { LayoutError, TotalMismatchError } from '../storage.js';
 import type { ShareRecord } from '../store.js';
 import { findShare } from './shares.js';
 
@@ -19,7 +19,10 @@ interface Chunk {
   uploadId: string;
   index: number;
   total: number;
-  file: string;
+  /** A chunk received as a file of its own, in incoming/ … */
+  file?: string;
+  /** … or one already written in place in the upload's data file. */
+  placed?: { offset: number; length: number };
 }
 
 /** API.md "Content and the chunk protocol". Reading order: here → storage.ts → store.ts. */
@@ -30,17 +33,55 @@ export function contentRoutes(
   const router = Router();
   const uploadLocks = new KeyedMutex();
 
-  // Chunk bodies stream to incoming/ under server-made names; the client's filename is ignored.
+  // Chunks without an offset stream to incoming/ under server-made names (never the client's).
+  const loose = multer.diskStorage({ destination: storage.incomingDir });
+  const targets = new WeakMap<Request, string>();
+
+  /**
+   * A chunk whose fields come before its data and name its byte offset (Dropzone's
+   * `dzchunkbyteoffset`) is written straight to its place in the upload's data file, so the
+   * upload needs no copy when it completes. Any other chunk takes the loose path.
+   */
+  const engine: multer.StorageEngine = {
+    _handleFile(req, file, cb) {
+      const shareId = targets.get(req);
+      const f = (req.body ?? {}) as Record<string, unknown>;
+      const ok = (v: unknown, re: RegExp) => typeof v === 'string' && re.test(v);
+      if (
+        !shareId ||
+        !ok(f.dzchunkbyteoffset, /^\d{1,15}$/) ||
+        !ok(f.dzuuid, /^[^]{1,1024}$/) ||
+        !ok(f.dzchunkindex, /^\d{1,9}$/) ||
+        !ok(f.dztotalchunks, /^\d{1,9}$/)
+      ) {
+        loose._handleFile(req, file, cb);
+        return;
+      }
+      const offset = Number(f.dzchunkbyteoffset);
+      storage.writePlaced(shareId, f.dzuuid as string, offset, file.stream).then(
+        (size) => cb(null, { size, placedAt: offset } as Partial<Express.Multer.File>),
+        (err: Error) => cb(err),
+      );
+    },
+    _removeFile(req, file, cb) {
+      // Unrecorded bytes in the data file are harmless: overwritten or cut off at assembly.
+      if (file.path) loose._removeFile(req, file, cb);
+      else cb(null);
+    },
+  };
+
   const receive = multer({
-    dest: storage.incomingDir,
+    storage: engine,
     limits: { fileSize: maxChunkBytes, files: 1, fields: 16, fieldSize: 4096, parts: 20 },
   }).single('upload');
 
-  const readChunk = async (req: Request, res: Response): Promise<Chunk> => {
+  const readChunk = async (req: Request, res: Response, shareId: string): Promise<Chunk> => {
+    targets.set(req, shareId);
     await new Promise<void>((resolve, reject) =>
       receive(req, res, (err) => (err ? reject(err) : resolve())),
     );
     const file = req.file?.path;
+    const placedAt = (req.file as { placedAt?: number } | undefined)?.placedAt;
     try {
       const fields = (req.body ?? {}) as Record<string, unknown>;
       const int = (name: string): number => {
@@ -61,6 +102,9 @@ export function contentRoutes(
       }
       if (index >= total)
         throw Errors.badRequest(`"dzchunkindex" must be below dztotalchunks (${total})`);
+      if (placedAt !== undefined) {
+        return { uploadId, index, total, placed: { offset: placedAt, length: req.file!.size } };
+      }
       if (!file) throw Errors.badRequest('The file part "upload" is missing');
       return { uploadId, index, total, file };
     } catch (err) {
@@ -79,32 +123,41 @@ export function contentRoutes(
     share: ShareRecord,
     stillAllowed: (s: ShareRecord) => void,
   ) => {
-    const chunk = await readChunk(req, res);
-    const key = `${share.share_id}\0${chunk.uploadId}`;
+    const chunk = await readChunk(req, res, share.share_id);
+    const { uploadId, index, total, file, placed } = chunk;
+    const key = `${share.share_id}\0${uploadId}`;
     const done = await uploadLocks.run(key, async () => {
       let received: number;
       try {
         // The share may have been deleted while the body streamed in.
         if (!store.getShare(share.share_id)) throw Errors.shareNotFound();
-        received = await storage.putChunk(
-          share.share_id,
-          chunk.uploadId,
-          chunk.index,
-          chunk.total,
-          chunk.file,
-        );
+        received = placed
+          ? await storage.placeChunk(
+              share.share_id,
+              uploadId,
+              index,
+              total,
+              placed.offset,
+              placed.length,
+            )
+          : await storage.putChunk(share.share_id, uploadId, index, total, file!);
       } catch (err) {
-        await unlink(chunk.file).catch(() => undefined);
+        if (file) await unlink(file).catch(() => undefined);
         if (err instanceof TotalMismatchError) throw Errors.badRequest(err.message);
         throw err;
       }
-      if (received < chunk.total) return false;
+      if (received < total) return false;
       await shareLocks.run(share.share_id, async () => {
         const current = store.getShare(share.share_id);
         if (!current) throw Errors.shareNotFound();
         stillAllowed(current);
-        const { size } = await storage.assemble(share.share_id, chunk.uploadId, chunk.total);
-        await store.updateShare(share.share_id, { initialized: true, size });
+        try {
+          const { size } = await storage.assemble(share.share_id, uploadId, total);
+          await store.updateShare(share.share_id, { initialized: true, size });
+        } catch (err) {
+          if (err instanceof LayoutError) throw Errors.badRequest(err.message);
+          throw err;
+        }
       });
       return true;
     });

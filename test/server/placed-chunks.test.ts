@@ -1,0 +1,164 @@
+// fshare extension of the chunk protocol: a chunk whose fields precede its data and carry
+// Dropzone's `dzchunkbyteoffset` is written in place, so completing the upload copies nothing.
+// Clients that do not send it (the reference's) keep working, also mixed within one upload.
+import { randomBytes, randomUUID } from 'node:crypto';
+import { readdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
+import {
+  content,
+  createShare,
+  expectFail,
+  expectStatus,
+  getShare,
+  sendChunk,
+  sendParts,
+  split,
+  type Res,
+} from '../helpers/http.js';
+
+let srv: TestServer;
+let token: string;
+beforeAll(async () => {
+  srv = await startServer();
+  token = await login(srv.url, ADMIN.username, ADMIN.password);
+});
+afterAll(() => srv.close());
+
+function sendPlaced(
+  id: string,
+  c: { dzuuid: string; index: number; total: number; offset: number; data: Buffer },
+  method: 'POST' | 'PUT' = 'POST',
+): Promise<Res> {
+  return sendParts(
+    srv.url,
+    token,
+    id,
+    [
+      { name: 'dzuuid', value: c.dzuuid },
+      { name: 'dzchunkindex', value: String(c.index) },
+      { name: 'dztotalchunks', value: String(c.total) },
+      { name: 'dzchunkbyteoffset', value: String(c.offset) },
+      { name: 'upload', filename: 'blob', data: c.data },
+    ],
+    method,
+  );
+}
+
+/** Chunks of `data` with their offsets. */
+function chunksOf(data: Buffer, count: number) {
+  let offset = 0;
+  return split(data, count).map((piece, index) => {
+    const c = { index, offset, data: piece };
+    offset += piece.length;
+    return c;
+  });
+}
+
+describe('placed chunks', () => {
+  it('out of order and in parallel: exactly one 201, the bytes in index order', async () => {
+    const id = await createShare(srv.url, token, 'placed.bin');
+    const data = randomBytes(100_000);
+    const dzuuid = randomUUID();
+    const chunks = chunksOf(data, 7);
+    const order = [3, 6, 0, 5, 1, 4, 2];
+    const results = await Promise.all(
+      order.map((i) => sendPlaced(id, { dzuuid, total: 7, ...chunks[i]! })),
+    );
+    expect(results.map((r) => r.status).sort()).toEqual([200, 200, 200, 200, 200, 200, 201]);
+    expect((await content(srv.url, token, id)).equals(data)).toBe(true);
+    expect(await getShare(srv.url, token, id)).toMatchObject({
+      initialized: true,
+      size: data.length,
+    });
+    // Nothing of the upload is left behind.
+    expect(await readdir(join(srv.dataDir, 'uploads'))).not.toContainEqual(
+      expect.stringContaining(id),
+    );
+  });
+
+  it('a re-sent placed chunk replaces the earlier one and is not counted twice', async () => {
+    const id = await createShare(srv.url, token, 'resent.bin');
+    const data = randomBytes(30_000);
+    const dzuuid = randomUUID();
+    const [c0, c1, c2] = chunksOf(data, 3);
+    expectStatus(
+      await sendPlaced(id, { dzuuid, total: 3, ...c0!, data: randomBytes(10_000) }),
+      200,
+    );
+    expectStatus(await sendPlaced(id, { dzuuid, total: 3, ...c0! }), 200);
+    expectStatus(await sendPlaced(id, { dzuuid, total: 3, ...c2! }), 200);
+    expectStatus(await sendPlaced(id, { dzuuid, total: 3, ...c1! }), 201);
+    expect((await content(srv.url, token, id)).equals(data)).toBe(true);
+  });
+
+  it('placed and loose chunks mix within one upload, and PUT replaces content the same way', async () => {
+    const id = await createShare(srv.url, token, 'mixed.bin');
+    const first = randomBytes(50_000);
+    const dzuuid = randomUUID();
+    const [c0, c1, c2] = chunksOf(first, 3);
+    expectStatus(
+      await sendChunk(srv.url, token, id, { dzuuid, index: 1, total: 3, data: c1!.data }),
+      200,
+    );
+    expectStatus(await sendPlaced(id, { dzuuid, total: 3, ...c2! }), 200);
+    expectStatus(await sendPlaced(id, { dzuuid, total: 3, ...c0! }), 201);
+    expect((await content(srv.url, token, id)).equals(first)).toBe(true);
+
+    const second = randomBytes(20_000);
+    const put = randomUUID();
+    const [p0, p1] = chunksOf(second, 2);
+    expectStatus(await sendPlaced(id, { dzuuid: put, total: 2, ...p1! }, 'PUT'), 200);
+    expect((await content(srv.url, token, id)).equals(first)).toBe(true);
+    expectStatus(await sendPlaced(id, { dzuuid: put, total: 2, ...p0! }, 'PUT'), 201);
+    expect((await content(srv.url, token, id)).equals(second)).toBe(true);
+  });
+
+  it('offsets that leave a gap are a 400 and the share stays uninitialized', async () => {
+    const id = await createShare(srv.url, token, 'gap.bin');
+    const dzuuid = randomUUID();
+    expectStatus(
+      await sendPlaced(id, { dzuuid, index: 0, total: 2, offset: 0, data: randomBytes(100) }),
+      200,
+    );
+    const res = await sendPlaced(id, {
+      dzuuid,
+      index: 1,
+      total: 2,
+      offset: 500,
+      data: randomBytes(100),
+    });
+    expectFail(res, 400);
+    expect(await getShare(srv.url, token, id)).toMatchObject({ initialized: false, size: null });
+    // Re-sending the chunk at its right offset mends the upload.
+    expectStatus(
+      await sendPlaced(id, { dzuuid, index: 1, total: 2, offset: 100, data: randomBytes(100) }),
+      201,
+    );
+    expect(await getShare(srv.url, token, id)).toMatchObject({ initialized: true, size: 200 });
+  });
+
+  it('a placed chunk over the size limit is a 413 and leaves nothing counted', async () => {
+    const small = await startServer({ maxChunkBytes: 1024 });
+    try {
+      const t = await login(small.url, ADMIN.username, ADMIN.password);
+      const id = await createShare(small.url, t, 'big.bin');
+      const dzuuid = randomUUID();
+      const parts = (data: Buffer, offset: number) => [
+        { name: 'dzuuid', value: dzuuid },
+        { name: 'dzchunkindex', value: '0' },
+        { name: 'dztotalchunks', value: '1' },
+        { name: 'dzchunkbyteoffset', value: String(offset) },
+        { name: 'upload', filename: 'blob', data },
+      ];
+      expectFail(await sendParts(small.url, t, id, parts(randomBytes(5000), 0)), 413);
+      expect(await getShare(small.url, t, id)).toMatchObject({ initialized: false });
+      const ok = randomBytes(1000);
+      expectStatus(await sendParts(small.url, t, id, parts(ok, 0)), 201);
+      expect((await content(small.url, t, id)).equals(ok)).toBe(true);
+    } finally {
+      await small.close();
+    }
+  });
+});
