@@ -2,8 +2,8 @@ import { createWriteStream } from 'node:fs';
 import { rename, stat } from 'node:fs/promises';
 import { once } from 'node:events';
 import { join } from 'node:path';
-import { Transform, type Writable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
+import type { Writable } from 'node:stream';
+import { finished } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Dispatcher } from 'undici';
 import { getFile } from './api.js';
@@ -321,25 +321,31 @@ export async function download(
     const onSinkError = () => {
       sinkFailed = true;
     };
-    sink.once('error', onSinkError);
+    sink.on('error', onSinkError);
     let written = 0;
-    const base = offset;
-    const counter = new Transform({
-      transform(chunk: Buffer, _encoding, callback) {
-        written += chunk.length;
-        options.onProgress?.(base + written, expected);
-        callback(null, chunk);
-      },
-    });
     try {
-      await pipeline(res.body, counter, sink, { end: part !== undefined });
+      for await (const data of res.body) {
+        if (sink.errored) throw sink.errored;
+        const bytes = data as Buffer;
+        written += bytes.length;
+        options.onProgress?.(offset + written, expected);
+        // once() rejects if the sink fails while we wait for it to drain.
+        if (!sink.write(bytes)) await once(sink, 'drain');
+      }
+      if (part) {
+        sink.end();
+        await finished(sink);
+      }
       offset += written;
       sink.off('error', onSinkError);
       break;
     } catch (err) {
       sink.off('error', onSinkError);
       if (part) {
-        if (!sink.closed) await once(sink, 'close').catch(() => undefined);
+        // Keep every byte received before the cut: flush the .part rather than destroy it.
+        if (sinkFailed) sink.destroy();
+        else sink.end();
+        await finished(sink).catch(() => undefined);
         offset = (await sizeOf(part)) ?? 0;
       } else offset += written;
       if (sinkFailed || !isTransportError(err)) throw err;
