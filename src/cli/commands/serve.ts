@@ -1,6 +1,6 @@
 import { resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
-import { parseSize } from '../../shared/size.js';
+import { parseChunkSize } from './files.js';
 
 interface ServeOptions {
   host: string;
@@ -17,13 +17,6 @@ function port(value: string): number {
   const n = Number(value);
   if (!/^\d+$/.test(value) || n > 65535)
     throw new InvalidArgumentError('expected a port number 0-65535');
-  return n;
-}
-
-function size(value: string): number {
-  const n = parseSize(value);
-  if (n === null || n < 1)
-    throw new InvalidArgumentError('expected a size such as 512k, 64m or 1g');
   return n;
 }
 
@@ -53,7 +46,7 @@ export function registerServe(program: Command): void {
       '--admin-password <password>',
       'its password (prefer env FSHARE_ADMIN_PASSWORD: argv is visible in ps)',
     )
-    .option('--max-chunk-size <size>', 'largest chunk accepted', size, 64 * 1024 * 1024)
+    .option('--max-chunk-size <size>', 'largest chunk accepted', parseChunkSize, 64 * 1024 * 1024)
     .option('--token-lifetime <duration>', 'how long issued tokens stay valid', duration, 7 * 86400)
     .option('-q, --quiet', 'no request log')
     .addHelpText(
