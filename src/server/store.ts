@@ -107,6 +107,8 @@ export class Store {
   private writing: Promise<void> | null = null;
   private queued: Promise<void> | null = null;
   private closed = false;
+  /** Set by close(): the next write folds the journal into db.json. */
+  private compactNext = false;
 
   private constructor(dataDir: string) {
     this.journalPath = join(dataDir, 'db.journal');
@@ -242,7 +244,8 @@ export class Store {
   private async writePending(): Promise<void> {
     const lines = this.pending;
     this.pending = [];
-    if (this.journalBytes >= COMPACT_BYTES) {
+    if (this.compactNext || this.journalBytes >= COMPACT_BYTES) {
+      this.compactNext = false;
       // The snapshot is taken synchronously here, so it holds exactly the lines just taken.
       await this.compact();
       return;
@@ -266,7 +269,7 @@ export class Store {
     if (this.closed) return;
     this.closed = true;
     await this.flush();
-    this.journalBytes = COMPACT_BYTES;
+    this.compactNext = true;
     await this.flush();
     await this.journal.close();
   }
@@ -290,8 +293,8 @@ export class Store {
   }
 
   /** Applies changes to a user; a rename also moves the user's shares to the new name. */
-  async updateUser(name: string, changes: Partial<UserRecord>): Promise<void> {
-    await this.change({ op: 'updateUser', name, changes });
+  updateUser(name: string, changes: Partial<UserRecord>): Promise<void> {
+    return this.change({ op: 'updateUser', name, changes });
   }
 
   deleteUser(name: string): Promise<void> {
