@@ -25,6 +25,37 @@ interface Chunk {
   placed?: { offset: number; length: number };
 }
 
+/** The dz* form fields of API.md's chunk protocol; a 400 naming the first that is wrong. */
+function chunkFields(fields: Record<string, unknown>) {
+  const int = (name: string): number => {
+    const value = fields[name];
+    if (typeof value !== 'string' || !/^\d{1,9}$/.test(value.trim())) {
+      throw Errors.badRequest(`Form field "${name}" must be a non-negative integer`);
+    }
+    return Number(value.trim());
+  };
+  const uploadId = fields.dzuuid;
+  if (typeof uploadId !== 'string' || uploadId.length === 0 || uploadId.length > 1024) {
+    throw Errors.badRequest('Form field "dzuuid" must be a non-empty string');
+  }
+  const total = int('dztotalchunks');
+  const index = int('dzchunkindex');
+  if (total < 1 || total > MAX_TOTAL_CHUNKS) {
+    throw Errors.badRequest(`"dztotalchunks" must be between 1 and ${MAX_TOTAL_CHUNKS}`);
+  }
+  if (index >= total)
+    throw Errors.badRequest(`"dzchunkindex" must be below dztotalchunks (${total})`);
+  return { uploadId, index, total };
+}
+
+function fieldsOrNull(fields: Record<string, unknown>): ReturnType<typeof chunkFields> | null {
+  try {
+    return chunkFields(fields);
+  } catch {
+    return null;
+  }
+}
+
 /** API.md "Content and the chunk protocol". Reading order: here → storage.ts → store.ts. */
 export function contentRoutes(
   { store, storage, maxChunkBytes }: Context,
@@ -45,21 +76,17 @@ export function contentRoutes(
   const engine: multer.StorageEngine = {
     _handleFile(req, file, cb) {
       const shareId = targets.get(req);
-      const f = (req.body ?? {}) as Record<string, unknown>;
-      const ok = (v: unknown, re: RegExp) => typeof v === 'string' && re.test(v);
-      if (
-        !shareId ||
-        !ok(f.dzchunkbyteoffset, /^\d{1,15}$/) ||
-        !ok(f.dzuuid, /^[^]{1,1024}$/) ||
-        !ok(f.dzchunkindex, /^\d{1,9}$/) ||
-        !ok(f.dztotalchunks, /^\d{1,9}$/)
-      ) {
+      const fields = (req.body ?? {}) as Record<string, unknown>;
+      const offset = fields.dzchunkbyteoffset;
+      const chunk = shareId && fieldsOrNull(fields);
+      if (!chunk || typeof offset !== 'string' || !/^\d{1,15}$/.test(offset)) {
+        // Bad fields are reported after the body is read, in readChunk.
         loose._handleFile(req, file, cb);
         return;
       }
-      const offset = Number(f.dzchunkbyteoffset);
-      storage.writePlaced(shareId, f.dzuuid as string, offset, file.stream).then(
-        (size) => cb(null, { size, placedAt: offset } as Partial<Express.Multer.File>),
+      const placedAt = Number(offset);
+      storage.writePlaced(shareId, chunk.uploadId, placedAt, file.stream).then(
+        (size) => cb(null, { size, placedAt } as Partial<Express.Multer.File>),
         (err: Error) => cb(err),
       );
     },
@@ -83,25 +110,7 @@ export function contentRoutes(
     const file = req.file?.path;
     const placedAt = (req.file as { placedAt?: number } | undefined)?.placedAt;
     try {
-      const fields = (req.body ?? {}) as Record<string, unknown>;
-      const int = (name: string): number => {
-        const value = fields[name];
-        if (typeof value !== 'string' || !/^\d{1,9}$/.test(value.trim())) {
-          throw Errors.badRequest(`Form field "${name}" must be a non-negative integer`);
-        }
-        return Number(value.trim());
-      };
-      const uploadId = fields.dzuuid;
-      if (typeof uploadId !== 'string' || uploadId.length === 0 || uploadId.length > 1024) {
-        throw Errors.badRequest('Form field "dzuuid" must be a non-empty string');
-      }
-      const total = int('dztotalchunks');
-      const index = int('dzchunkindex');
-      if (total < 1 || total > MAX_TOTAL_CHUNKS) {
-        throw Errors.badRequest(`"dztotalchunks" must be between 1 and ${MAX_TOTAL_CHUNKS}`);
-      }
-      if (index >= total)
-        throw Errors.badRequest(`"dzchunkindex" must be below dztotalchunks (${total})`);
+      const { uploadId, index, total } = chunkFields((req.body ?? {}) as Record<string, unknown>);
       if (placedAt !== undefined) {
         return { uploadId, index, total, placed: { offset: placedAt, length: req.file!.size } };
       }
