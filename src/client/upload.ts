@@ -88,8 +88,10 @@ export async function uploadContent(
         form.append('dzuuid', uploadId);
         form.append('dzchunkindex', String(index));
         form.append('dztotalchunks', String(total));
-        // Dropzone's offset field, before the data: fshare serve writes the chunk in place.
+        // Dropzone's layout fields, before the data: fshare serve writes the chunk in place.
         form.append('dzchunkbyteoffset', String(start));
+        form.append('dzchunksize', String(chunkSize));
+        form.append('dztotalfilesize', String(size));
         form.append('upload', blob.slice(start, end), partName);
         return form;
       },

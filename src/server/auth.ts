@@ -11,7 +11,7 @@ import type { Request, RequestHandler } from 'express';
 import jwt from 'jsonwebtoken';
 import type { Permission } from '../shared/permissions.js';
 import { Errors } from './errors.js';
-import type { Store, UserRecord } from './store.js';
+import type { MetadataStore, UserRecord } from './store/index.js';
 
 const scryptAsync = promisify(scrypt) as (
   password: string,
@@ -84,7 +84,7 @@ export class Tokens {
   constructor(
     secret: string,
     private readonly lifetimeSeconds: number,
-    private readonly store: Store,
+    private readonly store: MetadataStore,
   ) {
     this.key = createSecretKey(Buffer.from(secret));
   }
@@ -99,32 +99,33 @@ export class Tokens {
   }
 
   /** Verifies signature (HS256 only), expiry and revocation; returns claims or null. */
-  verify(token: string): TokenClaims | null {
+  async verify(token: string): Promise<TokenClaims | null> {
+    let claims: string | jwt.JwtPayload;
     try {
-      const claims = jwt.verify(token, this.key, { algorithms: ['HS256'] });
-      if (typeof claims !== 'object' || typeof claims.sub !== 'string') return null;
-      if (typeof claims.jti !== 'string' || typeof claims.exp !== 'number') return null;
-      if (this.store.isRevoked(claims.jti)) return null;
-      return claims as TokenClaims;
+      claims = jwt.verify(token, this.key, { algorithms: ['HS256'] });
     } catch {
       return null;
     }
+    if (typeof claims !== 'object' || typeof claims.sub !== 'string') return null;
+    if (typeof claims.jti !== 'string' || typeof claims.exp !== 'number') return null;
+    if (await this.store.isRevoked(claims.jti)) return null;
+    return claims as TokenClaims;
   }
 }
 
 /** API.md rules 1 and 2, for every endpoint: identifies the caller or refuses with 401. */
-export function identify(tokens: Tokens, store: Store): RequestHandler {
-  return (req, _res, next) => {
+export function identify(tokens: Tokens, store: MetadataStore): RequestHandler {
+  return async (req, _res, next) => {
     const header = req.headers.authorization;
     if (header === undefined) {
-      req.caller = { username: null, permissions: store.settings.default_permissions };
+      req.caller = { username: null, permissions: (await store.getSettings()).default_permissions };
       next();
       return;
     }
     const match = /^Bearer +(\S+) *$/i.exec(header);
     if (!match) throw Errors.badAuthHeader();
-    const claims = tokens.verify(match[1]!);
-    const user = claims && store.getUser(claims.sub);
+    const claims = await tokens.verify(match[1]!);
+    const user = claims && (await store.getUser(claims.sub));
     if (!claims || !user) throw Errors.badToken();
     req.caller = { username: user.username, permissions: user.permissions, token: claims };
     next();
@@ -146,7 +147,9 @@ export function need(req: Request, permission: Permission | null, anonymous = tr
 }
 
 /** The signed-in user (for endpoints that never allow anonymous use). */
-export function signedIn(req: Request, store: Store): UserRecord {
+export async function signedIn(req: Request, store: MetadataStore): Promise<UserRecord> {
   need(req, null, false);
-  return store.getUser(req.caller.username!)!;
+  const user = await store.getUser(req.caller.username!);
+  if (!user) throw Errors.badToken(); // deleted while this request was on its way
+  return user;
 }

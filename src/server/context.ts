@@ -1,10 +1,10 @@
 import type { Tokens } from './auth.js';
-import type { ContentStorage } from './storage.js';
-import type { Store } from './store.js';
+import type { ContentStorage } from './storage/index.js';
+import type { MetadataStore } from './store/index.js';
 
 /** What every route module is built from. */
 export interface Context {
-  store: Store;
+  store: MetadataStore;
   storage: ContentStorage;
   tokens: Tokens;
   maxChunkBytes: number;

@@ -1,5 +1,8 @@
 import type { ErrorRequestHandler, RequestHandler } from 'express';
 import multer from 'multer';
+import { isOutOfSpace } from './fsutil.js';
+import { ChunkRefusedError, InsufficientStorageError } from './storage/index.js';
+import { DuplicateUserError, MissingRecordError } from './store/index.js';
 
 /** The one error type routes throw; the error handler turns it into API.md's error body. */
 export class HttpError extends Error {
@@ -34,7 +37,28 @@ export const Errors = {
     new HttpError(423, 'The share has no content yet: use POST to upload it first'),
   userExists: () => new HttpError(409, 'A user with this name already exists'),
   badRequest: (message: string) => new HttpError(400, message),
+  outOfSpace: () =>
+    new HttpError(507, 'The server is out of storage space; nothing was changed, try again later'),
 } as const;
+
+const CHUNK_STATUS: Record<ChunkRefusedError['reason'], number> = {
+  invalid: 400,
+  finished: 409,
+  superseded: 409,
+  digest: 422,
+};
+
+/** Errors of the store and the storage, in HTTP terms; anything else is left as it is. */
+export function asHttpError(err: unknown): unknown {
+  if (err instanceof HttpError) return err;
+  if (err instanceof ChunkRefusedError) return new HttpError(CHUNK_STATUS[err.reason], err.message);
+  if (err instanceof InsufficientStorageError) return new HttpError(507, err.message);
+  if (isOutOfSpace(err)) return Errors.outOfSpace();
+  if (err instanceof MissingRecordError)
+    return err.kind === 'share' ? Errors.shareNotFound() : Errors.userNotFound();
+  if (err instanceof DuplicateUserError) return Errors.userExists();
+  return err;
+}
 
 export const notFound: RequestHandler = (req) => {
   throw new HttpError(404, `No route for ${req.method} ${req.path}`);
@@ -59,11 +83,12 @@ interface StatusCarrier {
 
 /** Turns anything thrown into `{status: "fail", message}` with the right code; never a stack. */
 export function errorHandler(log?: (line: string) => void): ErrorRequestHandler {
-  return (err: unknown, _req, res, next) => {
+  return (thrown: unknown, _req, res, next) => {
     if (res.headersSent) {
-      next(err);
+      next(thrown);
       return;
     }
+    const err = asHttpError(thrown);
     let status = 500;
     let message = 'Internal server error';
     let headers: Record<string, string> = {};

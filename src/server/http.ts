@@ -2,7 +2,7 @@ import type { Request, RequestHandler, Response, Router } from 'express';
 import { DEFAULT_PER_PAGE, MAX_PER_PAGE, type Page } from '../shared/types.js';
 import type { Share, User } from '../shared/types.js';
 import { HttpError, methodNotAllowed } from './errors.js';
-import type { ShareRecord, UserRecord } from './store.js';
+import type { ShareRecord, UserRecord } from './store/index.js';
 import { queryInt } from './validate.js';
 
 type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
@@ -41,6 +41,7 @@ export function shareJson(s: ShareRecord): Share {
     locked: s.locked,
     create_date: s.create_date,
     size: s.size,
+    sha256: s.initialized ? (s.sha256 ?? null) : null,
   };
 }
 
@@ -50,19 +51,19 @@ export function userJson(u: UserRecord): User {
 }
 
 /** API.md pagination: `?page` and `?per_page`; a page past the last is a 404 (but page 1). */
-export function paginate<R, T>(
+export async function paginate<R, T>(
   req: Request,
   total: number,
-  slice: (offset: number, limit: number) => R[],
+  slice: (offset: number, limit: number) => Promise<R[]>,
   toJson: (r: R) => T,
-): Page<T> {
+): Promise<Page<T>> {
   const page = queryInt(req.query.page, 'page', 1);
   const perPage = queryInt(req.query.per_page, 'per_page', DEFAULT_PER_PAGE, MAX_PER_PAGE);
   const pages = Math.ceil(total / perPage);
   if (page > pages && page !== 1)
     throw new HttpError(404, `Page ${page} is past the last page (${pages})`);
   return {
-    data: slice((page - 1) * perPage, perPage).map(toJson),
+    data: (await slice((page - 1) * perPage, perPage)).map(toJson),
     prev: page > 1 ? page - 1 : null,
     next: page < pages ? page + 1 : null,
     pages,

@@ -9,9 +9,10 @@ import { isoNoZone } from '../shared/dates.js';
 import { hashPassword, identify, Tokens } from './auth.js';
 import type { Context } from './context.js';
 import { errorHandler, notFound } from './errors.js';
-import { KeyedMutex } from './mutex.js';
+import { HashWorker } from './hasher.js';
 import {
   DEFAULT_MAX_CHUNK_BYTES,
+  DEFAULT_MIN_FREE_BYTES,
   DEFAULT_TOKEN_LIFETIME_SECONDS,
   type ServerOptions,
 } from './options.js';
@@ -21,9 +22,11 @@ import { fileRoutes } from './routes/files.js';
 import { settingsRoutes } from './routes/settings.js';
 import { userRoutes } from './routes/users.js';
 import { whoamiRoutes } from './routes/whoami.js';
-import { FileStorage } from './storage.js';
+import { FileStorage } from './storage/files.js';
+import type { ContentStorage } from './storage/index.js';
+import { blobOf, type MetadataStore } from './store/index.js';
+import { LowdbStore } from './store/lowdb.js';
 import { UNPARSABLE } from './validate.js';
-import { Store } from './store.js';
 
 export type { ServerOptions } from './options.js';
 
@@ -93,20 +96,57 @@ async function loadSecret(dataDir: string): Promise<string> {
   return secret;
 }
 
+/**
+ * Content stored by fshare 0.1 has no sha256 in its record: computed in the background after
+ * start, one share at a time, and recorded unless the content was replaced meanwhile.
+ */
+async function digestOldContent(
+  store: MetadataStore,
+  storage: ContentStorage,
+  stopped: () => boolean,
+  log: (line: string) => void,
+): Promise<void> {
+  for await (const share of store.eachShare()) {
+    if (stopped()) return;
+    if (!share.initialized || share.sha256) continue;
+    try {
+      const sha256 = await storage.digest(blobOf(share));
+      await store.withShareLock(share.share_id, async () => {
+        const current = await store.getShare(share.share_id);
+        if (current && blobOf(current) === blobOf(share) && !current.sha256)
+          await store.updateShare(share.share_id, { sha256 });
+      });
+    } catch (err) {
+      if (!stopped()) log(`sha256 of share ${share.share_id}: ${(err as Error).message}`);
+    }
+  }
+}
+
 export async function createServer(options: ServerOptions): Promise<FshareServer> {
   const { dataDir } = options;
+  const log =
+    options.notice ?? options.log ?? ((line: string) => process.stderr.write(`${line}\n`));
   await mkdir(dataDir, { recursive: true, mode: 0o700 });
   await chmod(dataDir, 0o700);
 
-  const store = await Store.open(dataDir);
-  const storage = new FileStorage(dataDir);
-  await storage.init();
+  const store = await LowdbStore.open(dataDir, { repair: options.repair, log });
+  const hasher = new HashWorker();
+  const storage = new FileStorage(dataDir, {
+    hasher,
+    minFreeBytes: options.minFreeBytes ?? DEFAULT_MIN_FREE_BYTES,
+    log,
+  });
+  const referenced = new Set<string>();
+  for await (const share of store.eachShare()) if (share.initialized) referenced.add(blobOf(share));
+  await storage.init((blob) => referenced.has(blob));
   await storage.sweep(UPLOAD_MAX_IDLE_MS);
   const sweeper = setInterval(
     () => void storage.sweep(UPLOAD_MAX_IDLE_MS).catch(() => undefined),
     3600_000,
   );
   sweeper.unref();
+  let stopped = false;
+  const digesting = digestOldContent(store, storage, () => stopped, log);
 
   const secret = options.secret ?? (await loadSecret(dataDir));
   const tokens = new Tokens(
@@ -116,7 +156,7 @@ export async function createServer(options: ServerOptions): Promise<FshareServer
   );
 
   let generatedAdmin: FshareServer['generatedAdmin'];
-  if (store.userCount() === 0) {
+  if ((await store.userCount()) === 0) {
     const username = options.adminUser ?? 'admin';
     const password = options.adminPassword ?? randomBytes(12).toString('base64url');
     if (!options.adminPassword) generatedAdmin = { username, password };
@@ -134,8 +174,6 @@ export async function createServer(options: ServerOptions): Promise<FshareServer
     tokens,
     maxChunkBytes: options.maxChunkBytes ?? DEFAULT_MAX_CHUNK_BYTES,
   };
-  const shareLocks = new KeyedMutex();
-
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
@@ -148,10 +186,10 @@ export async function createServer(options: ServerOptions): Promise<FshareServer
   app.use(userRoutes(ctx));
   app.use(settingsRoutes(ctx));
   app.use(whoamiRoutes(ctx));
-  app.use(contentRoutes(ctx, shareLocks));
-  app.use(fileRoutes(ctx, shareLocks));
+  app.use(contentRoutes(ctx));
+  app.use(fileRoutes(ctx));
   app.use(notFound);
-  app.use(errorHandler(options.log ?? ((line) => process.stderr.write(`${line}\n`))));
+  app.use(errorHandler(log));
 
   let server: Server | undefined;
   return {
@@ -173,11 +211,15 @@ export async function createServer(options: ServerOptions): Promise<FshareServer
     },
     async close() {
       clearInterval(sweeper);
+      stopped = true;
       if (server) {
         const closed = new Promise<void>((resolve) => server!.close(() => resolve()));
         server.closeIdleConnections();
         await closed;
       }
+      await digesting;
+      await storage.close();
+      await hasher.close();
       await store.close();
     },
   };

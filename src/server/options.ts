@@ -10,9 +10,17 @@ export interface ServerOptions {
   /** First-start administrator; without it, `admin` with a random password. */
   adminUser?: string;
   adminPassword?: string;
+  /** Uploads are refused with 507 when they would leave less free space than this; 256 MiB. */
+  minFreeBytes?: number;
+  /** Start even if the metadata journal is damaged: keep every valid entry, move it aside. */
+  repair?: boolean;
   /** Receives one line per request (method, path, status, ms); absent: no request log. */
   log?: (line: string) => void;
+  /** Receives notices (a dropped torn journal entry, a repair, a failed background task);
+   * default: `log`, else stderr. */
+  notice?: (line: string) => void;
 }
 
 export const DEFAULT_TOKEN_LIFETIME_SECONDS = 7 * 24 * 3600;
 export const DEFAULT_MAX_CHUNK_BYTES = 64 * 1024 * 1024;
+export const DEFAULT_MIN_FREE_BYTES = 256 * 1024 * 1024;

@@ -11,6 +11,11 @@ export interface Share {
   create_date: string;
   /** fshare extension: bytes of content, null until initialized. */
   size: number | null;
+  /**
+   * fshare extension: lower-case hex sha256 of the content; null while there is none (and, for
+   * content stored by fshare 0.1, until the server has computed it after an upgrade).
+   */
+  sha256?: string | null;
 }
 
 /** A user as the server serialises it: never a password. */

@@ -141,7 +141,7 @@ async function startServe(): Promise<{ url: string; stop: () => Promise<void> }>
   const dataDir = join(sandbox, 'data');
   const serve: ResultPromise = execa(
     'node',
-    [BIN, 'serve', '--port', '0', '--data-dir', dataDir, '--quiet'],
+    [BIN, 'serve', '--port', '0', '--data-dir', dataDir, '--quiet', '--min-free', '16m'],
     {
       env: {
         ...sandboxEnv(),

@@ -40,16 +40,20 @@ export interface Serve {
 export async function startServe(): Promise<Serve> {
   assertBuilt();
   const dataDir = await tempDir('data');
-  const child = execa('node', [BIN, 'serve', '--port', '0', '--data-dir', dataDir, '--quiet'], {
-    env: cleanEnv({
-      FSHARE_ADMIN_USER: ADMIN.username,
-      FSHARE_ADMIN_PASSWORD: ADMIN.password,
-    }),
-    extendEnv: false,
-    stdin: 'ignore',
-    reject: false,
-    buffer: false,
-  });
+  const child = execa(
+    'node',
+    [BIN, 'serve', '--port', '0', '--data-dir', dataDir, '--quiet', '--min-free', '16m'],
+    {
+      env: cleanEnv({
+        FSHARE_ADMIN_USER: ADMIN.username,
+        FSHARE_ADMIN_PASSWORD: ADMIN.password,
+      }),
+      extendEnv: false,
+      stdin: 'ignore',
+      reject: false,
+      buffer: false,
+    },
+  );
   let stderr = '';
   child.stderr?.on('data', (d: Buffer) => (stderr += d.toString()));
   const url = await new Promise<string>((resolveUrl, reject) => {

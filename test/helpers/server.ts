@@ -20,6 +20,8 @@ export async function startServer(options: Partial<ServerOptions> = {}): Promise
   const server = await createServer({
     adminUser: ADMIN.username,
     adminPassword: ADMIN.password,
+    // A small reserve, so the suite also runs on a nearly full disk; tests of the reserve set it.
+    minFreeBytes: 16 * 1024 * 1024,
     ...options,
     dataDir,
   });

@@ -73,7 +73,7 @@ function serve(dir: string, extraEnv: NodeJS.ProcessEnv = {}): Promise<Running> 
   Object.assign(env, extraEnv);
   const child = spawn(
     process.execPath,
-    [BIN, 'serve', '--port', '0', '--data-dir', dir, '--quiet'],
+    [BIN, 'serve', '--port', '0', '--data-dir', dir, '--quiet', '--min-free', '16m'],
     {
       cwd: ROOT,
       env,

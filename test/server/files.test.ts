@@ -30,6 +30,7 @@ const SHARE_KEYS = [
   'initialized',
   'locked',
   'owner_name',
+  'sha256',
   'share_id',
   'size',
 ];

@@ -1,11 +1,19 @@
 // API.md: "Uploads idle for 24 h are removed." The sweep runs at start (and hourly); here the
-// upload's directory is aged on disk between two starts, so no clock is mocked.
+// upload's directory is aged on disk between two starts, so no clock is mocked. A swept upload
+// keeps a record for 48 h so that its late chunks are refused (409), never silently restarted.
 import { randomBytes, randomUUID } from 'node:crypto';
 import { readdir, utimes } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, expect, it } from 'vitest';
 import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
-import { createShare, expectStatus, sendChunk, split } from '../helpers/http.js';
+import {
+  createShare,
+  expectFail,
+  expectStatus,
+  getShare,
+  sendChunk,
+  split,
+} from '../helpers/http.js';
 
 const servers: TestServer[] = [];
 afterAll(async () => {
@@ -33,18 +41,24 @@ it('an upload idle for more than 24 h is removed at the next start; a fresh one 
   expect(dirs).toHaveLength(2);
   const old = new Date(Date.now() - 25 * 3600 * 1000);
   const staleDir = dirs.find((d) => d.startsWith(stale.id))!;
+  for (const name of await readdir(join(uploads, staleDir)))
+    await utimes(join(uploads, staleDir, name), old, old);
   await utimes(join(uploads, staleDir), old, old);
 
   const second = await startServer({ dataDir: first.dataDir });
   servers.push(second);
-  expect(await readdir(uploads)).toEqual([dirs.find((d) => d.startsWith(fresh.id))]);
-  // The fresh upload completes; the stale one starts over, so its last chunk alone is not enough.
+  // The stale upload's chunks are gone; only the record that it was swept is left.
+  expect(await readdir(uploads)).toHaveLength(2);
+  expect(await readdir(join(uploads, staleDir))).toEqual(['done']);
+  // The fresh upload completes; a late chunk of the swept one is refused and stores nothing.
   expectStatus(
     await sendChunk(second.url, token, fresh.id, { ...fresh, index: 1, total: 2, data: c1! }),
     201,
   );
-  expectStatus(
+  expectFail(
     await sendChunk(second.url, token, stale.id, { ...stale, index: 1, total: 2, data: c1! }),
-    200,
+    409,
   );
+  expect(await readdir(join(uploads, staleDir))).toEqual(['done']);
+  expect(await getShare(second.url, token, stale.id)).toMatchObject({ initialized: false });
 });

@@ -546,7 +546,7 @@ describe('password storage', () => {
       ...(await readFile(join(srv.dataDir, 'db.journal'), 'utf8'))
         .split('\n')
         .filter(Boolean)
-        .map((line) => JSON.parse(line)),
+        .map((line) => JSON.parse(line.slice(line.indexOf(' ') + 1))), // "<crc32> <json>"
     ];
     const records: Array<Record<string, unknown>> = [];
     const visit = (node: unknown): void => {

@@ -9,8 +9,10 @@ interface ServeOptions {
   adminUser?: string;
   adminPassword?: string;
   maxChunkSize: number;
+  minFree: number;
   tokenLifetime: number;
   quiet?: boolean;
+  repair?: boolean;
 }
 
 function port(value: string): number {
@@ -18,6 +20,11 @@ function port(value: string): number {
   if (!/^\d+$/.test(value) || n > 65535)
     throw new InvalidArgumentError('expected a port number 0-65535');
   return n;
+}
+
+/** A size that may be 0 (no reserve). */
+function sizeOrZero(value: string): number {
+  return value.trim() === '0' ? 0 : parseChunkSize(value);
 }
 
 /** "7d", "12h", "30m", "90s" or seconds. */
@@ -47,7 +54,17 @@ export function registerServe(program: Command): void {
       'its password (prefer env FSHARE_ADMIN_PASSWORD: argv is visible in ps)',
     )
     .option('--max-chunk-size <size>', 'largest chunk accepted', parseChunkSize, 64 * 1024 * 1024)
+    .option(
+      '--min-free <size>',
+      "free space kept on the data directory's disk: uploads that would use it get 507",
+      sizeOrZero,
+      256 * 1024 * 1024,
+    )
     .option('--token-lifetime <duration>', 'how long issued tokens stay valid', duration, 7 * 86400)
+    .option(
+      '--repair',
+      'start even if the metadata journal is damaged: keep every valid entry, move the journal aside',
+    )
     .option('-q, --quiet', 'no request log')
     .addHelpText(
       'after',
@@ -63,16 +80,25 @@ Examples:
     .action(async (opts: ServeOptions) => {
       const dataDir = resolve(opts.dataDir);
       const log = opts.quiet ? undefined : (line: string) => process.stderr.write(`${line}\n`);
+      const notice = (line: string) => process.stderr.write(`${line}\n`);
       // Loaded on demand, so client commands do not pay for express, multer and lowdb.
       const { createServer } = await import('../../server/index.js');
+      const { DamagedMetadataError } = await import('../../server/store/index.js');
       const server = await createServer({
         dataDir,
         secret: process.env.FSHARE_SECRET || undefined,
         adminUser: opts.adminUser ?? process.env.FSHARE_ADMIN_USER ?? undefined,
         adminPassword: opts.adminPassword ?? process.env.FSHARE_ADMIN_PASSWORD ?? undefined,
         maxChunkBytes: opts.maxChunkSize,
+        minFreeBytes: opts.minFree,
         tokenLifetimeSeconds: opts.tokenLifetime,
+        repair: opts.repair,
         log,
+        notice,
+      }).catch((err: unknown) => {
+        // Damaged metadata is one clear message with the way out (exit 1), not a stack trace.
+        if (err instanceof DamagedMetadataError) throw new Error(err.message);
+        throw err;
       });
       const { url } = await server.listen(opts.port, opts.host);
       if (server.generatedAdmin) {

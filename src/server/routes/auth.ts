@@ -26,7 +26,7 @@ export function authRoutes({ store, tokens }: Context): Router {
         requireFields(body, ['username', 'password']);
         const username = stringField(body, 'username');
         const password = stringField(body, 'password');
-        const user = store.getUser(username);
+        const user = await store.getUser(username);
         // Same answer, and same work, for an unknown user as for a wrong password.
         if (!(await verifyPassword(password, user?.password_hash)) || !user) {
           throw Errors.badCredentials();
@@ -41,8 +41,8 @@ export function authRoutes({ store, tokens }: Context): Router {
     router,
     '/users/extend',
     {
-      post: (req, res) => {
-        const user = signedIn(req, store);
+      post: async (req, res) => {
+        const user = await signedIn(req, store);
         res.json(issue(user.username, 'Token renewed; the old token stays valid until it expires'));
       },
     },
@@ -54,11 +54,11 @@ export function authRoutes({ store, tokens }: Context): Router {
     '/users/logout',
     {
       post: async (req, res) => {
-        const caller = signedIn(req, store);
+        const caller = await signedIn(req, store);
         const body = requireObject(req.body);
         onlyFields(body, ['token']);
         requireFields(body, ['token']);
-        const claims = tokens.verify(stringField(body, 'token', 8192));
+        const claims = await tokens.verify(stringField(body, 'token', 8192));
         if (!claims) throw Errors.badRequest('The token is invalid, expired or already revoked');
         if (claims.sub !== caller.username && !caller.permissions.includes('ADMIN')) {
           throw Errors.forbidden('ADMIN');
@@ -75,7 +75,7 @@ export function authRoutes({ store, tokens }: Context): Router {
     '/users/password',
     {
       post: async (req, res) => {
-        const user = signedIn(req, store);
+        const user = await signedIn(req, store);
         const body = requireObject(req.body);
         onlyFields(body, ['old', 'new']);
         requireFields(body, ['old', 'new']);

@@ -1,5 +1,3 @@
-import { open, unlink } from 'node:fs/promises';
-import { pipeline } from 'node:stream/promises';
 import contentDisposition from 'content-disposition';
 import { Router, type Request, type Response } from 'express';
 import mime from 'mime-types';
@@ -7,29 +5,23 @@ import multer from 'multer';
 import type { Context } from '../context.js';
 import { Errors, HttpError } from '../errors.js';
 import { route } from '../http.js';
-import { KeyedMutex } from '../mutex.js';
 import { parseRange } from '../ranges.js';
-import { LayoutError, TotalMismatchError } from '../storage.js';
-import type { ShareRecord } from '../store.js';
-import { findShare } from './shares.js';
+import type { ChunkFields, ContentStorage, ReceivedChunk } from '../storage/index.js';
+import { blobOf, type MetadataStore, type ShareRecord } from '../store/index.js';
+import { checkOwner, findShare } from './shares.js';
 
 const MAX_TOTAL_CHUNKS = 1_000_000;
 
-interface Chunk {
-  uploadId: string;
-  index: number;
-  total: number;
-  /** A chunk received as a file of its own, in incoming/ … */
-  file?: string;
-  /** … or one already written in place in the upload's data file. */
-  placed?: { offset: number; length: number };
-}
-
-/** The dz* form fields of API.md's chunk protocol; a 400 naming the first that is wrong. */
-function chunkFields(fields: Record<string, unknown>) {
-  const int = (name: string): number => {
+/**
+ * The chunk's form fields: API.md's dz* fields, plus Dropzone's layout fields and our dzsha256
+ * (all additive, docs/API.md). A 400 names the first field that is wrong.
+ */
+export function chunkFields(fields: Record<string, unknown>): ChunkFields {
+  const int = (name: string, optional = false): number | undefined => {
     const value = fields[name];
-    if (typeof value !== 'string' || !/^\d{1,9}$/.test(value.trim())) {
+    if (value === undefined && optional) return undefined;
+    // 15 digits: every byte offset of a file we could hold, and never past 2^53.
+    if (typeof value !== 'string' || !/^\d{1,15}$/.test(value.trim())) {
       throw Errors.badRequest(`Form field "${name}" must be a non-negative integer`);
     }
     return Number(value.trim());
@@ -38,17 +30,34 @@ function chunkFields(fields: Record<string, unknown>) {
   if (typeof uploadId !== 'string' || uploadId.length === 0 || uploadId.length > 1024) {
     throw Errors.badRequest('Form field "dzuuid" must be a non-empty string');
   }
-  const total = int('dztotalchunks');
-  const index = int('dzchunkindex');
+  const total = int('dztotalchunks')!;
+  const index = int('dzchunkindex')!;
   if (total < 1 || total > MAX_TOTAL_CHUNKS) {
     throw Errors.badRequest(`"dztotalchunks" must be between 1 and ${MAX_TOTAL_CHUNKS}`);
   }
   if (index >= total)
     throw Errors.badRequest(`"dzchunkindex" must be below dztotalchunks (${total})`);
-  return { uploadId, index, total };
+  const chunk: ChunkFields = { uploadId, index, total };
+  chunk.offset = int('dzchunkbyteoffset', true);
+  const chunkSize = int('dzchunksize', true);
+  const fileSize = int('dztotalfilesize', true);
+  if (chunkSize !== undefined && fileSize !== undefined) {
+    if (chunkSize < 1 || Math.max(1, Math.ceil(fileSize / chunkSize)) !== total)
+      throw Errors.badRequest(
+        `dzchunksize ${chunkSize} and dztotalfilesize ${fileSize} do not make ${total} chunks`,
+      );
+    chunk.layout = { chunkSize, fileSize };
+  }
+  const sha = fields.dzsha256;
+  if (sha !== undefined) {
+    if (typeof sha !== 'string' || !/^[0-9a-f]{64}$/i.test(sha.trim()))
+      throw Errors.badRequest('Form field "dzsha256" must be 64 hexadecimal digits');
+    chunk.sha256 = sha.trim().toLowerCase();
+  }
+  return chunk;
 }
 
-function fieldsOrNull(fields: Record<string, unknown>): ReturnType<typeof chunkFields> | null {
+function fieldsOrNull(fields: Record<string, unknown>): ChunkFields | null {
   try {
     return chunkFields(fields);
   } catch {
@@ -56,44 +65,34 @@ function fieldsOrNull(fields: Record<string, unknown>): ReturnType<typeof chunkF
   }
 }
 
-/** API.md "Content and the chunk protocol". Reading order: here → storage.ts → store.ts. */
-export function contentRoutes(
-  { store, storage, maxChunkBytes }: Context,
-  shareLocks: KeyedMutex,
-): Router {
-  const router = Router();
-  const uploadLocks = new KeyedMutex();
+interface WithReceived {
+  received?: ReceivedChunk;
+}
 
-  // Chunks without an offset stream to incoming/ under server-made names (never the client's).
-  const loose = multer.diskStorage({ destination: storage.incomingDir });
+/** API.md "Content and the chunk protocol". Reading order: here → storage/ → store/. */
+export function contentRoutes({ store, storage, maxChunkBytes }: Context): Router {
+  const router = Router();
   const targets = new WeakMap<Request, string>();
 
   /**
-   * A chunk whose fields come before its data and name its byte offset (Dropzone's
-   * `dzchunkbyteoffset`) is written straight to its place in the upload's data file, so the
-   * upload needs no copy when it completes. Any other chunk takes the loose path.
+   * Hands the file part to the storage as it streams in. When the fields came first, it knows
+   * the chunk's upload and place (and can write a placed chunk straight where it belongs);
+   * otherwise the bytes wait in a file of their own until the fields are known.
    */
   const engine: multer.StorageEngine = {
     _handleFile(req, file, cb) {
-      const shareId = targets.get(req);
-      const fields = (req.body ?? {}) as Record<string, unknown>;
-      const offset = fields.dzchunkbyteoffset;
-      const chunk = shareId && fieldsOrNull(fields);
-      if (!chunk || typeof offset !== 'string' || !/^\d{1,15}$/.test(offset)) {
-        // Bad fields are reported after the body is read, in readChunk.
-        loose._handleFile(req, file, cb);
-        return;
-      }
-      const placedAt = Number(offset);
-      storage.writePlaced(shareId, chunk.uploadId, placedAt, file.stream).then(
-        (size) => cb(null, { size, placedAt } as Partial<Express.Multer.File>),
+      const shareId = targets.get(req)!;
+      const fields = fieldsOrNull((req.body ?? {}) as Record<string, unknown>);
+      // One byte over the limit is enough to know it is too large (multer then answers 413).
+      storage.receive(shareId, fields, file.stream, maxChunkBytes + 1).then(
+        (received) => cb(null, { size: received.bytes, received } as Partial<Express.Multer.File>),
         (err: Error) => cb(err),
       );
     },
-    _removeFile(req, file, cb) {
-      // Unrecorded bytes in the data file are harmless: overwritten or cut off at assembly.
-      if (file.path) loose._removeFile(req, file, cb);
-      else cb(null);
+    _removeFile(_req, file, cb) {
+      const { received } = file as WithReceived;
+      if (!received) return cb(null);
+      storage.discard(received).then(() => cb(null), cb);
     },
   };
 
@@ -102,82 +101,73 @@ export function contentRoutes(
     limits: { fileSize: maxChunkBytes, files: 1, fields: 16, fieldSize: 4096, parts: 20 },
   }).single('upload');
 
-  const readChunk = async (req: Request, res: Response, shareId: string): Promise<Chunk> => {
+  const readChunk = async (req: Request, res: Response, shareId: string) => {
     targets.set(req, shareId);
     await new Promise<void>((resolve, reject) =>
       receive(req, res, (err) => (err ? reject(err) : resolve())),
     );
-    const file = req.file?.path;
-    const placedAt = (req.file as { placedAt?: number } | undefined)?.placedAt;
+    const received = (req.file as WithReceived | undefined)?.received;
     try {
-      const { uploadId, index, total } = chunkFields((req.body ?? {}) as Record<string, unknown>);
-      if (placedAt !== undefined) {
-        return { uploadId, index, total, placed: { offset: placedAt, length: req.file!.size } };
-      }
-      if (!file) throw Errors.badRequest('The file part "upload" is missing');
-      return { uploadId, index, total, file };
+      const fields = chunkFields((req.body ?? {}) as Record<string, unknown>);
+      if (!received) throw Errors.badRequest('The file part "upload" is missing');
+      return { fields, received };
     } catch (err) {
-      if (file) await unlink(file).catch(() => undefined);
+      if (received) await storage.discard(received);
       throw err;
     }
   };
 
   /**
-   * Files one chunk; the request that completes the upload joins it and replaces the content.
-   * `stillAllowed` repeats the state check at the moment of replacement.
+   * Files one chunk; the request that completes the upload publishes the new content.
+   * `allowed` repeats the state checks at the moment of publishing, under the share's lock.
    */
   const acceptChunk = async (
     req: Request,
     res: Response,
     share: ShareRecord,
-    stillAllowed: (s: ShareRecord) => void,
+    allowed: (s: ShareRecord) => void,
   ) => {
-    const chunk = await readChunk(req, res, share.share_id);
-    const { uploadId, index, total, file, placed } = chunk;
-    const key = `${share.share_id}\0${uploadId}`;
-    const done = await uploadLocks.run(key, async () => {
-      let received: number;
+    const declared = Number(req.headers['content-length']);
+    const release = await storage.reserve(
+      Number.isSafeInteger(declared) && declared > 0 ? declared : maxChunkBytes,
+    );
+    let outcome: 'stored' | 'complete';
+    let fields: ChunkFields;
+    try {
+      const chunk = await readChunk(req, res, share.share_id);
+      fields = chunk.fields;
       try {
         // The share may have been deleted while the body streamed in.
-        if (!store.getShare(share.share_id)) throw Errors.shareNotFound();
-        received = placed
-          ? await storage.placeChunk(
-              share.share_id,
-              uploadId,
-              index,
-              total,
-              placed.offset,
-              placed.length,
-            )
-          : await storage.putChunk(share.share_id, uploadId, index, total, file!);
-      } catch (err) {
-        if (file) await unlink(file).catch(() => undefined);
-        if (err instanceof TotalMismatchError) throw Errors.badRequest(err.message);
-        throw err;
+        if (!(await store.getShare(share.share_id))) throw Errors.shareNotFound();
+        outcome = await storage.commit(share.share_id, fields, chunk.received, (content) =>
+          store.withShareLock(share.share_id, async () => {
+            const current = await store.getShare(share.share_id);
+            if (!current) throw Errors.shareNotFound();
+            checkOwner(req, current);
+            allowed(current);
+            await store.updateShare(share.share_id, {
+              initialized: true,
+              size: content.size,
+              sha256: content.sha256,
+              blob: content.blob,
+            });
+            return current.initialized ? blobOf(current) : undefined;
+          }),
+        );
+      } finally {
+        await storage.discard(chunk.received);
       }
-      if (received < total) return false;
-      await shareLocks.run(share.share_id, async () => {
-        const current = store.getShare(share.share_id);
-        if (!current) throw Errors.shareNotFound();
-        stillAllowed(current);
-        try {
-          const { size } = await storage.assemble(share.share_id, uploadId, total);
-          await store.updateShare(share.share_id, { initialized: true, size });
-        } catch (err) {
-          if (err instanceof LayoutError) throw Errors.badRequest(err.message);
-          throw err;
-        }
-      });
-      return true;
-    });
-    if (done) {
+    } finally {
+      release();
+    }
+    if (outcome === 'complete') {
       res
         .status(201)
-        .json({ status: 'success', message: `Upload complete (${chunk.total} chunks)` });
+        .json({ status: 'success', message: `Upload complete (${fields.total} chunks)` });
     } else {
       res.json({
         status: 'success',
-        message: `Chunk ${chunk.index + 1} of ${chunk.total} received`,
+        message: `Chunk ${fields.index + 1} of ${fields.total} received`,
       });
     }
   };
@@ -193,37 +183,56 @@ export function contentRoutes(
 
   route(router, '/files/:id/content', {
     post: async (req, res) => {
-      const share = findShare(req, store, 'CREATE', true);
+      const share = await findShare(req, store, 'CREATE', true);
       checkCreate(share);
       await acceptChunk(req, res, share, checkCreate);
     },
     put: async (req, res) => {
-      const share = findShare(req, store, 'MODIFY', true);
+      const share = await findShare(req, store, 'MODIFY', true);
       checkReplace(share);
       await acceptChunk(req, res, share, checkReplace);
     },
     get: async (req, res) => {
-      const share = findShare(req, store, 'READ');
+      const share = await findShare(req, store, 'READ');
       if (!share.initialized) throw Errors.noContent();
-      await sendContent(req, res, share, storage.contentPath(share.share_id));
+      await sendContent(req, res, share, storage, store);
     },
   });
 
   return router;
 }
 
-/** Streams content with validators and one optional byte range (RFC 9110). */
-async function sendContent(req: Request, res: Response, share: ShareRecord, path: string) {
-  // Open first: a concurrent replacement renames over the path, and this handle keeps the old bytes.
-  const handle = await open(path, 'r').catch(() => {
-    throw Errors.noContent();
-  });
+/** The strong validator of content: its sha256 when known, else one from the file itself. */
+function etagOf(share: ShareRecord, size: number, mtimeMs: number): string {
+  if (share.sha256) return `"${share.sha256}"`;
+  return `"${size.toString(36)}-${Math.floor(mtimeMs).toString(36)}"`;
+}
+
+/** Streams content with validators, its digest, and one optional byte range (RFC 9110). */
+async function sendContent(
+  req: Request,
+  res: Response,
+  found: ShareRecord,
+  storage: ContentStorage,
+  store: MetadataStore,
+) {
+  // The record names the content and its digest together; if that content was replaced between
+  // reading the record and opening it, the record is read again (old bytes or new, never a mix).
+  let share = found;
+  let reader = await storage.open(blobOf(share));
+  if (!reader) {
+    const again = await store.getShare(share.share_id);
+    if (again?.initialized) {
+      share = again;
+      reader = await storage.open(blobOf(share));
+    }
+  }
+  if (!reader) throw Errors.noContent();
   let streaming = false;
   try {
-    const info = await handle.stat();
-    const size = info.size;
-    const etag = `"${info.ino.toString(36)}-${size.toString(36)}-${Math.floor(info.mtimeMs).toString(36)}"`;
-    const lastModified = new Date(Math.floor(info.mtimeMs / 1000) * 1000);
+    const { size } = reader;
+    const etag = etagOf(share, size, reader.mtimeMs);
+    const lastModified = new Date(Math.floor(reader.mtimeMs / 1000) * 1000);
     res.set({
       'Accept-Ranges': 'bytes',
       ETag: etag,
@@ -233,6 +242,9 @@ async function sendContent(req: Request, res: Response, share: ShareRecord, path
       'X-Content-Type-Options': 'nosniff',
       'Cache-Control': 'private, no-cache',
     });
+    // RFC 9530: the digest of the whole representation, also on a 206.
+    if (share.sha256)
+      res.set('Repr-Digest', `sha-256=:${Buffer.from(share.sha256, 'hex').toString('base64')}:`);
 
     if (matchesEtag(req.headers['if-none-match'], etag)) {
       res.status(304).end();
@@ -264,15 +276,12 @@ async function sendContent(req: Request, res: Response, share: ShareRecord, path
       return;
     }
     streaming = true;
-    try {
-      // The stream owns the handle from here and closes it, also when the client goes away.
-      await pipeline(handle.createReadStream({ start, end }), res);
-    } catch {
-      // The client went away mid-download: nothing to answer, nothing stored is affected.
-      res.destroy();
-    }
+    const body = reader.stream(start, end);
+    body.on('error', () => res.destroy());
+    res.on('close', () => body.destroy());
+    body.pipe(res);
   } finally {
-    if (!streaming) await handle.close();
+    if (!streaming) await reader.close();
   }
 }
 

@@ -4,51 +4,58 @@ import { isoNoZone } from '../../shared/dates.js';
 import { need } from '../auth.js';
 import type { Context } from '../context.js';
 import { Errors } from '../errors.js';
-import { KeyedMutex } from '../mutex.js';
 import { paginate, route, shareJson, success } from '../http.js';
-import type { ShareRecord } from '../store.js';
+import { blobOf, type ShareRecord } from '../store/index.js';
 import { onlyFields, requireFields, requireObject, stringField, type Body } from '../validate.js';
-import { findShare } from './shares.js';
+import { checkOwner, findShare } from './shares.js';
 
 const WRITABLE = ['file_name', 'owner_name'] as const;
 const READ_ONLY = ['share_id', 'initialized', 'locked', 'create_date', 'size'];
 const MAX_FILE_NAME = 1024;
 
-export function fileRoutes({ store, storage }: Context, shareLocks: KeyedMutex): Router {
+export function fileRoutes({ store, storage }: Context): Router {
   const router = Router();
 
-  const ownerField = (body: Body): string | null => {
+  const ownerField = async (body: Body): Promise<string | null> => {
     const owner = body.owner_name;
     if (owner === null) return null;
-    if (typeof owner !== 'string' || !store.getUser(owner)) {
+    if (typeof owner !== 'string' || !(await store.getUser(owner))) {
       throw Errors.badRequest('Field "owner_name" must name an existing user, or be null');
     }
     return owner;
   };
 
   const update = (complete: boolean) => async (req: Request, res: Response) => {
-    const share = findShare(req, store, 'MODIFY', true);
+    const share = await findShare(req, store, 'MODIFY', true);
     if (share.locked) throw Errors.locked();
     const body = requireObject(req.body);
     onlyFields(body, WRITABLE, READ_ONLY);
     if (complete) requireFields(body, WRITABLE);
     const changes: Partial<ShareRecord> = {};
     if ('file_name' in body) changes.file_name = stringField(body, 'file_name', MAX_FILE_NAME);
-    if ('owner_name' in body) changes.owner_name = ownerField(body);
-    await store.updateShare(share.share_id, changes);
+    if ('owner_name' in body) changes.owner_name = await ownerField(body);
+    // Checked again under the lock: a LOCK may have come in meanwhile.
+    await store.withShareLock(share.share_id, async () => {
+      const current = await store.getShare(share.share_id);
+      if (!current) throw Errors.shareNotFound();
+      if (current.locked) throw Errors.locked();
+      checkOwner(req, current);
+      await store.updateShare(share.share_id, changes);
+    });
     success(res, 'Share updated');
   };
 
   const setLocked = (locked: boolean) => async (req: Request, res: Response) => {
-    const share = findShare(req, store, 'LOCK');
-    await shareLocks.run(share.share_id, () => store.updateShare(share.share_id, { locked }));
+    const share = await findShare(req, store, 'LOCK');
+    await store.withShareLock(share.share_id, () => store.updateShare(share.share_id, { locked }));
     success(res, locked ? 'Share locked' : 'Share unlocked');
   };
 
   route(router, '/files', {
-    get: (req, res) => {
+    get: async (req, res) => {
       need(req, 'LIST');
-      res.json(paginate(req, store.shareCount(), (o, l) => store.listShares(o, l), shareJson));
+      const total = await store.shareCount();
+      res.json(await paginate(req, total, (o, l) => store.listShares(o, l), shareJson));
     },
     post: async (req, res) => {
       need(req, 'CREATE');
@@ -71,6 +78,7 @@ export function fileRoutes({ store, storage }: Context, shareLocks: KeyedMutex):
         locked: false,
         create_date: isoNoZone(),
         size: null,
+        sha256: null,
       });
       const url = `/files/${share_id}`;
       res.status(201).location(url).json({ status: 'success', url });
@@ -78,18 +86,24 @@ export function fileRoutes({ store, storage }: Context, shareLocks: KeyedMutex):
   });
 
   route(router, '/files/:id', {
-    get: (req, res) => {
-      res.json(shareJson(findShare(req, store, 'READ')));
+    get: async (req, res) => {
+      res.json(shareJson(await findShare(req, store, 'READ')));
     },
     patch: update(false),
     put: update(true),
     delete: async (req, res) => {
-      const share = findShare(req, store, 'DELETE');
-      await shareLocks.run(share.share_id, async () => {
-        if (share.locked) throw Errors.locked();
+      const share = await findShare(req, store, 'DELETE');
+      // The record goes first and durably; only then the bytes (a failure in between leaves
+      // unreferenced files, which the next start removes, never a share without content).
+      const gone = await store.withShareLock(share.share_id, async () => {
+        const current = await store.getShare(share.share_id);
+        if (!current) throw Errors.shareNotFound();
+        if (current.locked) throw Errors.locked();
         await store.deleteShare(share.share_id);
-        await storage.removeShare(share.share_id);
+        return current;
       });
+      if (gone.initialized) await storage.removeContent(blobOf(gone));
+      await storage.removeUploads(gone.share_id);
       success(res, 'Share deleted');
     },
   });

@@ -13,7 +13,7 @@ export function settingsRoutes({ store }: Context): Router {
       const body = requireObject(req.body);
       onlyFields(body, ['default_permissions']);
       if (complete) requireFields(body, ['default_permissions']);
-      const settings = { ...store.settings };
+      const settings = { ...(await store.getSettings()) };
       if ('default_permissions' in body) {
         settings.default_permissions = permissionsField(body, 'default_permissions');
       }
@@ -22,9 +22,9 @@ export function settingsRoutes({ store }: Context): Router {
     }) satisfies Parameters<typeof route>[2]['put'];
 
   route(router, '/admin/settings', {
-    get: (req, res) => {
+    get: async (req, res) => {
       need(req, 'ADMIN');
-      res.json({ default_permissions: store.settings.default_permissions });
+      res.json({ default_permissions: (await store.getSettings()).default_permissions });
     },
     patch: update(false),
     put: update(true),

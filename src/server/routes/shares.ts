@@ -3,22 +3,27 @@ import { isUuid } from '../../shared/ids.js';
 import type { Permission } from '../../shared/permissions.js';
 import { need } from '../auth.js';
 import { Errors } from '../errors.js';
-import type { ShareRecord, Store } from '../store.js';
+import type { MetadataStore, ShareRecord } from '../store/index.js';
 
 /**
  * The checks every /files/<id> endpoint starts with, in API.md's order: permission (401/403),
  * then existence (404; an id that is not a UUID names nothing), then ownership (403) if asked.
  */
-export function findShare(
+export async function findShare(
   req: Request,
-  store: Store,
+  store: MetadataStore,
   permission: Permission,
   ownerOnly = false,
-): ShareRecord {
+): Promise<ShareRecord> {
   need(req, permission);
   const id = String(req.params.id);
-  const share = isUuid(id) ? store.getShare(id) : undefined;
+  const share = isUuid(id) ? await store.getShare(id) : undefined;
   if (!share) throw Errors.shareNotFound();
-  if (ownerOnly && share.owner_name !== req.caller.username) throw Errors.notOwner();
+  if (ownerOnly) checkOwner(req, share);
   return share;
+}
+
+/** Only the owner (anonymous callers own the shares whose owner_name is null). */
+export function checkOwner(req: Request, share: ShareRecord): void {
+  if (share.owner_name !== req.caller.username) throw Errors.notOwner();
 }

@@ -4,7 +4,7 @@ import { hashPassword, need } from '../auth.js';
 import type { Context } from '../context.js';
 import { Errors } from '../errors.js';
 import { paginate, route, success, userJson } from '../http.js';
-import type { UserRecord } from '../store.js';
+import type { UserRecord } from '../store/index.js';
 import {
   onlyFields,
   permissionsField,
@@ -21,22 +21,22 @@ export function userRoutes({ store }: Context): Router {
   const router = Router();
 
   /** ADMIN only, then the user must exist (404). */
-  const target = (req: Request): UserRecord => {
+  const target = async (req: Request): Promise<UserRecord> => {
     need(req, 'ADMIN', false);
-    const user = store.getUser(String(req.params.name));
+    const user = await store.getUser(String(req.params.name));
     if (!user) throw Errors.userNotFound();
     return user;
   };
 
   const update = (complete: boolean) => async (req: Request, res: import('express').Response) => {
-    const user = target(req);
+    const user = await target(req);
     const body = requireObject(req.body);
     onlyFields(body, FIELDS, READ_ONLY);
     if (complete) requireFields(body, FIELDS);
     const changes: Partial<UserRecord> = {};
     if ('username' in body) {
       const username = usernameField(body);
-      if (username !== user.username && store.getUser(username)) throw Errors.userExists();
+      if (username !== user.username && (await store.getUser(username))) throw Errors.userExists();
       changes.username = username;
     }
     if ('permissions' in body) changes.permissions = permissionsField(body, 'permissions');
@@ -47,9 +47,10 @@ export function userRoutes({ store }: Context): Router {
   };
 
   route(router, '/users', {
-    get: (req, res) => {
+    get: async (req, res) => {
       need(req, 'ADMIN');
-      res.json(paginate(req, store.userCount(), (o, l) => store.listUsers(o, l), userJson));
+      const total = await store.userCount();
+      res.json(await paginate(req, total, (o, l) => store.listUsers(o, l), userJson));
     },
     post: async (req, res) => {
       need(req, 'ADMIN');
@@ -59,10 +60,9 @@ export function userRoutes({ store }: Context): Router {
       const username = usernameField(body);
       const password = stringField(body, 'password');
       const permissions = permissionsField(body, 'permissions');
-      if (store.getUser(username)) throw Errors.userExists();
+      if (await store.getUser(username)) throw Errors.userExists();
       const password_hash = await hashPassword(password);
-      // Checked again: another request may have taken the name while the hash was computed.
-      if (store.getUser(username)) throw Errors.userExists();
+      // The store refuses a second user of the same name (409) if one came in meanwhile.
       await store.addUser({ username, permissions, register_date: isoNoZone(), password_hash });
       res
         .status(201)
@@ -72,19 +72,20 @@ export function userRoutes({ store }: Context): Router {
   });
 
   route(router, '/users/:name', {
-    get: (req, res) => {
+    get: async (req, res) => {
       need(req, null, false);
       const name = String(req.params.name);
       const self = req.caller.username === name;
       // Not yourself and not ADMIN, or no such user: the same 403, so names can't be probed.
-      const user = (self || req.caller.permissions.includes('ADMIN')) && store.getUser(name);
+      const user =
+        (self || req.caller.permissions.includes('ADMIN')) && (await store.getUser(name));
       if (!user) throw Errors.notYourUser();
       res.json(userJson(user));
     },
     patch: update(false),
     put: update(true),
     delete: async (req, res) => {
-      const user = target(req);
+      const user = await target(req);
       await store.deleteUser(user.username);
       success(res, 'User deleted');
     },

@@ -1,0 +1,1017 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { constants } from 'node:fs';
+import {
+  link,
+  mkdir,
+  open,
+  readdir,
+  readFile,
+  rename,
+  rm,
+  stat,
+  statfs,
+  unlink,
+  type FileHandle,
+} from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Readable } from 'node:stream';
+import { fault } from '../faults.js';
+import { fsyncDir, writeFully } from '../fsutil.js';
+import type { HashWorker, RunningHash } from '../hasher.js';
+import { KeyedMutex } from '../mutex.js';
+import {
+  ChunkRefusedError,
+  InsufficientStorageError,
+  type ChunkFields,
+  type ContentReader,
+  type ContentStorage,
+  type Layout,
+  type NewContent,
+  type ReceivedChunk,
+} from './index.js';
+
+/** Bodies are written in pieces of this size: few system calls, flat memory. */
+const PIECE = 1024 * 1024;
+/** Records of finished uploads are kept this long, so that late chunks of them are refused. */
+const FINISHED_KEEP_MS = 48 * 3600 * 1000;
+
+export interface FileStorageOptions {
+  hasher: HashWorker;
+  /** Uploads are refused (507) when they would leave less free space than this. */
+  minFreeBytes: number;
+  log?: (line: string) => void;
+}
+
+/** What `meta` holds: fixed when the upload's first chunk arrives, written once, atomically. */
+interface Meta {
+  v: 2;
+  total: number;
+  /** Placed mode: chunks are written in place into `data`. Null: joined at the end. */
+  layout: Layout | null;
+  created: number;
+}
+
+interface Committed {
+  length: number;
+  /** The dzchunkbyteoffset a joined-mode chunk declared, checked against its neighbours. */
+  offset?: number;
+}
+
+/** A chunk being written straight into the upload's `data` file. */
+interface Writer {
+  aborted: boolean;
+  /** The write in progress, if any: an abort waits for it, so nothing is written after. */
+  writing: Promise<void> | null;
+}
+
+interface Spec {
+  hash: RunningHash;
+  index: number;
+  epoch: number;
+}
+
+const rand = () => randomBytes(8).toString('hex');
+
+/**
+ * The sha256 of an upload's content, advanced over the contiguous prefix of committed chunks
+ * while the rest arrive. The chunk that is next in line is hashed as its bytes stream in (on a
+ * copy of the running state, adopted if that chunk is committed); chunks that arrived out of
+ * order are read back from disk by the hashing thread once the gap before them is filled.
+ */
+class UploadHash {
+  private base: RunningHash | null = null;
+  private epoch = 0;
+  next = 0;
+
+  constructor(private readonly worker: HashWorker) {}
+
+  /** A hash to feed chunk `index` into as it arrives, when it is the next one due. */
+  speculate(index: number): Spec | undefined {
+    if (index !== this.next) return undefined;
+    this.base ??= this.worker.create();
+    return { hash: this.base.copy(), index, epoch: this.epoch };
+  }
+
+  /** The chunk that `spec` watched was committed: its hash becomes the running one. */
+  adopt(spec: Spec | undefined): void {
+    if (spec && spec.epoch === this.epoch && spec.index === this.next) {
+      this.base?.dispose();
+      this.base = spec.hash;
+      this.next++;
+    } else spec?.hash.dispose();
+  }
+
+  /** Hashes the committed chunks that now continue the prefix, read back from disk. */
+  catchUp(has: (i: number) => boolean, source: (i: number) => Source): void {
+    while (has(this.next)) {
+      this.base ??= this.worker.create();
+      const { path, start, end } = source(this.next);
+      // A failure loses the hash in the thread; `finish` notices and starts over.
+      this.base.updateFromFile(path, start, end).catch(() => undefined);
+      this.next++;
+    }
+  }
+
+  /** A chunk already hashed was replaced by other bytes: start again from the beginning. */
+  invalidate(): void {
+    this.epoch++;
+    this.base?.dispose();
+    this.base = null;
+    this.next = 0;
+  }
+
+  /** The digest of all `total` chunks; recomputed from `whole` if the running hash was lost. */
+  async finish(total: number, whole: Source): Promise<string> {
+    const base = this.base;
+    this.base = null;
+    if (base && this.next === total) {
+      try {
+        return await base.digest();
+      } catch {
+        // the hashing thread lost it: read it all back below
+      }
+    } else base?.dispose();
+    const fresh = this.worker.create();
+    await fresh.updateFromFile(whole.path, whole.start, whole.end);
+    return fresh.digest();
+  }
+
+  dispose(): void {
+    this.base?.dispose();
+    this.base = null;
+  }
+}
+
+interface Source {
+  path: string;
+  start: number;
+  end: number;
+}
+
+class Upload {
+  state: 'open' | 'done' = 'open';
+  /** False until the first chunk is committed: a refused first chunk leaves no upload behind. */
+  persisted = true;
+  /** Chunks received for this upload and not yet committed or discarded. */
+  receivers = 0;
+  readonly committed = new Map<number, Committed>();
+  /** Active in-place writers, at most one per index. */
+  readonly writers = new Map<number, Writer>();
+  sha256?: string;
+  lastActivity = Date.now();
+
+  constructor(
+    readonly name: string,
+    readonly dir: string,
+    readonly meta: Meta,
+    readonly hash: UploadHash,
+  ) {}
+
+  get dataPath(): string {
+    return join(this.dir, 'data');
+  }
+
+  /** Placed mode: where chunk `index` goes. */
+  region(index: number): { start: number; length: number } {
+    const { chunkSize, fileSize } = this.meta.layout!;
+    const start = index * chunkSize;
+    const length = index < this.meta.total - 1 ? chunkSize : fileSize - start;
+    return { start, length };
+  }
+
+  source(index: number): Source {
+    if (this.meta.layout) {
+      const { start, length } = this.region(index);
+      return { path: this.dataPath, start, end: start + length };
+    }
+    return {
+      path: join(this.dir, String(index)),
+      start: 0,
+      end: this.committed.get(index)!.length,
+    };
+  }
+}
+
+/** A received chunk: where its bytes are, and what it was written for. */
+class Received implements ReceivedChunk {
+  bytes = 0;
+  /** More bytes arrived than the chunk's place can hold; the excess was not written. */
+  overflow = false;
+  done = false;
+
+  constructor(
+    readonly kind: 'inplace' | 'staged' | 'incoming',
+    readonly path: string,
+    readonly upload?: Upload,
+    readonly fields?: ChunkFields,
+    readonly writer?: Writer,
+    readonly spec?: Spec,
+  ) {}
+}
+
+/**
+ * File-system storage. Names on disk come only from server-made values (share ids, random hex,
+ * hashes): `dzuuid` and file names never become paths.
+ *
+ *   content/<share_id>.<hex>              a share's bytes (content/<share_id> from fshare 0.1)
+ *   uploads/<share_id>.<sha256(dzuuid)>/  one upload:
+ *       meta        its total and layout, written once, atomically
+ *       log         committed chunks, one fsynced line each ("c index length offset")
+ *       data        placed mode: the content being assembled, chunks written in place
+ *       <index>     joined mode: a committed chunk
+ *       s.<hex>     a chunk being received (never counted until committed)
+ *       done        the upload finished (completed, failed its digest, swept): the record that
+ *                   refuses its late chunks; nothing else is left
+ *   incoming/<hex>                        a chunk whose fields came after its data
+ */
+export class FileStorage implements ContentStorage {
+  private readonly contentDir: string;
+  private readonly uploadsDir: string;
+  private readonly incomingDir: string;
+  private readonly uploads = new Map<string, Upload>();
+  private readonly locks = new KeyedMutex();
+  private reserved = 0;
+  private readonly hasher: HashWorker;
+  private readonly log: (line: string) => void;
+
+  constructor(
+    private readonly dataDir: string,
+    private readonly options: FileStorageOptions,
+  ) {
+    this.contentDir = join(dataDir, 'content');
+    this.uploadsDir = join(dataDir, 'uploads');
+    this.incomingDir = join(dataDir, 'incoming');
+    this.hasher = options.hasher;
+    this.log = options.log ?? ((line) => process.stderr.write(`${line}\n`));
+  }
+
+  async init(referenced: (blob: string) => boolean): Promise<void> {
+    for (const dir of [this.contentDir, this.uploadsDir, this.incomingDir])
+      await mkdir(dir, { recursive: true, mode: 0o700 });
+    // Nothing is in flight at start: partial bodies are leftovers of a crash.
+    for (const name of await readdir(this.incomingDir))
+      await rm(join(this.incomingDir, name), { force: true });
+    // Content that no share names: written by a completion that crashed before it was recorded.
+    for (const name of await readdir(this.contentDir)) {
+      if (!referenced(name)) await rm(join(this.contentDir, name), { force: true });
+    }
+  }
+
+  async reserve(bytes: number): Promise<() => void> {
+    const fs = await statfs(this.dataDir);
+    const free = fs.bavail * fs.bsize - this.reserved;
+    if (free - bytes < this.options.minFreeBytes) {
+      throw new InsufficientStorageError(
+        `The server has too little free space for this upload (it keeps ${this.options.minFreeBytes} bytes free)`,
+      );
+    }
+    this.reserved += bytes;
+    let released = false;
+    return () => {
+      if (!released) this.reserved -= bytes;
+      released = true;
+    };
+  }
+
+  // Receiving
+
+  async receive(
+    shareId: string,
+    fields: ChunkFields | null,
+    body: Readable,
+    maxBytes: number,
+  ): Promise<ReceivedChunk> {
+    if (!fields) {
+      const path = join(this.incomingDir, rand());
+      const received = new Received('incoming', path);
+      await this.writeFile(body, received, path, maxBytes);
+      return received;
+    }
+    const received = await this.withUpload(shareId, fields, true, async (upload) => {
+      const { index } = fields;
+      upload.receivers++;
+      const spec = upload.hash.speculate(index);
+      const inPlace =
+        upload.meta.layout !== null &&
+        fields.layout !== undefined &&
+        !upload.committed.has(index) &&
+        !upload.writers.has(index);
+      if (inPlace) {
+        const writer: Writer = { aborted: false, writing: null };
+        upload.writers.set(index, writer);
+        return new Received('inplace', upload.dataPath, upload, fields, writer, spec);
+      }
+      return new Received(
+        'staged',
+        join(upload.dir, `s.${rand()}`),
+        upload,
+        fields,
+        undefined,
+        spec,
+      );
+    });
+    try {
+      if (received.kind === 'inplace') {
+        const { start, length } = received.upload!.region(fields.index);
+        await this.writeInPlace(body, received, start, length);
+      } else await this.writeFile(body, received, received.path, maxBytes);
+    } catch (err) {
+      await this.discard(received);
+      throw err;
+    }
+    return received;
+  }
+
+  /** Streams a body into a new file of its own, fsynced. */
+  private async writeFile(body: Readable, received: Received, path: string, max: number) {
+    const handle = await open(path, 'wx', 0o600);
+    try {
+      await this.pump(body, received, handle, 0, max);
+      await fault('chunk.mid-body');
+      await handle.datasync();
+    } finally {
+      await handle.close();
+    }
+  }
+
+  /** Streams a body into its place in the upload's data file; never past its region. */
+  private async writeInPlace(body: Readable, received: Received, start: number, length: number) {
+    const handle = await open(received.path, constants.O_WRONLY | constants.O_CREAT, 0o600);
+    try {
+      await this.pump(body, received, handle, start, length);
+      if (!received.writer!.aborted) await handle.datasync();
+    } finally {
+      await handle.close();
+    }
+  }
+
+  /**
+   * Copies a body to `handle` at `position` in 1 MiB pieces (one written while the next fills),
+   * feeding the speculative hash, and never writing more than `max` bytes or after an abort.
+   * The rest of an oversized or superseded body is read and dropped, so the request can end.
+   */
+  private async pump(
+    body: Readable,
+    received: Received,
+    handle: FileHandle,
+    position: number,
+    max: number,
+  ): Promise<void> {
+    const writer = received.writer;
+    let piece = Buffer.allocUnsafeSlow(PIECE);
+    let fill = 0;
+    let written = 0;
+    let writing: Promise<void> | null = null;
+    const flush = async () => {
+      if (writing) await writing;
+      writing = null;
+      if (fill === 0 || writer?.aborted) return;
+      const bytes = piece.subarray(0, fill);
+      const at = position + written;
+      written += fill;
+      fill = 0;
+      piece = Buffer.allocUnsafeSlow(PIECE);
+      if (received.spec) await received.spec.hash.update(bytes);
+      writing = writeFully(handle, bytes, at);
+      if (writer) writer.writing = writing;
+    };
+    try {
+      for await (const data of body as AsyncIterable<Buffer>) {
+        if (received.overflow || writer?.aborted) continue;
+        if (received.bytes + data.length > max) {
+          received.overflow = true;
+          continue;
+        }
+        received.bytes += data.length;
+        let off = 0;
+        while (off < data.length) {
+          const n = Math.min(data.length - off, PIECE - fill);
+          data.copy(piece, fill, off, off + n);
+          fill += n;
+          off += n;
+          if (fill === PIECE) await flush();
+        }
+      }
+      await flush();
+    } finally {
+      // Whatever happened, no write of this body is still running when this returns.
+      await (writing as Promise<void> | null)?.catch(() => undefined);
+      if (writer) writer.writing = null;
+    }
+    await writing;
+  }
+
+  async discard(chunk: ReceivedChunk): Promise<void> {
+    const received = chunk as Received;
+    if (received.done) return;
+    received.done = true;
+    received.spec?.hash.dispose();
+    const upload = received.upload;
+    if (received.kind === 'inplace') {
+      // Its bytes stay in a region no committed chunk claims; the next copy overwrites them.
+      if (upload!.writers.get(received.fields!.index) === received.writer)
+        upload!.writers.delete(received.fields!.index);
+    } else await rm(received.path, { force: true });
+    if (upload && --upload.receivers === 0 && !upload.persisted)
+      await this.locks.run(upload.name, () => this.dropIfUnused(upload));
+  }
+
+  /** An upload none of whose chunks was committed, and none is on its way, leaves nothing. */
+  private async dropIfUnused(upload: Upload): Promise<void> {
+    if (upload.persisted || upload.receivers > 0 || this.uploads.get(upload.name) !== upload)
+      return;
+    this.uploads.delete(upload.name);
+    upload.hash.dispose();
+    await rm(upload.dir, { recursive: true, force: true });
+  }
+
+  // Committing
+
+  async commit(
+    shareId: string,
+    fields: ChunkFields,
+    chunk: ReceivedChunk,
+    publish: (content: NewContent) => Promise<string | undefined>,
+  ): Promise<'stored' | 'complete'> {
+    const received = chunk as Received;
+    try {
+      return await this.withUpload(shareId, fields, true, async (upload) => {
+        if (received.upload && received.upload !== upload)
+          throw new ChunkRefusedError('finished', 'This upload has already finished');
+        if (
+          received.fields &&
+          (received.fields.index !== fields.index || received.fields.uploadId !== fields.uploadId)
+        )
+          throw new ChunkRefusedError('invalid', 'The chunk fields changed after the data');
+        if (received.writer?.aborted)
+          throw new ChunkRefusedError(
+            'superseded',
+            `Chunk ${fields.index} was sent again and the other copy was stored instead`,
+          );
+        await this.record(upload, fields, received);
+        upload.lastActivity = Date.now();
+        await fault('chunk.after-record');
+        upload.hash.adopt(received.spec);
+        upload.hash.catchUp(
+          (i) => upload.committed.has(i),
+          (i) => upload.source(i),
+        );
+        if (upload.committed.size < upload.meta.total) return 'stored';
+        return this.complete(shareId, upload, publish);
+      });
+    } finally {
+      await this.discard(received);
+    }
+  }
+
+  /** Checks a received chunk against its upload and makes it part of it, durably. */
+  private async record(upload: Upload, fields: ChunkFields, received: Received): Promise<void> {
+    const { index } = fields;
+    if (!upload.persisted) {
+      await writeMeta(upload.dir, upload.meta);
+      await fsyncDir(this.uploadsDir);
+      upload.persisted = true;
+    }
+    if (fields.sha256) {
+      if (upload.sha256 && upload.sha256 !== fields.sha256)
+        throw new ChunkRefusedError('invalid', 'dzsha256 differs from the one earlier chunks sent');
+      if (!upload.sha256) {
+        await this.appendLog(upload, `h ${fields.sha256}\n`);
+        upload.sha256 = fields.sha256;
+      }
+    }
+    if (upload.meta.layout) {
+      const { start, length } = upload.region(index);
+      if (received.overflow || received.bytes !== length)
+        throw new ChunkRefusedError(
+          'invalid',
+          `Chunk ${index} must have ${length} bytes (dzchunksize and dztotalfilesize), not ${received.overflow ? 'more' : received.bytes}`,
+        );
+      if (received.kind !== 'inplace')
+        await this.copyIntoPlace(upload, index, received, start, length);
+      await fault('chunk.before-record');
+      await this.appendLog(upload, `c ${index} ${length} -\n`);
+      upload.committed.set(index, { length });
+      if (received.kind === 'inplace') upload.writers.delete(index);
+      return;
+    }
+    this.checkJoinedOffset(upload, fields, received.bytes);
+    const target = join(upload.dir, String(index));
+    if (upload.committed.has(index) && index < upload.hash.next) {
+      const same = await sameBytes(target, 0, received.path, 0, received.bytes);
+      if (!same) upload.hash.invalidate();
+    }
+    await rename(received.path, target);
+    await fsyncDir(upload.dir);
+    await fault('chunk.before-record');
+    const offset = fields.offset ?? '-';
+    await this.appendLog(upload, `c ${index} ${received.bytes} ${offset}\n`);
+    upload.committed.set(index, { length: received.bytes, offset: fields.offset });
+  }
+
+  /**
+   * Placed mode, a chunk received as a file of its own (a re-send, or a client without the
+   * layout fields): copied into its region. The region is marked uncommitted first, so a crash
+   * in the middle of the copy can never leave mixed bytes counted as a chunk.
+   */
+  private async copyIntoPlace(
+    upload: Upload,
+    index: number,
+    received: Received,
+    start: number,
+    length: number,
+  ): Promise<void> {
+    const writer = upload.writers.get(index);
+    if (writer) {
+      writer.aborted = true;
+      await writer.writing?.catch(() => undefined);
+      upload.writers.delete(index);
+    }
+    if (upload.committed.has(index)) {
+      if (await sameBytes(upload.dataPath, start, received.path, 0, length)) return;
+      await this.appendLog(upload, `d ${index}\n`);
+      upload.committed.delete(index);
+      if (index < upload.hash.next) upload.hash.invalidate();
+    }
+    const out = await open(upload.dataPath, constants.O_WRONLY | constants.O_CREAT, 0o600);
+    try {
+      await copyRange(received.path, out, start, length);
+      await out.datasync();
+    } finally {
+      await out.close();
+    }
+  }
+
+  /** Joined mode: a declared dzchunkbyteoffset must agree with the chunks on either side. */
+  private checkJoinedOffset(upload: Upload, fields: ChunkFields, bytes: number): void {
+    const { index } = fields;
+    let before = 0;
+    for (let i = 0; i < index; i++) {
+      const c = upload.committed.get(i);
+      if (!c) {
+        before = -1;
+        break;
+      }
+      before += c.length;
+    }
+    if (fields.offset !== undefined && before >= 0 && fields.offset !== before)
+      throw new ChunkRefusedError(
+        'invalid',
+        `Chunk ${index} starts at byte ${fields.offset}, but chunks 0-${index - 1} end at byte ${before}`,
+      );
+    const next = upload.committed.get(index + 1);
+    const start = fields.offset ?? (before >= 0 ? before : undefined);
+    if (next?.offset !== undefined && start !== undefined && start + bytes !== next.offset)
+      throw new ChunkRefusedError(
+        'invalid',
+        `Chunk ${index} ends at byte ${start + bytes}, but chunk ${index + 1} starts at byte ${next.offset}`,
+      );
+  }
+
+  /** Every chunk is in: the content is made, checked, handed to `publish`, and the upload ends. */
+  private async complete(
+    shareId: string,
+    upload: Upload,
+    publish: (content: NewContent) => Promise<string | undefined>,
+  ): Promise<'complete'> {
+    const { total, layout } = upload.meta;
+    let source: string;
+    if (layout) {
+      source = upload.dataPath;
+      const handle = await open(source, constants.O_RDWR | constants.O_CREAT, 0o600);
+      try {
+        await handle.truncate(layout.fileSize);
+        await handle.datasync();
+      } finally {
+        await handle.close();
+      }
+    } else if (total === 1) {
+      source = join(upload.dir, '0'); // one chunk is the content already: nothing to copy
+    } else {
+      source = join(upload.dir, `j.${rand()}`);
+      await this.join(upload, source);
+    }
+    const size = (await stat(source)).size;
+    const sha256 = await upload.hash.finish(total, { path: source, start: 0, end: size });
+    if (upload.sha256 && upload.sha256 !== sha256) {
+      await this.finish(upload);
+      throw new ChunkRefusedError(
+        'digest',
+        `The uploaded bytes have sha256 ${sha256}, not the ${upload.sha256} that dzsha256 announced; the upload was discarded`,
+      );
+    }
+    const blob = `${shareId}.${rand()}`;
+    const target = join(this.contentDir, blob);
+    await link(source, target);
+    await fsyncDir(this.contentDir);
+    await fault('complete.after-link');
+    let replaced: string | undefined;
+    try {
+      replaced = await publish({ blob, size, sha256 });
+    } catch (err) {
+      await rm(target, { force: true });
+      if (source.includes(`${upload.dir}/j.`)) await rm(source, { force: true });
+      throw err;
+    }
+    await fault('complete.after-publish');
+    await this.finish(upload);
+    await fault('complete.after-tombstone');
+    if (replaced && replaced !== blob) await this.removeContent(replaced);
+    return 'complete';
+  }
+
+  /** Joined mode with several chunks: copies them in index order into one new file. */
+  private async join(upload: Upload, target: string): Promise<void> {
+    const out = await open(target, 'wx', 0o600);
+    try {
+      let at = 0;
+      for (let i = 0; i < upload.meta.total; i++) {
+        const length = upload.committed.get(i)!.length;
+        await copyRange(join(upload.dir, String(i)), out, at, length);
+        at += length;
+      }
+      await out.datasync();
+    } finally {
+      await out.close();
+    }
+  }
+
+  /**
+   * Ends an upload for good: a `done` record is made durable, everything else is removed. Late
+   * chunks of it are refused from then on.
+   */
+  private async finish(upload: Upload): Promise<void> {
+    upload.state = 'done';
+    upload.hash.dispose();
+    for (const writer of upload.writers.values()) writer.aborted = true;
+    await (await open(join(upload.dir, 'done'), 'w', 0o600)).close();
+    await fsyncDir(upload.dir);
+    for (const name of await readdir(upload.dir))
+      if (name !== 'done') await rm(join(upload.dir, name), { force: true, recursive: true });
+    this.uploads.delete(upload.name);
+  }
+
+  private async appendLog(upload: Upload, line: string): Promise<void> {
+    const handle = await open(join(upload.dir, 'log'), 'a', 0o600);
+    try {
+      await writeFully(handle, Buffer.from(line), null);
+      await handle.datasync();
+    } finally {
+      await handle.close();
+    }
+  }
+
+  // Uploads: finding, creating, loading
+
+  private uploadName(shareId: string, uploadId: string): string {
+    const key = createHash('sha256').update(uploadId).digest('hex').slice(0, 40);
+    return `${shareId}.${key}`;
+  }
+
+  /** Runs `task` on an upload under its lock; creates the upload if it is new and `create`. */
+  private withUpload<T>(
+    shareId: string,
+    fields: ChunkFields,
+    create: boolean,
+    task: (upload: Upload) => Promise<T>,
+  ): Promise<T> {
+    const name = this.uploadName(shareId, fields.uploadId);
+    return this.locks.run(name, async () => {
+      let upload: Upload | null | undefined = this.uploads.get(name);
+      if (!upload) {
+        upload = await this.load(name);
+        if (!upload && create) upload = await this.create(name, fields);
+        if (!upload) throw new ChunkRefusedError('finished', 'No such upload');
+        if (upload.state === 'open') this.uploads.set(name, upload);
+      }
+      if (upload.state !== 'open')
+        throw new ChunkRefusedError('finished', 'This upload has already finished');
+      try {
+        this.checkFields(upload, fields);
+        return await task(upload);
+      } finally {
+        await this.dropIfUnused(upload);
+      }
+    });
+  }
+
+  /** The fields every chunk of an upload must agree on. */
+  private checkFields(upload: Upload, fields: ChunkFields): void {
+    const { meta } = upload;
+    if (fields.total !== meta.total)
+      throw new ChunkRefusedError(
+        'invalid',
+        `dztotalchunks is ${fields.total} but earlier chunks of this upload said ${meta.total}`,
+      );
+    if (meta.layout && fields.layout) {
+      if (
+        fields.layout.chunkSize !== meta.layout.chunkSize ||
+        fields.layout.fileSize !== meta.layout.fileSize
+      )
+        throw new ChunkRefusedError(
+          'invalid',
+          'dzchunksize and dztotalfilesize differ from those earlier chunks of this upload sent',
+        );
+    }
+    if (meta.layout && fields.offset !== undefined) {
+      const expected = fields.index * meta.layout.chunkSize;
+      if (fields.offset !== expected)
+        throw new ChunkRefusedError(
+          'invalid',
+          `Chunk ${fields.index} starts at byte ${expected}, not ${fields.offset} (dzchunkbyteoffset)`,
+        );
+    }
+  }
+
+  private async create(name: string, fields: ChunkFields): Promise<Upload> {
+    const dir = join(this.uploadsDir, name);
+    const meta: Meta = {
+      v: 2,
+      total: fields.total,
+      layout: fields.layout ?? null,
+      created: Date.now(),
+    };
+    await rm(dir, { recursive: true, force: true }); // what an unreadable earlier attempt left
+    await mkdir(dir, { mode: 0o700 });
+    const upload = new Upload(name, dir, meta, new UploadHash(this.hasher));
+    upload.persisted = false; // `meta` is written with the first committed chunk
+    return upload;
+  }
+
+  /**
+   * Reads an upload back from disk: null when there is none (or its record is empty or cut
+   * short, which counts as none); a finished one when only its `done` record is left.
+   */
+  private async load(name: string): Promise<Upload | null> {
+    const dir = join(this.uploadsDir, name);
+    let names: string[];
+    try {
+      names = await readdir(dir);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+      throw err;
+    }
+    const hash = new UploadHash(this.hasher);
+    if (names.includes('done')) {
+      const upload = new Upload(name, dir, { v: 2, total: 0, layout: null, created: 0 }, hash);
+      upload.state = 'done';
+      return upload;
+    }
+    let meta = parseMeta(await readFile(join(dir, 'meta'), 'utf8').catch(() => ''));
+    if (!meta && names.includes('total')) meta = await convertLegacy(dir, names);
+    if (!meta) {
+      await rm(dir, { recursive: true, force: true });
+      return null;
+    }
+    const upload = new Upload(name, dir, meta, hash);
+    const log = await readFile(join(dir, 'log'), 'utf8').catch(() => '');
+    for (const line of log.split('\n').slice(0, -1)) {
+      const [kind, a, b, c] = line.split(' ');
+      if (kind === 'h' && a && /^[0-9a-f]{64}$/.test(a)) upload.sha256 = a;
+      else if (kind === 'd') upload.committed.delete(Number(a));
+      else if (kind === 'c')
+        upload.committed.set(Number(a), {
+          length: Number(b),
+          offset: c === '-' ? undefined : Number(c),
+        });
+    }
+    // Leftovers of requests cut by the crash; a content file linked elsewhere means the
+    // completion was published (start-up removed unpublished links), so the upload is done.
+    let published = false;
+    for (const entry of await readdir(dir)) {
+      const path = join(dir, entry);
+      if (entry.startsWith('s.') || entry.endsWith('.tmp')) await rm(path, { force: true });
+      else if (entry === 'data' || entry.startsWith('j.') || (entry === '0' && meta.total === 1)) {
+        const info = await stat(path);
+        if (info.nlink > 1) published = true;
+        else if (entry.startsWith('j.')) await rm(path, { force: true });
+      }
+    }
+    if (!meta.layout) {
+      for (const [index, c] of upload.committed) {
+        const size = await stat(join(dir, String(index))).then(
+          (s) => s.size,
+          () => -1,
+        );
+        if (size !== c.length) upload.committed.delete(index);
+      }
+    }
+    if (published) {
+      await this.finish(upload);
+      return upload;
+    }
+    return upload;
+  }
+
+  // Reading and removing
+
+  async open(blob: string): Promise<ContentReader | null> {
+    let handle: FileHandle;
+    try {
+      handle = await open(join(this.contentDir, blob), 'r');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+      throw err;
+    }
+    const info = await handle.stat().catch(async (err: unknown) => {
+      await handle.close();
+      throw err;
+    });
+    let streaming = false;
+    return {
+      size: info.size,
+      mtimeMs: info.mtimeMs,
+      stream(start, end) {
+        streaming = true;
+        return handle.createReadStream({ start, end, highWaterMark: PIECE, autoClose: true });
+      },
+      async close() {
+        if (!streaming) await handle.close();
+      },
+    };
+  }
+
+  async digest(blob: string): Promise<string> {
+    const path = join(this.contentDir, blob);
+    const { size } = await stat(path);
+    const hash = this.hasher.create();
+    await hash.updateFromFile(path, 0, size);
+    return hash.digest();
+  }
+
+  async removeContent(blob: string): Promise<void> {
+    await rm(join(this.contentDir, blob), { force: true });
+  }
+
+  async removeUploads(shareId: string): Promise<void> {
+    for (const name of await readdir(this.uploadsDir)) {
+      if (!name.startsWith(`${shareId}.`)) continue;
+      await this.locks.run(name, async () => {
+        const upload = this.uploads.get(name);
+        if (upload) {
+          upload.state = 'done';
+          upload.hash.dispose();
+          for (const writer of upload.writers.values()) writer.aborted = true;
+          this.uploads.delete(name);
+        }
+        await rm(join(this.uploadsDir, name), { recursive: true, force: true });
+      });
+    }
+  }
+
+  async sweep(maxIdleMs: number): Promise<void> {
+    const now = Date.now();
+    for (const name of await readdir(this.uploadsDir)) {
+      const dir = join(this.uploadsDir, name);
+      await this.locks.run(name, async () => {
+        const live = this.uploads.get(name);
+        if (live && (live.writers.size > 0 || now - live.lastActivity < maxIdleMs)) return;
+        const info = await stat(dir).catch(() => null);
+        if (!info) return;
+        const finished = await stat(join(dir, 'done')).catch(() => null);
+        if (finished) {
+          if (now - finished.mtimeMs > FINISHED_KEEP_MS)
+            await rm(dir, { recursive: true, force: true });
+          return;
+        }
+        const log = await stat(join(dir, 'log')).catch(() => null);
+        const active = Math.max(info.mtimeMs, log?.mtimeMs ?? 0, live?.lastActivity ?? 0);
+        if (now - active < maxIdleMs) return;
+        const upload = live ?? (await this.load(name));
+        if (upload && upload.state === 'open') await this.finish(upload);
+        else if (!upload) await rm(dir, { recursive: true, force: true });
+      });
+    }
+  }
+
+  async close(): Promise<void> {
+    for (const upload of this.uploads.values()) upload.hash.dispose();
+    this.uploads.clear();
+  }
+}
+
+function parseMeta(text: string): Meta | null {
+  try {
+    const meta = JSON.parse(text) as Meta;
+    const layoutOk =
+      meta.layout === null ||
+      (typeof meta.layout === 'object' &&
+        Number.isSafeInteger(meta.layout.chunkSize) &&
+        Number.isSafeInteger(meta.layout.fileSize));
+    if (meta.v === 2 && Number.isSafeInteger(meta.total) && meta.total >= 1 && layoutOk)
+      return meta;
+  } catch {
+    // empty or cut short: counts as absent
+  }
+  return null;
+}
+
+/**
+ * An upload left by fshare 0.1 (`total`, chunks as `<index>` files or `<index>.at` records
+ * pointing into `data`): rewritten as a joined-mode upload with the same chunks.
+ */
+async function convertLegacy(dir: string, names: string[]): Promise<Meta | null> {
+  const total = Number((await readFile(join(dir, 'total'), 'utf8').catch(() => '')).trim());
+  if (!Number.isSafeInteger(total) || total < 1) return null;
+  const lines: string[] = [];
+  for (const name of names) {
+    const at = /^(\d+)\.at$/.exec(name);
+    if (at) {
+      const [offset, length] = (await readFile(join(dir, name), 'utf8')).split(' ').map(Number);
+      if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(length)) continue;
+      const out = await open(join(dir, `${at[1]}.tmp`), 'w', 0o600);
+      try {
+        await copyRange(join(dir, 'data'), out, 0, length!, offset!);
+        await out.datasync();
+      } finally {
+        await out.close();
+      }
+      await rename(join(dir, `${at[1]}.tmp`), join(dir, at[1]!));
+      lines.push(`c ${at[1]} ${length} ${offset}\n`);
+    } else if (/^\d+$/.test(name)) {
+      lines.push(`c ${name} ${(await stat(join(dir, name))).size} -\n`);
+    }
+  }
+  const meta: Meta = { v: 2, total, layout: null, created: Date.now() };
+  await writeAtomically(join(dir, 'log'), lines.join(''));
+  await writeAtomically(join(dir, 'meta'), JSON.stringify(meta));
+  for (const name of names)
+    if (name === 'total' || name === 'data' || name.endsWith('.at'))
+      await rm(join(dir, name), { force: true });
+  await fsyncDir(dir);
+  return meta;
+}
+
+/** Replaces a small file whole: a temp file, fsynced, renamed over it (the caller fsyncs the dir). */
+async function writeAtomically(path: string, text: string): Promise<void> {
+  const handle = await open(`${path}.tmp`, 'w', 0o600);
+  try {
+    await writeFully(handle, Buffer.from(text), 0);
+    await handle.datasync();
+  } finally {
+    await handle.close();
+  }
+  await rename(`${path}.tmp`, path);
+}
+
+async function writeMeta(dir: string, meta: Meta): Promise<void> {
+  await writeAtomically(join(dir, 'meta'), JSON.stringify(meta));
+  await fsyncDir(dir);
+}
+
+/** Copies `length` bytes of a file (from `from`) to `out` at `at`, 1 MiB at a time. */
+async function copyRange(
+  path: string,
+  out: FileHandle,
+  at: number,
+  length: number,
+  from = 0,
+): Promise<void> {
+  const input = await open(path, 'r');
+  const buffer = Buffer.allocUnsafe(Math.min(PIECE, Math.max(1, length)));
+  try {
+    let done = 0;
+    while (done < length) {
+      const { bytesRead } = await input.read(
+        buffer,
+        0,
+        Math.min(buffer.length, length - done),
+        from + done,
+      );
+      if (bytesRead === 0) throw new Error(`${path} ended after ${done} of ${length} bytes`);
+      await writeFully(out, buffer.subarray(0, bytesRead), at + done);
+      done += bytesRead;
+    }
+  } finally {
+    await input.close();
+  }
+}
+
+/** True when `length` bytes at `a`:`aStart` equal those at `b`:`bStart`. */
+async function sameBytes(
+  a: string,
+  aStart: number,
+  b: string,
+  bStart: number,
+  length: number,
+): Promise<boolean> {
+  const [ha, hb] = await Promise.all([open(a, 'r'), open(b, 'r')]);
+  try {
+    if ((await ha.stat()).size < aStart + length) return false;
+    const ba = Buffer.allocUnsafe(Math.min(PIECE, Math.max(1, length)));
+    const bb = Buffer.allocUnsafe(ba.length);
+    for (let done = 0; done < length;) {
+      const n = Math.min(ba.length, length - done);
+      const [ra, rb] = await Promise.all([
+        ha.read(ba, 0, n, aStart + done),
+        hb.read(bb, 0, n, bStart + done),
+      ]);
+      if (ra.bytesRead !== n || rb.bytesRead !== n || !ba.subarray(0, n).equals(bb.subarray(0, n)))
+        return false;
+      done += n;
+    }
+    return true;
+  } finally {
+    await Promise.all([ha.close(), hb.close()]);
+  }
+}

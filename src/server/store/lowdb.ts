@@ -1,0 +1,529 @@
+import { readFileSync } from 'node:fs';
+import { open, readFile, rename, rm, type FileHandle } from 'node:fs/promises';
+import { join } from 'node:path';
+import { Low, type Adapter } from 'lowdb';
+import { fault } from '../faults.js';
+import { fsyncDir, writeFully } from '../fsutil.js';
+import { KeyedMutex } from '../mutex.js';
+import { encodeLine, readJournal, type Entry } from './journal.js';
+import {
+  DamagedMetadataError,
+  DuplicateUserError,
+  MissingRecordError,
+  type MetadataStore,
+  type Settings,
+  type ShareRecord,
+  type UserRecord,
+} from './index.js';
+
+export interface DbData {
+  users: UserRecord[];
+  /** Oldest first: the order GET /files lists them in. */
+  shares: ShareRecord[];
+  settings: Settings;
+  /** Revoked token ids → their expiry (seconds since epoch), kept until then. */
+  revoked: Record<string, number>;
+  /** Sequence number of the last journal entry this snapshot includes. */
+  seq: number;
+}
+
+/** One change to the metadata: what the journal records and what replay applies. */
+type Op =
+  | { op: 'addUser'; user: UserRecord }
+  | { op: 'updateUser'; name: string; changes: Partial<UserRecord> }
+  | { op: 'deleteUser'; name: string }
+  | { op: 'addShare'; share: ShareRecord }
+  | { op: 'updateShare'; id: string; changes: Partial<ShareRecord> }
+  | { op: 'deleteShare'; id: string }
+  | { op: 'setSettings'; settings: Settings }
+  | { op: 'revoke'; jti: string; exp: number; now: number };
+
+const empty = (): DbData => ({
+  users: [],
+  shares: [],
+  settings: { default_permissions: [] },
+  revoked: {},
+  seq: 0,
+});
+
+/** Journal size that triggers folding it into the snapshot (db.json). */
+const COMPACT_BYTES = 8 * 1024 * 1024;
+/** After a failed compaction (a full disk), wait this long before trying again. */
+const COMPACT_RETRY_MS = 30_000;
+
+export interface LowdbStoreOptions {
+  /** Start even if the journal is damaged: keep every valid entry, move the damaged file aside. */
+  repair?: boolean;
+  /** Receives notices: a torn journal end that was dropped, what a repair kept and skipped. */
+  log?: (line: string) => void;
+}
+
+/**
+ * lowdb adapter that replaces the file atomically and durably: temp file, fsync, rename, fsync
+ * of the directory. steno (lowdb's default) renames but never fsyncs. The text is serialised by
+ * the caller, at the moment the snapshot must describe.
+ */
+class DurableJsonFile implements Adapter<string> {
+  constructor(
+    private readonly file: string,
+    private readonly dir: string,
+  ) {}
+
+  async read(): Promise<string | null> {
+    try {
+      return await readFile(this.file, 'utf8');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+      throw err;
+    }
+  }
+
+  async write(text: string): Promise<void> {
+    const tmp = `${this.file}.tmp`;
+    try {
+      const handle = await open(tmp, 'w', 0o600);
+      try {
+        await writeFully(handle, Buffer.from(text), 0);
+        await handle.sync();
+      } finally {
+        await handle.close();
+      }
+      await rename(tmp, this.file);
+    } catch (err) {
+      await rm(tmp, { force: true }).catch(() => undefined);
+      throw err;
+    }
+    await fsyncDir(this.dir);
+  }
+}
+
+/** The in-memory state: the data plus its indexes. Built by replay, changed only by `apply`. */
+class State {
+  readonly usersByName = new Map<string, UserRecord>();
+  readonly sharesById = new Map<string, ShareRecord>();
+
+  constructor(readonly data: DbData) {
+    for (const u of data.users) this.usersByName.set(u.username, u);
+    for (const s of data.shares) this.sharesById.set(s.share_id, s);
+  }
+
+  /**
+   * Checks that the change can apply, then applies it. Throws before touching anything when it
+   * cannot. `replay` makes deletes of what is already gone a no-op (replay is idempotent).
+   */
+  apply(op: Op, replay = false): void {
+    const data = this.data;
+    switch (op.op) {
+      case 'addUser':
+        if (this.usersByName.has(op.user.username)) throw new DuplicateUserError();
+        data.users.push(op.user);
+        this.usersByName.set(op.user.username, op.user);
+        return;
+      case 'updateUser': {
+        const user = this.usersByName.get(op.name);
+        if (!user) throw new MissingRecordError('user');
+        const newName = op.changes.username;
+        if (newName !== undefined && newName !== op.name && this.usersByName.has(newName))
+          throw new DuplicateUserError();
+        Object.assign(user, op.changes);
+        if (user.username !== op.name) {
+          this.usersByName.delete(op.name);
+          this.usersByName.set(user.username, user);
+          for (const share of data.shares) {
+            if (share.owner_name === op.name) share.owner_name = user.username;
+          }
+        }
+        return;
+      }
+      case 'deleteUser': {
+        const user = this.usersByName.get(op.name);
+        if (!user) {
+          if (replay) return;
+          throw new MissingRecordError('user');
+        }
+        this.usersByName.delete(op.name);
+        data.users.splice(data.users.indexOf(user), 1);
+        return;
+      }
+      case 'addShare':
+        if (this.sharesById.has(op.share.share_id)) throw new Error('share id already in use');
+        data.shares.push(op.share);
+        this.sharesById.set(op.share.share_id, op.share);
+        return;
+      case 'updateShare': {
+        const share = this.sharesById.get(op.id);
+        if (!share) throw new MissingRecordError('share');
+        Object.assign(share, op.changes);
+        return;
+      }
+      case 'deleteShare': {
+        const share = this.sharesById.get(op.id);
+        if (!share) {
+          if (replay) return;
+          throw new MissingRecordError('share');
+        }
+        this.sharesById.delete(op.id);
+        data.shares.splice(data.shares.indexOf(share), 1);
+        return;
+      }
+      case 'setSettings':
+        data.settings = op.settings;
+        return;
+      case 'revoke':
+        for (const [id, exp] of Object.entries(data.revoked)) {
+          if (exp < op.now) delete data.revoked[id];
+        }
+        data.revoked[op.jti] = op.exp;
+        return;
+      default:
+        throw new Error(`unknown operation ${JSON.stringify((op as { op: unknown }).op)}`);
+    }
+  }
+}
+
+interface Loaded {
+  state: State;
+  /** Where appends continue: the end of the last whole journal line. */
+  goodBytes: number;
+  journalBytes: number;
+  notices: string[];
+  /** Set when a repair dropped lines: the journal must be moved aside and rewritten. */
+  repaired: boolean;
+}
+
+/**
+ * Rebuilds the state from a snapshot's text and the journal's bytes. Without `repair`, damage
+ * anywhere but a torn end throws DamagedMetadataError naming the file and line.
+ */
+function load(
+  snapshotText: string | null,
+  journal: Buffer,
+  files: { snapshot: string; journal: string },
+  repair: boolean,
+): Loaded {
+  let data: DbData;
+  try {
+    data = { ...empty(), ...(snapshotText ? (JSON.parse(snapshotText) as Partial<DbData>) : {}) };
+  } catch (err) {
+    throw new DamagedMetadataError(
+      `${files.snapshot} is damaged (${(err as Error).message}). It is only ever replaced whole, ` +
+        `so this is damage to the disk or a copy cut short: restore it from a backup.`,
+    );
+  }
+  const state = new State(data);
+  const contents = readJournal(journal);
+  const notices: string[] = [];
+  const skipped: string[] = contents.damaged.map((d) => `line ${d.line} (${d.reason})`);
+  if (contents.damaged.length && !repair) {
+    const first = contents.damaged[0]!;
+    throw new DamagedMetadataError(
+      `${files.journal} line ${first.line} is damaged (${first.reason}) and valid entries follow ` +
+        `it. Start with \`fshare serve --repair\` to keep every valid entry and move the damaged ` +
+        `journal aside.`,
+    );
+  }
+  for (const { line, entry } of contents.lines) {
+    if (entry.seq <= data.seq) continue; // already in the snapshot
+    try {
+      state.apply(entry as unknown as Op, true);
+    } catch (err) {
+      if (!repair)
+        throw new DamagedMetadataError(
+          `${files.journal} line ${line} cannot be applied (${(err as Error).message}). Start ` +
+            `with \`fshare serve --repair\` to keep every valid entry and move the damaged ` +
+            `journal aside.`,
+        );
+      skipped.push(`line ${line} (${(err as Error).message})`);
+      continue;
+    }
+    data.seq = entry.seq;
+  }
+  if (contents.torn)
+    notices.push(
+      `${files.journal}: dropped an unfinished last entry (line ${contents.torn.line}, ` +
+        `${contents.torn.reason}); a crash cut it, so it was never acknowledged`,
+    );
+  if (skipped.length)
+    notices.push(`repair: skipped ${files.journal} ${skipped.join(', ')}; kept every other entry`);
+  return {
+    state,
+    goodBytes: contents.goodBytes,
+    journalBytes: journal.length,
+    notices,
+    repaired: skipped.length > 0,
+  };
+}
+
+interface Waiter {
+  line: string;
+  resolve: () => void;
+  reject: (err: unknown) => void;
+}
+
+/**
+ * Metadata in a lowdb snapshot (db.json) plus an append-only journal (db.journal).
+ *
+ * A change is checked and applied to the in-memory state at once, so concurrent requests see
+ * one another's changes in order, then appended to the journal; its promise resolves only after
+ * the append was written in full and fsynced. Appends commit as a group: every change made while
+ * a write runs goes into the next one. If an append fails (a full disk, an I/O error), the
+ * journal is cut back to its last good byte and the state is rebuilt from the files, so every
+ * change of the failed group and every change made since is undone and rejected.
+ */
+export class LowdbStore implements MetadataStore {
+  private readonly db: Low<string>;
+  private readonly files: { snapshot: string; journal: string };
+  private state!: State;
+  private journal!: FileHandle;
+  private journalBytes = 0;
+  private pending: Waiter[] = [];
+  private writing: Promise<void> | null = null;
+  private closed = false;
+  private compactNext = false;
+  private compactAfter = 0;
+  /** Set when a failed write could not be undone: every change is refused until a restart. */
+  private broken: Error | null = null;
+  private readonly shareLocks = new KeyedMutex();
+
+  private constructor(
+    private readonly dataDir: string,
+    private readonly log: (line: string) => void,
+  ) {
+    this.files = { snapshot: join(dataDir, 'db.json'), journal: join(dataDir, 'db.journal') };
+    this.db = new Low<string>(new DurableJsonFile(this.files.snapshot, dataDir), '');
+  }
+
+  static async open(dataDir: string, options: LowdbStoreOptions = {}): Promise<LowdbStore> {
+    const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`));
+    const store = new LowdbStore(dataDir, log);
+    await store.db.read();
+    const snapshot = store.db.data || null;
+    const journal = await readFile(store.files.journal).catch((err: NodeJS.ErrnoException) => {
+      if (err.code === 'ENOENT') return Buffer.alloc(0);
+      throw err;
+    });
+    const loaded = load(snapshot, journal, store.files, options.repair ?? false);
+    for (const notice of loaded.notices) log(notice);
+    store.state = loaded.state;
+    if (loaded.repaired) {
+      const aside = `${store.files.journal}.damaged-${new Date().toISOString().replace(/[:.]/g, '-')}`;
+      await rename(store.files.journal, aside);
+      log(`repair: moved the damaged journal to ${aside}`);
+      store.db.data = JSON.stringify(store.state.data);
+      await store.db.write();
+      store.journal = await open(store.files.journal, 'a', 0o600);
+      await fsyncDir(dataDir);
+      return store;
+    }
+    // Appends continue right after the last whole line: cut off a torn end first.
+    store.journal = await open(store.files.journal, 'a+', 0o600);
+    if (loaded.goodBytes < loaded.journalBytes) {
+      await store.journal.truncate(loaded.goodBytes);
+      await store.journal.sync();
+    }
+    store.journalBytes = loaded.goodBytes;
+    // Start from a clean snapshot and an empty journal; on a full disk, go on with the journal.
+    if (store.journalBytes > 0 || snapshot === null) {
+      store.compactNext = true;
+      await store.flush().catch(() => undefined);
+    }
+    return store;
+  }
+
+  // Reads
+
+  async getUser(name: string) {
+    return this.state.usersByName.get(name);
+  }
+
+  async userCount() {
+    return this.state.data.users.length;
+  }
+
+  async listUsers(offset: number, limit: number) {
+    return this.state.data.users.slice(offset, offset + limit);
+  }
+
+  async getShare(id: string) {
+    return this.state.sharesById.get(id.toLowerCase());
+  }
+
+  async shareCount() {
+    return this.state.data.shares.length;
+  }
+
+  async listShares(offset: number, limit: number) {
+    return this.state.data.shares.slice(offset, offset + limit);
+  }
+
+  async *eachShare() {
+    // A copy of the list: shares may come and go while the caller awaits between items.
+    yield* [...this.state.data.shares];
+  }
+
+  async getSettings() {
+    return this.state.data.settings;
+  }
+
+  async isRevoked(jti: string) {
+    return jti in this.state.data.revoked;
+  }
+
+  // Changes
+
+  addUser(user: UserRecord) {
+    return this.change({ op: 'addUser', user });
+  }
+
+  updateUser(name: string, changes: Partial<UserRecord>) {
+    return this.change({ op: 'updateUser', name, changes });
+  }
+
+  deleteUser(name: string) {
+    return this.change({ op: 'deleteUser', name });
+  }
+
+  addShare(share: ShareRecord) {
+    return this.change({ op: 'addShare', share });
+  }
+
+  updateShare(id: string, changes: Partial<ShareRecord>) {
+    return this.change({ op: 'updateShare', id, changes });
+  }
+
+  deleteShare(id: string) {
+    return this.change({ op: 'deleteShare', id });
+  }
+
+  setSettings(settings: Settings) {
+    return this.change({ op: 'setSettings', settings });
+  }
+
+  revoke(jti: string, exp: number) {
+    return this.change({ op: 'revoke', jti, exp, now: Math.floor(Date.now() / 1000) });
+  }
+
+  withShareLock<T>(id: string, task: () => Promise<T>): Promise<T> {
+    return this.shareLocks.run(id.toLowerCase(), task);
+  }
+
+  /** Applies a change now; resolves once it is durable. */
+  private change(op: Op): Promise<void> {
+    if (this.closed) return Promise.reject(new Error('the metadata store is closed'));
+    if (this.broken) return Promise.reject(this.broken);
+    // Copied into the line first: the state keeps the op's objects and changes them later.
+    const seq = this.state.data.seq + 1;
+    const line = encodeLine({ seq, ...op } as Entry);
+    this.state.apply(op); // throws, having changed nothing, when the change cannot apply
+    this.state.data.seq = seq;
+    return new Promise<void>((resolve, reject) => {
+      this.pending.push({ line, resolve, reject });
+      void this.flush();
+    });
+  }
+
+  /** Resolves once every change made before the call is on disk (or has failed). */
+  flush(): Promise<void> {
+    this.writing ??= this.writeLoop().finally(() => {
+      this.writing = null;
+    });
+    return this.writing;
+  }
+
+  private async writeLoop(): Promise<void> {
+    while (this.pending.length > 0 || this.compactDue()) {
+      const batch = this.pending;
+      this.pending = [];
+      // Taken now, when the state holds exactly what is durable plus this batch.
+      const snapshot = this.compactDue() ? JSON.stringify(this.state.data) : null;
+      if (batch.length > 0) {
+        try {
+          await this.append(batch.map((w) => w.line).join(''));
+        } catch (err) {
+          await this.undoSinceLastGood(batch, err);
+          continue;
+        }
+        for (const w of batch) w.resolve();
+      }
+      if (snapshot !== null) await this.compact(snapshot);
+    }
+  }
+
+  private compactDue(): boolean {
+    return (
+      this.compactNext || (this.journalBytes >= COMPACT_BYTES && Date.now() >= this.compactAfter)
+    );
+  }
+
+  /** Appends the text in full and fsyncs it; throws, with the journal cut back, otherwise. */
+  private async append(text: string): Promise<void> {
+    const bytes = Buffer.from(text);
+    await fault('journal.mid-write', () =>
+      this.journal.write(bytes.subarray(0, bytes.length >> 1)),
+    );
+    await writeFully(this.journal, bytes, null);
+    await fault('journal.before-fsync');
+    await this.journal.datasync();
+    this.journalBytes += bytes.length;
+  }
+
+  /**
+   * A failed append: cut the journal back to its last good byte and rebuild the state from the
+   * files, then reject the failed group and every change applied since (they are all undone).
+   */
+  private async undoSinceLastGood(batch: Waiter[], err: unknown): Promise<void> {
+    try {
+      await this.journal.truncate(this.journalBytes);
+    } catch (cutErr) {
+      this.log(`metadata: cannot cut ${this.files.journal} back after a failed write: ${cutErr}`);
+    }
+    // Synchronous from here on, so no change can slip in between the rebuild and the reject.
+    try {
+      let snapshot: string | null = null;
+      try {
+        snapshot = readFileSync(this.files.snapshot, 'utf8');
+      } catch (readErr) {
+        if ((readErr as NodeJS.ErrnoException).code !== 'ENOENT') throw readErr;
+      }
+      const journal = readFileSync(this.files.journal).subarray(0, this.journalBytes);
+      this.state = load(snapshot, journal, this.files, false).state;
+    } catch (rebuildErr) {
+      // The state may hold undone changes now: refuse every change until a restart.
+      this.broken = new Error(
+        `the metadata store failed and needs a restart: ${String(rebuildErr)}`,
+      );
+      this.log(`metadata: ${this.broken.message}`);
+    }
+    const undone = [...batch, ...this.pending];
+    this.pending = [];
+    for (const w of undone) w.reject(err);
+  }
+
+  /** Writes the snapshot (the state as of `text`), then empties the journal. */
+  private async compact(text: string): Promise<void> {
+    this.compactNext = false;
+    try {
+      this.db.data = text;
+      await this.db.write();
+      await fault('compact.after-rename');
+      // Entries up to the snapshot's seq are skipped at replay, so a crash before this is harmless.
+      await this.journal.truncate(0);
+      await this.journal.sync();
+      this.journalBytes = 0;
+    } catch (err) {
+      this.compactAfter = Date.now() + COMPACT_RETRY_MS;
+      this.log(
+        `metadata: cannot fold the journal into ${this.files.snapshot} (${(err as Error).message}); the journal keeps every change`,
+      );
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.flush();
+    this.compactNext = true;
+    await this.flush();
+    await this.journal.close();
+  }
+}
