@@ -117,7 +117,9 @@ export function errorHandler(log?: (line: string) => void): ErrorRequestHandler 
         message = `Bad multipart body: ${e.message}`;
       }
     }
-    if (status >= 500 && log) log(`error: ${err instanceof Error ? err.stack : String(err)}`);
+    // A bug is worth a stack trace; a full disk (507) is an expected condition, said in a line.
+    if (status === 500 && log) log(`error: ${err instanceof Error ? err.stack : String(err)}`);
+    else if (status === 507 && log) log(`refused with 507: ${message}`);
     // Headers a download set before failing must not describe the error body.
     res.removeHeader('Content-Disposition');
     res.status(status).set(headers).type('application/json').json({ status: 'fail', message });

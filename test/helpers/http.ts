@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
 import http, { type IncomingHttpHeaders } from 'node:http';
 import { join } from 'node:path';
@@ -359,3 +359,52 @@ export async function content(base: string, token: string | undefined, id: strin
 
 export const ISO_NO_ZONE = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}$/;
 export const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+export interface ShareJson {
+  share_id: string;
+  file_name: string;
+  owner_name: string | null;
+  initialized: boolean;
+  locked: boolean;
+  create_date: string;
+  size: number | null;
+  sha256: string | null;
+}
+
+/** Every share, all pages. */
+export async function allShares(base: string, token: string | undefined): Promise<ShareJson[]> {
+  const out: ShareJson[] = [];
+  for (let page = 1; ; page++) {
+    const res = await get(base, `/files?per_page=1000&page=${page}`, { token });
+    expectStatus(res, 200);
+    out.push(...(res.body.data as ShareJson[]));
+    if (res.body.next === null) return out;
+  }
+}
+
+export const sha256hex = (data: Buffer): string => createHash('sha256').update(data).digest('hex');
+
+/**
+ * The storage promise, checked from outside: every share with content serves exactly `size`
+ * bytes whose sha256 is the recorded one (and is the ETag). Returns the shares with their
+ * content's sha256.
+ */
+export async function verifyAllContent(
+  base: string,
+  token: string | undefined,
+): Promise<Map<string, ShareJson>> {
+  const shares = new Map<string, ShareJson>();
+  for (const share of await allShares(base, token)) {
+    shares.set(share.share_id, share);
+    if (!share.initialized) {
+      expect(share, share.share_id).toMatchObject({ size: null, sha256: null });
+      continue;
+    }
+    const res = await get(base, `/files/${share.share_id}/content`, { token });
+    expectStatus(res, 200);
+    expect(res.buf.length, `size of ${share.share_id}`).toBe(share.size);
+    expect(sha256hex(res.buf), `sha256 of ${share.share_id}`).toBe(share.sha256);
+    expect(res.headers.etag).toBe(`"${share.sha256}"`);
+  }
+  return shares;
+}

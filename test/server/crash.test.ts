@@ -1,14 +1,12 @@
 // The real binary, killed with SIGKILL in the middle of uploads and metadata writes, then
 // restarted on the same data directory (issue 2: "a SIGKILL in the middle of an upload followed by
 // finishing it"; API.md: "an upload interrupted by a server restart or crash can be finished").
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { existsSync, readFileSync } from 'node:fs';
-import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
+import { readFileSync } from 'node:fs';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import jwt from 'jsonwebtoken';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -22,90 +20,12 @@ import {
   post,
   sendChunk,
   split,
-  walkFiles,
 } from '../helpers/http.js';
+import { ensureBuilt, kill9, killAll, serve } from '../helpers/serve.js';
 import { ADMIN, login } from '../helpers/server.js';
 
-const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
-const BIN = join(ROOT, 'bin', 'fshare.js');
-
-interface Running {
-  url: string;
-  child: ChildProcess;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-  /** stdout up to and including the "Listening on" line. */
-  output: string;
-}
-
-const children = new Set<ChildProcess>();
 let root: string;
 let dataDir: string;
-
-/** Builds dist/ when it is missing or older than src/ (`npm test` builds first anyway). */
-async function ensureBuilt(): Promise<void> {
-  const newest = async (dir: string) =>
-    Math.max(
-      0,
-      ...(await Promise.all((await walkFiles(dir)).map(async (f) => (await stat(f)).mtimeMs))),
-    );
-  const built = join(ROOT, 'dist', 'cli', 'main.js');
-  if (existsSync(built) && (await newest(join(ROOT, 'dist'))) >= (await newest(join(ROOT, 'src'))))
-    return;
-  await new Promise<void>((done) => {
-    // tsc may report errors in files others are editing; it still emits, so the exit code is ignored.
-    execFile(
-      process.execPath,
-      [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json'],
-      { cwd: ROOT },
-      () => done(),
-    );
-  });
-}
-
-/** Starts `fshare serve` and resolves once it prints its URL. */
-function serve(dir: string, extraEnv: NodeJS.ProcessEnv = {}): Promise<Running> {
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    FSHARE_ADMIN_USER: ADMIN.username,
-    FSHARE_ADMIN_PASSWORD: ADMIN.password,
-  };
-  delete env.FSHARE_SECRET;
-  Object.assign(env, extraEnv);
-  const child = spawn(
-    process.execPath,
-    [BIN, 'serve', '--port', '0', '--data-dir', dir, '--quiet', '--min-free', '16m'],
-    {
-      cwd: ROOT,
-      env,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    },
-  );
-  children.add(child);
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((done) =>
-    child.once('exit', (code, signal) => done({ code, signal })),
-  );
-  void exited.then(() => children.delete(child));
-  return new Promise((resolveStart, reject) => {
-    let out = '';
-    let err = '';
-    child.stdout!.on('data', (d: Buffer) => {
-      out += d.toString();
-      const m = /Listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(out);
-      if (m) resolveStart({ url: m[1]!, child, exited, output: out });
-    });
-    child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
-    child.once('exit', (code, signal) =>
-      reject(
-        new Error(`fshare serve exited (${code ?? signal}) before listening:\n${out}\n${err}`),
-      ),
-    );
-  });
-}
-
-async function kill9(running: Running): Promise<void> {
-  running.child.kill('SIGKILL');
-  await running.exited;
-}
 
 /** Starts sending a chunk request but stops halfway through its body; never finishes it. */
 function halfSentChunk(
@@ -146,7 +66,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  for (const child of children) child.kill('SIGKILL');
+  killAll();
   await rm(root, { recursive: true, force: true });
 });
 

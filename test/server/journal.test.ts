@@ -1,36 +1,170 @@
-// Metadata durability: changes are acknowledged only once appended and fsynced to db.journal; a
-// start replays the journal over db.json and ignores a line cut short by a crash.
-import { appendFile, readFile } from 'node:fs/promises';
+// Metadata durability (issue 8): a change is acknowledged only once appended in full and fsynced
+// to db.journal. Replay drops only a torn last line (and says so); any other damage stops the
+// start with the file and line and the way out (--repair), which keeps every valid entry.
+import { cp, mkdtemp, readFile, readdir, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, expect, it } from 'vitest';
-import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createServer } from '../../src/server/index.js';
+import { encodeLine } from '../../src/server/store/journal.js';
+import { DamagedMetadataError } from '../../src/server/store/index.js';
 import { createShare, get, getShare } from '../helpers/http.js';
+import { ensureBuilt, serve, stop } from '../helpers/serve.js';
+import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
 
 const servers: TestServer[] = [];
 afterAll(async () => {
   for (const s of servers) await s.close().catch(() => undefined);
 });
+beforeAll(ensureBuilt);
 
-it('acknowledged changes are in the journal at once, and a torn last line is ignored on start', async () => {
-  const first = await startServer();
-  servers.push(first);
-  const token = await login(first.url, ADMIN.username, ADMIN.password);
-  const id = await createShare(first.url, token, 'journalled.txt');
+/** What a crash would leave: the files as they are on disk while the server runs. */
+async function crashImage(dataDir: string): Promise<string> {
+  const copy = await mkdtemp(join(tmpdir(), 'fshare-crash-image-'));
+  await cp(dataDir, copy, { recursive: true });
+  return copy;
+}
 
-  // Acknowledged means durable: the share is in the journal before the server stops.
-  const journal = join(first.dataDir, 'db.journal');
-  expect(await readFile(journal, 'utf8')).toContain(id);
+/** A running server with three shares created after its start (so they are in the journal). */
+async function journalWithThreeShares() {
+  const srv = await startServer();
+  servers.push(srv);
+  const token = await login(srv.url, ADMIN.username, ADMIN.password);
+  const ids = [];
+  for (const name of ['one', 'two', 'three']) ids.push(await createShare(srv.url, token, name));
+  const image = await crashImage(srv.dataDir);
+  // Line 1 is the administrator made at the first start; lines 2-4 are the shares.
+  const lines = (await readFile(join(image, 'db.journal'), 'utf8')).split('\n').filter(Boolean);
+  return { token, ids, image, lines };
+}
 
-  // Simulate a crash after the stop: a half-written entry at the journal's end.
-  await first.server.close();
-  expect(await readFile(join(first.dataDir, 'db.json'), 'utf8')).toContain(id);
-  await appendFile(journal, '{"seq": 999999, "op": "deleteSha');
+async function listIds(url: string, token: string): Promise<string[]> {
+  const res = await get(url, '/files?per_page=1000', { token });
+  return (res.body as { data: { share_id: string }[] }).data.map((s) => s.share_id);
+}
 
-  const second = await startServer({ dataDir: first.dataDir });
-  servers.push(second);
-  expect(await getShare(second.url, token, id)).toMatchObject({ file_name: 'journalled.txt' });
-  const list = await get(second.url, '/files', { token });
-  expect((list.body as { data: { share_id: string }[] }).data.map((s) => s.share_id)).toEqual([id]);
-  // The start folded everything into db.json and began an empty journal.
-  expect(await readFile(journal, 'utf8')).toBe('');
+describe('appends', () => {
+  it('an acknowledged change is in the journal before the reply, with a checksum per line', async () => {
+    const { ids, lines } = await journalWithThreeShares();
+    expect(lines).toHaveLength(4);
+    expect(lines[0]).toContain(ADMIN.username);
+    lines.forEach((line) => expect(line).toMatch(/^[0-9a-f]{8} \{/));
+    ids.forEach((id, i) => expect(lines[i + 1]).toContain(id));
+  });
+});
+
+describe('replay', () => {
+  it('drops a torn last line, says so, and keeps everything before it', async () => {
+    const { token, ids, image, lines } = await journalWithThreeShares();
+    // A crash in the middle of the last append: half of its line reached the disk.
+    const last = lines[3]!;
+    await writeFile(
+      join(image, 'db.journal'),
+      `${lines.slice(0, 3).join('\n')}\n${last.slice(0, last.length / 2)}`,
+    );
+    const notices: string[] = [];
+    const srv = await startServer({ dataDir: image, notice: (l) => notices.push(l) });
+    servers.push(srv);
+    expect(await listIds(srv.url, token)).toEqual(ids.slice(0, 2));
+    expect(notices.join('\n')).toMatch(/db\.journal: dropped an unfinished last entry \(line 4/);
+    // The start folded the rest into db.json and began an empty journal.
+    expect(await readFile(join(image, 'db.journal'), 'utf8')).toBe('');
+    expect(await readFile(join(image, 'db.json'), 'utf8')).toContain(ids[1]);
+  });
+
+  it('a zero-filled end (power loss) counts as torn too', async () => {
+    const { token, ids, image, lines } = await journalWithThreeShares();
+    await writeFile(join(image, 'db.journal'), `${lines.join('\n')}\n${'\0'.repeat(4096)}`);
+    const srv = await startServer({ dataDir: image, notice: () => undefined });
+    servers.push(srv);
+    expect(await listIds(srv.url, token)).toEqual(ids);
+  });
+
+  it('is idempotent: entries already in the snapshot are not applied twice', async () => {
+    const { token, ids, image } = await journalWithThreeShares();
+    // A crash right after the snapshot was renamed in, before the journal was emptied.
+    const srv = await startServer({ dataDir: image });
+    await srv.server.close();
+    const again = await crashImage(image);
+    const snapshot = JSON.parse(await readFile(join(again, 'db.json'), 'utf8'));
+    // The snapshot holds seq 1-4 (the admin, then the shares); the journal repeats 2-4.
+    expect(snapshot.seq).toBe(4);
+    const sameSeq = snapshot.shares.map((share: object, i: number) =>
+      encodeLine({ seq: i + 2, op: 'addShare', share }),
+    );
+    await writeFile(join(again, 'db.journal'), sameSeq.join(''));
+    const second = await startServer({ dataDir: again });
+    servers.push(second);
+    expect(await listIds(second.url, token)).toEqual(ids);
+  });
+});
+
+describe('damage that is not a torn end', () => {
+  async function damagedInTheMiddle() {
+    const made = await journalWithThreeShares();
+    const [admin, one, two, three] = made.lines as [string, string, string, string];
+    // One character of the line of share "two" changed: its checksum no longer matches.
+    const flipped = two.replace('"two"', '"tw0"');
+    await writeFile(join(made.image, 'db.journal'), `${admin}\n${one}\n${flipped}\n${three}\n`);
+    return made;
+  }
+
+  it('stops the start with the file and the line, and the way out', async () => {
+    const { image } = await damagedInTheMiddle();
+    const error = await createServer({ dataDir: image }).catch((err: unknown) => err);
+    expect(error).toBeInstanceOf(DamagedMetadataError);
+    expect((error as Error).message).toMatch(/db\.journal line 3 is damaged \(checksum mismatch\)/);
+    expect((error as Error).message).toContain('fshare serve --repair');
+  });
+
+  it('the binary prints it as one line and exits 1, without a stack trace', async () => {
+    const { image } = await damagedInTheMiddle();
+    const failed = await serve(image).catch((err: { code: number; stderr: string }) => err);
+    expect('code' in failed && failed.code).toBe(1);
+    const stderr = (failed as { stderr: string }).stderr.trim();
+    expect(stderr.split('\n')).toHaveLength(1);
+    expect(stderr).toMatch(/^fshare: .*db\.journal line 3 is damaged.*--repair/);
+  });
+
+  it('--repair keeps every valid entry, moves the damaged journal aside, and later starts are normal', async () => {
+    const { token, ids, image } = await damagedInTheMiddle();
+    const damaged = await readFile(join(image, 'db.journal'));
+    const running = await serve(image, {}, ['--repair']);
+    expect(await listIds(running.url, token)).toEqual([ids[0], ids[2]]);
+    expect(running.stderr()).toMatch(/repair: skipped .*db\.journal line 3 \(checksum mismatch\)/);
+    expect((await stop(running)).code).toBe(0);
+    const aside = (await readdir(image)).filter((f) => f.startsWith('db.journal.damaged-'));
+    expect(aside).toHaveLength(1);
+    expect((await readFile(join(image, aside[0]!))).equals(damaged)).toBe(true);
+    const normal = await serve(image);
+    expect(await listIds(normal.url, token)).toEqual([ids[0], ids[2]]);
+    await stop(normal);
+  });
+
+  it('an entry that names a record that is not there: refused with its line; --repair skips it', async () => {
+    const { token, ids, image, lines } = await journalWithThreeShares();
+    const ghost = encodeLine({
+      seq: 5,
+      op: 'updateShare',
+      id: '00000000-0000-4000-8000-000000000000',
+      changes: { locked: true },
+    });
+    const fourth = encodeLine({
+      seq: 6,
+      op: 'setSettings',
+      settings: { default_permissions: ['READ'] },
+    });
+    await writeFile(join(image, 'db.journal'), `${lines.join('\n')}\n${ghost}${fourth}`);
+    const error = await createServer({ dataDir: image }).catch((err: unknown) => err);
+    expect((error as Error).message).toMatch(
+      /db\.journal line 5 cannot be applied \(No share with this id\)/,
+    );
+    const repaired = await startServer({ dataDir: image, repair: true, notice: () => undefined });
+    servers.push(repaired);
+    expect(await listIds(repaired.url, token)).toEqual(ids);
+    // The entry after it was kept.
+    const settings = await get(repaired.url, '/admin/settings', { token });
+    expect(settings.body).toEqual({ default_permissions: ['READ'] });
+    expect(await getShare(repaired.url, token, ids[0]!)).toMatchObject({ locked: false });
+  });
 });

@@ -362,10 +362,23 @@ export class FileStorage implements ContentStorage {
     let fill = 0;
     let written = 0;
     let writing: Promise<void> | null = null;
-    const flush = async () => {
-      if (writing) await writing;
+    // The first failed write (a full disk): nothing more is written, the body is still read to
+    // its end (so the request can be answered), then the failure is thrown.
+    let failure: unknown = null;
+    const settle = async () => {
+      if (!writing) return;
+      try {
+        await writing;
+      } catch (err) {
+        failure ??= err;
+      }
       writing = null;
-      if (fill === 0 || writer?.aborted) return;
+      if (writer) writer.writing = null;
+    };
+    const flush = async () => {
+      await settle();
+      if (writer?.aborted || failure) fill = 0; // dropped: nothing is written after either
+      if (fill === 0) return;
       const bytes = piece.subarray(0, fill);
       const at = position + written;
       written += fill;
@@ -373,11 +386,12 @@ export class FileStorage implements ContentStorage {
       piece = Buffer.allocUnsafeSlow(PIECE);
       if (received.spec) await received.spec.hash.update(bytes);
       writing = writeFully(handle, bytes, at);
+      writing.catch(() => undefined); // observed in settle(); never an unhandled rejection
       if (writer) writer.writing = writing;
     };
     try {
       for await (const data of body as AsyncIterable<Buffer>) {
-        if (received.overflow || writer?.aborted) continue;
+        if (received.overflow || writer?.aborted || failure) continue;
         if (received.bytes + data.length > max) {
           received.overflow = true;
           continue;
@@ -395,10 +409,9 @@ export class FileStorage implements ContentStorage {
       await flush();
     } finally {
       // Whatever happened, no write of this body is still running when this returns.
-      await (writing as Promise<void> | null)?.catch(() => undefined);
-      if (writer) writer.writing = null;
+      await settle();
     }
-    await writing;
+    if (failure) throw failure;
   }
 
   async discard(chunk: ReceivedChunk): Promise<void> {
