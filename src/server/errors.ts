@@ -112,6 +112,10 @@ export function errorHandler(log?: (line: string) => void): ErrorRequestHandler 
             : e.type === 'entity.too.large'
               ? 'The request body is too large'
               : String(e.message);
+      } else if (/^Request (aborted|closed)$/.test(String(e.message))) {
+        // The client went away in the middle of its body: nobody is left to answer.
+        status = 400;
+        message = 'The request was cut off before its body ended';
       } else if (/multipart|boundary|Unexpected end of form/i.test(String(e.message))) {
         status = 400;
         message = `Bad multipart body: ${e.message}`;

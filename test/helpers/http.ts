@@ -162,15 +162,7 @@ export async function createShare(
 export async function getShare(base: string, token: string | undefined, id: string) {
   const res = await get(base, `/files/${id}`, { token });
   expectStatus(res, 200);
-  return res.body as {
-    share_id: string;
-    file_name: string;
-    owner_name: string | null;
-    initialized: boolean;
-    locked: boolean;
-    create_date: string;
-    size: number | null;
-  };
+  return res.body as ShareJson;
 }
 
 export async function setDefaultPermissions(
@@ -407,4 +399,95 @@ export async function verifyAllContent(
     expect(res.headers.etag).toBe(`"${share.sha256}"`);
   }
   return shares;
+}
+
+/** The multipart body of one chunk with any fields (in the order given), for raw requests. */
+export function chunkMultipart(
+  fields: Record<string, string | number>,
+  data: Buffer,
+): { head: Buffer; tail: Buffer; contentType: string } {
+  const boundary = `----fshare-raw-${randomUUID()}`;
+  let head = '';
+  for (const [name, value] of Object.entries(fields))
+    head += `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`;
+  head +=
+    `--${boundary}\r\nContent-Disposition: form-data; name="upload"; filename="blob"\r\n` +
+    `Content-Type: application/octet-stream\r\n\r\n`;
+  return {
+    head: Buffer.from(head),
+    tail: Buffer.from(`\r\n--${boundary}--\r\n`),
+    contentType: `multipart/form-data; boundary=${boundary}`,
+  };
+}
+
+/**
+ * A chunk request that stops in the middle of its body: the headers, the fields and the first
+ * `sent` bytes of `data` are written, then nothing until `finish` sends the rest (or `abort`
+ * cuts the connection). `response` settles when the server answers.
+ */
+export async function stalledChunk(
+  base: string,
+  token: string | undefined,
+  id: string,
+  fields: Record<string, string | number>,
+  data: Buffer,
+  sent: number,
+  method: 'POST' | 'PUT' = 'POST',
+  extra: Buffer = Buffer.alloc(0),
+): Promise<{ finish(): Promise<Res>; abort(): void; response: Promise<Res> }> {
+  const { head, tail, contentType } = chunkMultipart(fields, data);
+  const body = Buffer.concat([head, data, tail, extra]);
+  const url = new URL(`/files/${id}/content`, base);
+  const headers: Record<string, string> = {
+    'content-type': contentType,
+    'content-length': String(body.length),
+  };
+  if (token) headers.authorization = `Bearer ${token}`;
+  const req = http.request({
+    host: url.hostname,
+    port: url.port,
+    path: url.pathname,
+    method,
+    agent: false,
+    headers,
+  });
+  const response = new Promise<Res>((resolve, reject) => {
+    req.on('error', reject);
+    req.on('response', (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('error', reject);
+      res.on('end', () => {
+        const buf = Buffer.concat(chunks);
+        const text = buf.toString();
+        let parsed: unknown;
+        try {
+          parsed = JSON.parse(text);
+        } catch {
+          parsed = undefined;
+        }
+        resolve({
+          status: res.statusCode!,
+          headers: res.headers,
+          rawHeaders: res.rawHeaders,
+          buf,
+          text,
+          body: parsed,
+        });
+      });
+    });
+  });
+  response.catch(() => undefined);
+  const cut = head.length + sent;
+  await new Promise<void>((done) => req.write(body.subarray(0, cut), () => done()));
+  return {
+    finish() {
+      req.end(body.subarray(cut));
+      return response;
+    },
+    abort() {
+      req.destroy();
+    },
+    response,
+  };
 }

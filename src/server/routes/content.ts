@@ -145,13 +145,15 @@ export function contentRoutes({ store, storage, maxChunkBytes }: Context): Route
             if (!current) throw Errors.shareNotFound();
             checkOwner(req, current);
             allowed(current);
+            // Read before the update, which changes the record in place.
+            const replaced = current.initialized ? blobOf(current) : undefined;
             await store.updateShare(share.share_id, {
               initialized: true,
               size: content.size,
               sha256: content.sha256,
               blob: content.blob,
             });
-            return current.initialized ? blobOf(current) : undefined;
+            return replaced;
           }),
         );
       } finally {

@@ -255,6 +255,9 @@ export class FileStorage implements ContentStorage {
     for (const name of await readdir(this.contentDir)) {
       if (!referenced(name)) await rm(join(this.contentDir, name), { force: true });
     }
+    // Every upload read back once: what requests cut by a crash left is removed, records that
+    // cannot be read count as absent, completions that were published are closed.
+    for (const name of await readdir(this.uploadsDir)) await this.load(name);
   }
 
   async reserve(bytes: number): Promise<() => void> {

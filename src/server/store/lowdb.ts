@@ -330,10 +330,12 @@ export class LowdbStore implements MetadataStore {
     return store;
   }
 
-  // Reads
+  // Reads: copies, so that a caller holding a record never sees it change under it (and can
+  // never change the state by accident), as with a database.
 
   async getUser(name: string) {
-    return this.state.usersByName.get(name);
+    const user = this.state.usersByName.get(name);
+    return user && { ...user };
   }
 
   async userCount() {
@@ -341,11 +343,12 @@ export class LowdbStore implements MetadataStore {
   }
 
   async listUsers(offset: number, limit: number) {
-    return this.state.data.users.slice(offset, offset + limit);
+    return this.state.data.users.slice(offset, offset + limit).map((u) => ({ ...u }));
   }
 
   async getShare(id: string) {
-    return this.state.sharesById.get(id.toLowerCase());
+    const share = this.state.sharesById.get(id.toLowerCase());
+    return share && { ...share };
   }
 
   async shareCount() {
@@ -353,16 +356,16 @@ export class LowdbStore implements MetadataStore {
   }
 
   async listShares(offset: number, limit: number) {
-    return this.state.data.shares.slice(offset, offset + limit);
+    return this.state.data.shares.slice(offset, offset + limit).map((s) => ({ ...s }));
   }
 
   async *eachShare() {
     // A copy of the list: shares may come and go while the caller awaits between items.
-    yield* [...this.state.data.shares];
+    for (const share of [...this.state.data.shares]) yield { ...share };
   }
 
   async getSettings() {
-    return this.state.data.settings;
+    return { ...this.state.data.settings };
   }
 
   async isRevoked(jti: string) {
@@ -372,7 +375,7 @@ export class LowdbStore implements MetadataStore {
   // Changes
 
   addUser(user: UserRecord) {
-    return this.change({ op: 'addUser', user });
+    return this.change({ op: 'addUser', user: { ...user } });
   }
 
   updateUser(name: string, changes: Partial<UserRecord>) {
@@ -384,7 +387,7 @@ export class LowdbStore implements MetadataStore {
   }
 
   addShare(share: ShareRecord) {
-    return this.change({ op: 'addShare', share });
+    return this.change({ op: 'addShare', share: { ...share } });
   }
 
   updateShare(id: string, changes: Partial<ShareRecord>) {
