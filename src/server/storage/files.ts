@@ -769,6 +769,9 @@ export class FileStorage implements ContentStorage {
     }
     const hash = new UploadHash(this.hasher);
     if (names.includes('done')) {
+      // Finished; what the crash kept `finish` from removing goes now.
+      for (const entry of names)
+        if (entry !== 'done') await rm(join(dir, entry), { force: true, recursive: true });
       const upload = new Upload(name, dir, { v: 2, total: 0, layout: null, created: 0 }, hash);
       upload.state = 'done';
       return upload;

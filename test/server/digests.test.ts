@@ -1,0 +1,174 @@
+// sha256 for every share (issue 8): `sha256` in share info beside `size`, a strong ETag made from
+// it and an RFC 9530 Repr-Digest on GET and HEAD (also on 206, since it describes the whole
+// representation). Content stored by fshare 0.1 gets its digest computed in the background after
+// the upgrade, and 0.1's unfinished uploads can still be finished.
+import { randomBytes } from 'node:crypto';
+import { cp, mkdtemp, readFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  allShares,
+  content,
+  createShare,
+  createShareWithContent,
+  expectStatus,
+  get,
+  getShare,
+  request,
+  sendChunk,
+  sendParts,
+  sha256hex,
+  upload,
+  verifyAllContent,
+} from '../helpers/http.js';
+import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
+
+const FIXTURES = join(dirname(fileURLToPath(import.meta.url)), '..', 'fixtures');
+const base64 = (hex: string) => Buffer.from(hex, 'hex').toString('base64');
+
+describe('sha256 of content', () => {
+  let srv: TestServer;
+  let token: string;
+  beforeAll(async () => {
+    srv = await startServer();
+    token = await login(srv.url, ADMIN.username, ADMIN.password);
+  });
+  afterAll(() => srv.close());
+
+  it('is null without content, then the digest of exactly the bytes uploaded', async () => {
+    const id = await createShare(srv.url, token, 'd.bin');
+    expect(await getShare(srv.url, token, id)).toMatchObject({ size: null, sha256: null });
+    const data = randomBytes(300_001);
+    await upload(srv.url, token, id, data, 5);
+    expect(await getShare(srv.url, token, id)).toMatchObject({
+      size: data.length,
+      sha256: sha256hex(data),
+    });
+    const listed = (await allShares(srv.url, token)).find((s) => s.share_id === id);
+    expect(listed?.sha256).toBe(sha256hex(data));
+  });
+
+  it('GET and HEAD send it as the strong ETag and as Repr-Digest, also for a range', async () => {
+    const data = randomBytes(10_000);
+    const id = await createShareWithContent(srv.url, token, 'h.bin', data, 2);
+    const sha = sha256hex(data);
+    for (const method of ['GET', 'HEAD']) {
+      for (const range of [undefined, 'bytes=10-99']) {
+        const res = await request(srv.url, method, `/files/${id}/content`, {
+          token,
+          headers: range ? { range } : {},
+        });
+        expectStatus(res, range ? 206 : 200);
+        expect(res.headers.etag).toBe(`"${sha}"`);
+        expect(res.headers['repr-digest']).toBe(`sha-256=:${base64(sha)}:`);
+      }
+    }
+    // The ETag works as a validator: If-Range with it gives the range.
+    const resumed = await get(srv.url, `/files/${id}/content`, {
+      token,
+      headers: { range: 'bytes=5000-', 'if-range': `"${sha}"` },
+    });
+    expectStatus(resumed, 206);
+    expect(resumed.buf.equals(data.subarray(5000))).toBe(true);
+  });
+
+  it('changes with the content, and an empty file has the empty digest', async () => {
+    const id = await createShareWithContent(srv.url, token, 'e.bin', Buffer.from('one'));
+    await upload(srv.url, token, id, Buffer.alloc(0), 1, 'PUT');
+    const empty = sha256hex(Buffer.alloc(0));
+    expect(await getShare(srv.url, token, id)).toMatchObject({ size: 0, sha256: empty });
+    const res = await get(srv.url, `/files/${id}/content`, { token });
+    expect(res.headers.etag).toBe(`"${empty}"`);
+  });
+});
+
+describe('a data directory of fshare 0.1', () => {
+  for (const fixture of ['v0.1-clean', 'v0.1-crashed']) {
+    it(`${fixture}: opens, computes every digest in the background, and finishes 0.1's uploads`, async () => {
+      const dataDir = await mkdtemp(join(tmpdir(), `fshare-${fixture}-`));
+      await cp(join(FIXTURES, fixture), dataDir, { recursive: true });
+      const info = JSON.parse(await readFile(join(FIXTURES, `${fixture}.json`), 'utf8')) as {
+        shares: Record<string, string>;
+      };
+      const srv = await startServer({ dataDir, secret: undefined, notice: () => undefined });
+      try {
+        const token = await login(srv.url, ADMIN.username, ADMIN.password);
+        // The digests of old content appear without anyone asking (a background migration).
+        const deadline = Date.now() + 10_000;
+        for (;;) {
+          const shares = await allShares(srv.url, token);
+          if (shares.every((s) => !s.initialized || s.sha256)) break;
+          if (Date.now() > deadline) throw new Error('the old content was never digested');
+          await new Promise((r) => setTimeout(r, 50));
+        }
+        const shares = await verifyAllContent(srv.url, token);
+        expect(shares.size).toBe(Object.keys(info.shares).length);
+        const bytes = (n: number, seed: number) =>
+          Buffer.from(Array.from({ length: n }, (_, i) => (i * 31 + seed) & 255));
+        expect((await content(srv.url, token, info.shares.placed!)).equals(bytes(300_000, 1))).toBe(
+          true,
+        );
+        expect((await content(srv.url, token, info.shares.joined!)).equals(bytes(50_000, 7))).toBe(
+          true,
+        );
+        // 0.1's unfinished uploads: chunks 0 and 2 of a placed one, chunk 1 of a loose one.
+        const pending = bytes(30_000, 3);
+        const alice = await login(srv.url, 'alice', 'alice-pw');
+        expectStatus(
+          await sendParts(srv.url, alice, info.shares.pendingPlaced!, [
+            { name: 'dzuuid', value: 'u-pending-placed' },
+            { name: 'dzchunkindex', value: '1' },
+            { name: 'dztotalchunks', value: '3' },
+            { name: 'dzchunkbyteoffset', value: '10000' },
+            { name: 'upload', filename: 'blob', data: pending.subarray(10_000, 20_000) },
+          ]),
+          201,
+        );
+        expect((await content(srv.url, token, info.shares.pendingPlaced!)).equals(pending)).toBe(
+          true,
+        );
+        for (const index of [0, 2]) {
+          const res = await sendChunk(srv.url, alice, info.shares.pendingLoose!, {
+            dzuuid: 'u-pending-loose',
+            index,
+            total: 3,
+            data: pending.subarray(index * 10_000, (index + 1) * 10_000),
+          });
+          expectStatus(res, index === 2 ? 201 : 200);
+        }
+        expect((await content(srv.url, token, info.shares.pendingLoose!)).equals(pending)).toBe(
+          true,
+        );
+        await verifyAllContent(srv.url, token);
+      } finally {
+        await srv.close();
+      }
+      // Everything, digests included, is there after a restart.
+      const again = await startServer({ dataDir });
+      try {
+        const token = await login(again.url, ADMIN.username, ADMIN.password);
+        const shares = await verifyAllContent(again.url, token);
+        expect([...shares.values()].every((s) => !s.initialized || s.sha256)).toBe(true);
+      } finally {
+        await again.close();
+      }
+    });
+  }
+});
+
+it('a fresh upload of a share keeps its digest across restarts', async () => {
+  const srv = await startServer();
+  const token = await login(srv.url, ADMIN.username, ADMIN.password);
+  const data = randomBytes(1234);
+  const id = await createShareWithContent(srv.url, token, 'r.bin', data);
+  await srv.server.close();
+  const again = await startServer({ dataDir: srv.dataDir });
+  try {
+    expect((await getShare(again.url, token, id)).sha256).toBe(sha256hex(data));
+    await verifyAllContent(again.url, token);
+  } finally {
+    await again.close();
+  }
+});
