@@ -10,6 +10,8 @@ import { Worker } from 'node:worker_threads';
  * hashed by the worker reading the file itself (`updateFromFile`), so they cost no queue space.
  */
 const MAX_QUEUED = 8 * 1024 * 1024;
+/** Bytes travel to the thread in buffers of this size, which it hands back. */
+const PIECE = 1024 * 1024;
 
 // Plain CommonJS run with `eval`, so it works from the TypeScript sources (tests) and from dist/.
 const WORKER_SOURCE = `
@@ -24,8 +26,12 @@ parentPort.on('message', (m) => {
       case 'new': hashes.set(m.id, createHash('sha256')); break;
       case 'copy': hashes.set(m.id, hashes.get(m.from).copy()); break;
       case 'data':
-        hashes.get(m.id).update(new Uint8Array(m.buf, 0, m.len));
-        parentPort.postMessage({ t: 'ack', bytes: m.len });
+        try {
+          hashes.get(m.id).update(new Uint8Array(m.buf, 0, m.len));
+        } finally {
+          // The buffer goes back to be filled again: no garbage per MiB hashed.
+          parentPort.postMessage({ t: 'ack', bytes: m.len, buf: m.buf }, [m.buf]);
+        }
         break;
       case 'file': {
         const hash = hashes.get(m.id);
@@ -52,20 +58,29 @@ parentPort.on('message', (m) => {
     }
   } catch (err) {
     if (m.id !== undefined) hashes.delete(m.id);
-    if (m.t === 'data') parentPort.postMessage({ t: 'ack', bytes: m.len });
     if (m.req !== undefined) parentPort.postMessage({ t: 'done', req: m.req, error: String(err && err.message || err) });
   }
 });
 `;
 
-type Reply = { t: 'ack'; bytes: number } | { t: 'done'; req: number; hex?: string; error?: string };
+type Reply =
+  | { t: 'ack'; bytes: number; buf: ArrayBuffer }
+  | { t: 'done'; req: number; hex?: string; error?: string };
 
 export class HashWorker {
+  /**
+   * `disabled` (benchmarks only, FSHARE_BENCH_NO_DIGEST=1): nothing is hashed and every digest
+   * is "", so a benchmark can measure the same transfer without hashing beside it.
+   */
+  constructor(private readonly options: { disabled?: boolean } = {}) {}
+
   private worker: Worker | null = null;
   private nextId = 1;
   private nextReq = 1;
   private queued = 0;
   private readonly waitingForRoom: (() => void)[] = [];
+  /** Buffers the thread gave back, to carry the next bytes. */
+  private readonly spare: ArrayBuffer[] = [];
   private readonly requests = new Map<
     number,
     { resolve: (hex?: string) => void; reject: (e: Error) => void }
@@ -86,6 +101,7 @@ export class HashWorker {
   private onReply(m: Reply): void {
     if (m.t === 'ack') {
       this.queued -= m.bytes;
+      if (this.spare.length < MAX_QUEUED / PIECE) this.spare.push(m.buf);
       while (this.queued < MAX_QUEUED && this.waitingForRoom.length) this.waitingForRoom.shift()!();
       return;
     }
@@ -117,33 +133,39 @@ export class HashWorker {
   /** A new, empty sha256. */
   create(): RunningHash {
     const id = this.nextId++;
-    this.thread.postMessage({ t: 'new', id });
+    if (!this.options.disabled) this.thread.postMessage({ t: 'new', id });
     return new RunningHash(this, id);
   }
 
   /** @internal */
   copyOf(from: number): RunningHash {
     const id = this.nextId++;
-    this.thread.postMessage({ t: 'copy', id, from });
+    if (!this.options.disabled) this.thread.postMessage({ t: 'copy', id, from });
     return new RunningHash(this, id);
   }
 
   /** @internal Hands the bytes to the thread (the buffer is copied once); waits for room. */
   async feed(id: number, bytes: Uint8Array): Promise<void> {
+    if (this.options.disabled) return;
     while (this.queued >= MAX_QUEUED) await new Promise<void>((r) => this.waitingForRoom.push(r));
-    const copy = new Uint8Array(bytes.length);
-    copy.set(bytes);
-    this.queued += bytes.length;
-    this.thread.postMessage({ t: 'data', id, buf: copy.buffer, len: bytes.length }, [copy.buffer]);
+    for (let off = 0; off < bytes.length; off += PIECE) {
+      const part = bytes.subarray(off, off + PIECE);
+      const buf = this.spare.pop() ?? new ArrayBuffer(PIECE);
+      new Uint8Array(buf).set(part);
+      this.queued += part.length;
+      this.thread.postMessage({ t: 'data', id, buf, len: part.length }, [buf]);
+    }
   }
 
   /** @internal */
   fromFile(id: number, path: string, start: number, end: number): Promise<unknown> {
+    if (this.options.disabled) return Promise.resolve();
     return this.ask({ t: 'file', id, path, start, end });
   }
 
   /** @internal */
   async digest(id: number): Promise<string> {
+    if (this.options.disabled) return '';
     return (await this.ask({ t: 'digest', id }))!;
   }
 

@@ -130,7 +130,9 @@ export async function createServer(options: ServerOptions): Promise<FshareServer
   await chmod(dataDir, 0o700);
 
   const store = await LowdbStore.open(dataDir, { repair: options.repair, log });
-  const hasher = new HashWorker();
+  const noDigest = process.env.FSHARE_BENCH_NO_DIGEST === '1';
+  if (noDigest) log('FSHARE_BENCH_NO_DIGEST=1: new content gets no sha256 (for benchmarks only)');
+  const hasher = new HashWorker({ disabled: noDigest });
   const storage = new FileStorage(dataDir, {
     hasher,
     minFreeBytes: options.minFreeBytes ?? DEFAULT_MIN_FREE_BYTES,
@@ -146,7 +148,9 @@ export async function createServer(options: ServerOptions): Promise<FshareServer
   );
   sweeper.unref();
   let stopped = false;
-  const digesting = digestOldContent(store, storage, () => stopped, log);
+  const digesting = noDigest
+    ? Promise.resolve()
+    : digestOldContent(store, storage, () => stopped, log);
 
   const secret = options.secret ?? (await loadSecret(dataDir));
   const tokens = new Tokens(

@@ -150,7 +150,7 @@ export function contentRoutes({ store, storage, maxChunkBytes }: Context): Route
             await store.updateShare(share.share_id, {
               initialized: true,
               size: content.size,
-              sha256: content.sha256,
+              sha256: content.sha256 || null,
               blob: content.blob,
             });
             return replaced;

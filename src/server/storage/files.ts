@@ -361,7 +361,9 @@ export class FileStorage implements ContentStorage {
     max: number,
   ): Promise<void> {
     const writer = received.writer;
-    let piece = Buffer.allocUnsafeSlow(PIECE);
+    // Two pieces, used in turn: one is written while the other fills. Memory stays flat.
+    const pieces = [Buffer.allocUnsafeSlow(PIECE), Buffer.allocUnsafeSlow(PIECE)];
+    let piece = pieces[0]!;
     let fill = 0;
     let written = 0;
     let writing: Promise<void> | null = null;
@@ -386,7 +388,7 @@ export class FileStorage implements ContentStorage {
       const at = position + written;
       written += fill;
       fill = 0;
-      piece = Buffer.allocUnsafeSlow(PIECE);
+      piece = piece === pieces[0] ? pieces[1]! : pieces[0]!;
       if (received.spec) await received.spec.hash.update(bytes);
       writing = writeFully(handle, bytes, at);
       writing.catch(() => undefined); // observed in settle(); never an unhandled rejection
@@ -609,7 +611,7 @@ export class FileStorage implements ContentStorage {
     }
     const size = (await stat(source)).size;
     const sha256 = await upload.hash.finish(total, { path: source, start: 0, end: size });
-    if (upload.sha256 && upload.sha256 !== sha256) {
+    if (upload.sha256 && sha256 && upload.sha256 !== sha256) {
       await this.finish(upload);
       throw new ChunkRefusedError(
         'digest',
