@@ -1,17 +1,12 @@
 import { Worker } from 'node:worker_threads';
 
 /**
- * sha256 off the event loop: one worker thread holds the running hashes of every upload, so
- * hashing overlaps receiving instead of stalling it. Messages are handled in order, so a hash's
- * updates, copies and digest happen in the order they were asked for.
- *
- * Memory is bounded: `update` waits while more than MAX_QUEUED bytes are on their way to the
- * worker, which pushes back on whoever feeds it (a request body). Bytes already on disk are
- * hashed by the worker reading the file itself (`updateFromFile`), so they cost no queue space.
+ * sha256 off the event loop: one worker thread holds the running hashes of every upload and
+ * reads the bytes to hash from the files they were just written to (the page cache), so hashing
+ * overlaps receiving and never holds a request back, and no bytes are copied between threads.
+ * Messages are handled in order, so a hash's updates, copies and digest happen in the order they
+ * were asked for.
  */
-const MAX_QUEUED = 8 * 1024 * 1024;
-/** Bytes travel to the thread in buffers of this size, which it hands back. */
-const PIECE = 1024 * 1024;
 
 // Plain CommonJS run with `eval`, so it works from the TypeScript sources (tests) and from dist/.
 const WORKER_SOURCE = `
@@ -25,14 +20,6 @@ parentPort.on('message', (m) => {
     switch (m.t) {
       case 'new': hashes.set(m.id, createHash('sha256')); break;
       case 'copy': hashes.set(m.id, hashes.get(m.from).copy()); break;
-      case 'data':
-        try {
-          hashes.get(m.id).update(new Uint8Array(m.buf, 0, m.len));
-        } finally {
-          // The buffer goes back to be filled again: no garbage per MiB hashed.
-          parentPort.postMessage({ t: 'ack', bytes: m.len, buf: m.buf }, [m.buf]);
-        }
-        break;
       case 'file': {
         const hash = hashes.get(m.id);
         const fd = openSync(m.path, 'r');
@@ -47,44 +34,44 @@ parentPort.on('message', (m) => {
         } finally {
           closeSync(fd);
         }
-        parentPort.postMessage({ t: 'done', req: m.req });
+        parentPort.postMessage({ req: m.req });
         break;
       }
       case 'digest':
-        parentPort.postMessage({ t: 'done', req: m.req, hex: hashes.get(m.id).digest('hex') });
+        parentPort.postMessage({ req: m.req, hex: hashes.get(m.id).digest('hex') });
         hashes.delete(m.id);
         break;
       case 'drop': hashes.delete(m.id); break;
+      case 'sync': parentPort.postMessage({ req: m.req }); break;
     }
   } catch (err) {
+    // The hash is lost: its digest fails, and the caller computes it again from the file.
     if (m.id !== undefined) hashes.delete(m.id);
-    if (m.req !== undefined) parentPort.postMessage({ t: 'done', req: m.req, error: String(err && err.message || err) });
+    if (m.req !== undefined) parentPort.postMessage({ req: m.req, error: String(err && err.message || err) });
   }
 });
 `;
 
-type Reply =
-  | { t: 'ack'; bytes: number; buf: ArrayBuffer }
-  | { t: 'done'; req: number; hex?: string; error?: string };
+interface Reply {
+  req: number;
+  hex?: string;
+  error?: string;
+}
 
 export class HashWorker {
+  private worker: Worker | null = null;
+  private nextId = 1;
+  private nextReq = 1;
+  private readonly requests = new Map<
+    number,
+    { resolve: (hex?: string) => void; reject: (e: Error) => void }
+  >();
+
   /**
    * `disabled` (benchmarks only, FSHARE_BENCH_NO_DIGEST=1): nothing is hashed and every digest
    * is "", so a benchmark can measure the same transfer without hashing beside it.
    */
   constructor(private readonly options: { disabled?: boolean } = {}) {}
-
-  private worker: Worker | null = null;
-  private nextId = 1;
-  private nextReq = 1;
-  private queued = 0;
-  private readonly waitingForRoom: (() => void)[] = [];
-  /** Buffers the thread gave back, to carry the next bytes. */
-  private readonly spare: ArrayBuffer[] = [];
-  private readonly requests = new Map<
-    number,
-    { resolve: (hex?: string) => void; reject: (e: Error) => void }
-  >();
 
   private get thread(): Worker {
     if (!this.worker) {
@@ -99,12 +86,6 @@ export class HashWorker {
   }
 
   private onReply(m: Reply): void {
-    if (m.t === 'ack') {
-      this.queued -= m.bytes;
-      if (this.spare.length < MAX_QUEUED / PIECE) this.spare.push(m.buf);
-      while (this.queued < MAX_QUEUED && this.waitingForRoom.length) this.waitingForRoom.shift()!();
-      return;
-    }
     const req = this.requests.get(m.req);
     this.requests.delete(m.req);
     if (!req) return;
@@ -116,13 +97,16 @@ export class HashWorker {
   private onExit(err: Error): void {
     if (!this.worker) return;
     this.worker = null;
-    this.queued = 0;
-    for (const wake of this.waitingForRoom.splice(0)) wake();
     for (const req of this.requests.values()) req.reject(err);
     this.requests.clear();
   }
 
+  private post(message: Record<string, unknown>): void {
+    if (!this.options.disabled) this.thread.postMessage(message);
+  }
+
   private ask(message: Record<string, unknown>): Promise<string | undefined> {
+    if (this.options.disabled) return Promise.resolve('');
     const req = this.nextReq++;
     return new Promise((resolve, reject) => {
       this.requests.set(req, { resolve, reject });
@@ -133,45 +117,35 @@ export class HashWorker {
   /** A new, empty sha256. */
   create(): RunningHash {
     const id = this.nextId++;
-    if (!this.options.disabled) this.thread.postMessage({ t: 'new', id });
+    this.post({ t: 'new', id });
     return new RunningHash(this, id);
   }
 
   /** @internal */
   copyOf(from: number): RunningHash {
     const id = this.nextId++;
-    if (!this.options.disabled) this.thread.postMessage({ t: 'copy', id, from });
+    this.post({ t: 'copy', id, from });
     return new RunningHash(this, id);
-  }
-
-  /** @internal Hands the bytes to the thread (the buffer is copied once); waits for room. */
-  async feed(id: number, bytes: Uint8Array): Promise<void> {
-    if (this.options.disabled) return;
-    while (this.queued >= MAX_QUEUED) await new Promise<void>((r) => this.waitingForRoom.push(r));
-    for (let off = 0; off < bytes.length; off += PIECE) {
-      const part = bytes.subarray(off, off + PIECE);
-      const buf = this.spare.pop() ?? new ArrayBuffer(PIECE);
-      new Uint8Array(buf).set(part);
-      this.queued += part.length;
-      this.thread.postMessage({ t: 'data', id, buf, len: part.length }, [buf]);
-    }
   }
 
   /** @internal */
   fromFile(id: number, path: string, start: number, end: number): Promise<unknown> {
-    if (this.options.disabled) return Promise.resolve();
     return this.ask({ t: 'file', id, path, start, end });
   }
 
   /** @internal */
   async digest(id: number): Promise<string> {
-    if (this.options.disabled) return '';
     return (await this.ask({ t: 'digest', id }))!;
+  }
+
+  /** Resolves once every message sent before it has been handled. */
+  settled(): Promise<unknown> {
+    return this.ask({ t: 'sync' });
   }
 
   /** @internal */
   drop(id: number): void {
-    this.worker?.postMessage({ t: 'drop', id });
+    if (this.worker) this.worker.postMessage({ t: 'drop', id });
   }
 
   async close(): Promise<void> {
@@ -190,14 +164,14 @@ export class RunningHash {
     private readonly id: number,
   ) {}
 
-  /** Adds bytes; resolves when the worker has room for more (not when they are hashed). */
-  update(bytes: Uint8Array): Promise<void> {
-    return this.worker.feed(this.id, bytes);
-  }
-
   /** Adds bytes [start, end) of a file; the worker reads them. Resolves once they are hashed. */
   async updateFromFile(path: string, start: number, end: number): Promise<void> {
     if (end > start) await this.worker.fromFile(this.id, path, start, end);
+  }
+
+  /** Resolves once every update asked for so far is done (the files may go away then). */
+  settled(): Promise<unknown> {
+    return this.worker.settled();
   }
 
   /** A second hash with the same state, to go on from here without changing this one. */

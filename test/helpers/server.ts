@@ -17,7 +17,14 @@ export interface TestServer {
 /** Starts a real fshare server on an ephemeral loopback port with a fresh temporary data dir. */
 export async function startServer(options: Partial<ServerOptions> = {}): Promise<TestServer> {
   const dataDir = options.dataDir ?? (await mkdtemp(join(tmpdir(), 'fshare-test-')));
+  // Notices are printed; one that says the server read content twice fails the closing test.
+  const secondPasses: string[] = [];
+  const notice = (line: string) => {
+    if (/recomputed/.test(line)) secondPasses.push(line);
+    process.stderr.write(`${line}\n`);
+  };
   const server = await createServer({
+    notice,
     adminUser: ADMIN.username,
     adminPassword: ADMIN.password,
     // A small reserve, so the suite also runs on a nearly full disk; tests of the reserve set it.
@@ -32,6 +39,10 @@ export async function startServer(options: Partial<ServerOptions> = {}): Promise
     server,
     async close(removeData = true) {
       await server.close();
+      if (secondPasses.length)
+        throw new Error(
+          `sha256 was not computed while the bytes arrived: ${secondPasses.join('; ')}`,
+        );
       if (removeData) await rm(dataDir, { recursive: true, force: true });
     },
   };

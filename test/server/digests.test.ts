@@ -84,6 +84,52 @@ describe('sha256 of content', () => {
   });
 });
 
+it('is computed while the bytes arrive: no upload ever needs a second pass', async () => {
+  const notices: string[] = [];
+  const srv = await startServer({ notice: (line) => notices.push(line) });
+  try {
+    const token = await login(srv.url, ADMIN.username, ADMIN.password);
+    const data = randomBytes(1_000_000);
+    // In order and out of order, placed and joined, one chunk and many, with a re-send.
+    for (const [count, order] of [
+      [1, [0]],
+      [5, [0, 1, 2, 3, 4]],
+      [5, [4, 2, 0, 3, 1]],
+      [4, [1, 0, 0, 3, 2]],
+    ] as const) {
+      for (const placed of [true, false]) {
+        const id = await createShare(srv.url, token, 'pass.bin');
+        const size = Math.ceil(data.length / count);
+        const dzuuid = `u-${count}-${placed}-${order.join('')}`;
+        for (const [n, index] of order.entries()) {
+          const piece = data.subarray(index * size, (index + 1) * size);
+          const fields = [
+            { name: 'dzuuid', value: dzuuid },
+            { name: 'dzchunkindex', value: String(index) },
+            { name: 'dztotalchunks', value: String(count) },
+            ...(placed
+              ? [
+                  { name: 'dzchunkbyteoffset', value: String(index * size) },
+                  { name: 'dzchunksize', value: String(size) },
+                  { name: 'dztotalfilesize', value: String(data.length) },
+                ]
+              : []),
+          ];
+          const res = await sendParts(srv.url, token, id, [
+            ...fields,
+            { name: 'upload', filename: 'blob', data: piece },
+          ]);
+          expectStatus(res, n === order.length - 1 ? 201 : 200);
+        }
+        expect((await getShare(srv.url, token, id)).sha256).toBe(sha256hex(data));
+      }
+    }
+    expect(notices.filter((n) => /recomputed/.test(n))).toEqual([]);
+  } finally {
+    await srv.close();
+  }
+});
+
 describe('a data directory of fshare 0.1', () => {
   for (const fixture of ['v0.1-clean', 'v0.1-crashed']) {
     it(`${fixture}: opens, computes every digest in the background, and finishes 0.1's uploads`, async () => {

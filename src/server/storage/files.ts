@@ -74,9 +74,10 @@ const rand = () => randomBytes(8).toString('hex');
 
 /**
  * The sha256 of an upload's content, advanced over the contiguous prefix of committed chunks
- * while the rest arrive. The chunk that is next in line is hashed as its bytes stream in (on a
- * copy of the running state, adopted if that chunk is committed); chunks that arrived out of
- * order are read back from disk by the hashing thread once the gap before them is filled.
+ * while the rest arrive. The chunk that is next in line is hashed as its bytes reach the disk (on
+ * a copy of the running state, adopted if that chunk is committed); chunks that arrived out of
+ * order are hashed once the gap before them is filled. The hashing thread reads the bytes back
+ * from the page cache, so receiving never waits for it.
  */
 class UploadHash {
   private base: RunningHash | null = null;
@@ -120,20 +121,23 @@ class UploadHash {
     this.next = 0;
   }
 
-  /** The digest of all `total` chunks; recomputed from `whole` if the running hash was lost. */
-  async finish(total: number, whole: Source): Promise<string> {
+  /**
+   * The digest of all `total` chunks. Only if the running hash was lost (the hashing thread
+   * failed) is it computed again from `whole`, a second pass that `recomputed` reports.
+   */
+  async finish(total: number, whole: Source): Promise<{ sha256: string; recomputed: boolean }> {
     const base = this.base;
     this.base = null;
     if (base && this.next === total) {
       try {
-        return await base.digest();
+        return { sha256: await base.digest(), recomputed: false };
       } catch {
         // the hashing thread lost it: read it all back below
       }
     } else base?.dispose();
     const fresh = this.worker.create();
     await fresh.updateFromFile(whole.path, whole.start, whole.end);
-    return fresh.digest();
+    return { sha256: await fresh.digest(), recomputed: true };
   }
 
   dispose(): void {
@@ -205,7 +209,7 @@ class Received implements ReceivedChunk {
     readonly upload?: Upload,
     readonly fields?: ChunkFields,
     readonly writer?: Writer,
-    readonly spec?: Spec,
+    public spec?: Spec,
   ) {}
 }
 
@@ -389,8 +393,11 @@ export class FileStorage implements ContentStorage {
       written += fill;
       fill = 0;
       piece = piece === pieces[0] ? pieces[1]! : pieces[0]!;
-      if (received.spec) await received.spec.hash.update(bytes);
-      writing = writeFully(handle, bytes, at);
+      writing = writeFully(handle, bytes, at).then(() => {
+        // On disk: the hashing thread reads it back from the page cache while the rest arrives.
+        // Fire and forget: a failure loses the speculative hash, and completion recomputes.
+        received.spec?.hash.updateFromFile(received.path, at, at + bytes.length).catch(() => {});
+      });
       writing.catch(() => undefined); // observed in settle(); never an unhandled rejection
       if (writer) writer.writing = writing;
     };
@@ -452,6 +459,9 @@ export class FileStorage implements ContentStorage {
     publish: (content: NewContent) => Promise<string | undefined>,
   ): Promise<'stored' | 'complete'> {
     const received = chunk as Received;
+    // The hashing thread reads a chunk file of its own back as it arrives; that file is renamed
+    // or removed below, so those reads must be done first.
+    if (received.kind !== 'inplace') await received.spec?.hash.settled().catch(() => undefined);
     try {
       return await this.withUpload(shareId, fields, true, async (upload) => {
         if (received.upload && received.upload !== upload)
@@ -470,6 +480,7 @@ export class FileStorage implements ContentStorage {
         upload.lastActivity = Date.now();
         await fault('chunk.after-record');
         upload.hash.adopt(received.spec);
+        received.spec = undefined; // the upload's now (adopted or disposed), not the chunk's
         upload.hash.catchUp(
           (i) => upload.committed.has(i),
           (i) => upload.source(i),
@@ -610,7 +621,12 @@ export class FileStorage implements ContentStorage {
       await this.join(upload, source);
     }
     const size = (await stat(source)).size;
-    const sha256 = await upload.hash.finish(total, { path: source, start: 0, end: size });
+    const { sha256, recomputed } = await upload.hash.finish(total, {
+      path: source,
+      start: 0,
+      end: size,
+    });
+    if (recomputed) this.log(`sha256 of ${upload.name} recomputed: its running hash was lost`);
     if (upload.sha256 && sha256 && upload.sha256 !== sha256) {
       await this.finish(upload);
       throw new ChunkRefusedError(
