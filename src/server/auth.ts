@@ -1,63 +1,17 @@
-import {
-  createSecretKey,
-  randomBytes,
-  randomUUID,
-  scrypt,
-  timingSafeEqual,
-  type KeyObject,
-} from 'node:crypto';
-import { promisify } from 'node:util';
+import { createSecretKey, randomUUID, type KeyObject } from 'node:crypto';
 import type { Request, RequestHandler } from 'express';
 import jwt from 'jsonwebtoken';
 import type { Permission } from '../shared/permissions.js';
 import { Errors } from './errors.js';
 import type { MetadataStore, UserRecord } from './store/index.js';
 
-const scryptAsync = promisify(scrypt) as (
-  password: string,
-  salt: Buffer,
-  keylen: number,
-  options: { N: number; r: number; p: number; maxmem: number },
-) => Promise<Buffer>;
-
-const SCRYPT = { N: 16384, r: 8, p: 1, maxmem: 64 * 1024 * 1024 };
-const KEYLEN = 64;
-
-/** `scrypt$N$r$p$salt$hash`, base64 parts: a slow salted hash, parameters kept for later changes. */
-export async function hashPassword(password: string): Promise<string> {
-  const salt = randomBytes(16);
-  const hash = await scryptAsync(password, salt, KEYLEN, SCRYPT);
-  return [
-    'scrypt',
-    SCRYPT.N,
-    SCRYPT.r,
-    SCRYPT.p,
-    salt.toString('base64'),
-    hash.toString('base64'),
-  ].join('$');
-}
-
-// A hash to compare against for unknown users, so "no such user" takes as long as "wrong password".
-const DUMMY_HASH = hashPassword(randomBytes(16).toString('hex'));
-
-export async function verifyPassword(
-  password: string,
-  stored: string | undefined,
-): Promise<boolean> {
-  const [scheme, n, r, p, salt, hash] = (stored ?? (await DUMMY_HASH)).split('$');
-  if (scheme !== 'scrypt' || !salt || !hash) return false;
-  const expected = Buffer.from(hash, 'base64');
-  const actual = await scryptAsync(password, Buffer.from(salt, 'base64'), expected.length, {
-    N: Number(n),
-    r: Number(r),
-    p: Number(p),
-    maxmem: SCRYPT.maxmem,
-  });
-  return timingSafeEqual(actual, expected) && stored !== undefined;
-}
-
 export interface TokenClaims {
+  /** The user's name when the token was issued (for people reading a token; never trusted). */
   sub: string;
+  /** The user's id: the token's identity. Absent in tokens of fshare 0.1. */
+  uid?: string;
+  /** The user's token generation when the token was issued. */
+  gen?: number;
   jti: string;
   iat: number;
   exp: number;
@@ -65,6 +19,8 @@ export interface TokenClaims {
 
 /** Who is calling: a user with their permissions, or anonymous with `default_permissions`. */
 export interface Caller {
+  /** Null for anonymous callers. */
+  userId: string | null;
   username: string | null;
   permissions: Permission[];
   token?: TokenClaims;
@@ -89,10 +45,10 @@ export class Tokens {
     this.key = createSecretKey(Buffer.from(secret));
   }
 
-  issue(username: string): string {
-    return jwt.sign({}, this.key, {
+  issue(user: UserRecord): string {
+    return jwt.sign({ uid: user.id, gen: user.token_gen }, this.key, {
       algorithm: 'HS256',
-      subject: username,
+      subject: user.username,
       jwtid: randomUUID(),
       expiresIn: this.lifetimeSeconds,
     });
@@ -108,8 +64,27 @@ export class Tokens {
     }
     if (typeof claims !== 'object' || typeof claims.sub !== 'string') return null;
     if (typeof claims.jti !== 'string' || typeof claims.exp !== 'number') return null;
+    if (
+      claims.uid !== undefined &&
+      (typeof claims.uid !== 'string' || typeof claims.gen !== 'number')
+    )
+      return null;
     if (await this.store.isRevoked(claims.jti)) return null;
     return claims as TokenClaims;
+  }
+
+  /**
+   * The user a valid token speaks for, or null: the user with the token's id, if the token is of
+   * the user's current generation. A token of fshare 0.1 (no id) speaks for the user it names
+   * only while that user still accepts such tokens (carried over, never renamed, generation 0).
+   */
+  async userOf(claims: TokenClaims): Promise<UserRecord | null> {
+    if (claims.uid !== undefined) {
+      const user = await this.store.getUserById(claims.uid);
+      return user && user.token_gen === claims.gen ? user : null;
+    }
+    const user = await this.store.getUser(claims.sub);
+    return user?.legacy_tokens && user.token_gen === 0 ? user : null;
   }
 }
 
@@ -118,16 +93,22 @@ export function identify(tokens: Tokens, store: MetadataStore): RequestHandler {
   return async (req, _res, next) => {
     const header = req.headers.authorization;
     if (header === undefined) {
-      req.caller = { username: null, permissions: (await store.getSettings()).default_permissions };
+      const { default_permissions } = await store.getSettings();
+      req.caller = { userId: null, username: null, permissions: default_permissions };
       next();
       return;
     }
     const match = /^Bearer +(\S+) *$/i.exec(header);
     if (!match) throw Errors.badAuthHeader();
     const claims = await tokens.verify(match[1]!);
-    const user = claims && (await store.getUser(claims.sub));
+    const user = claims && (await tokens.userOf(claims));
     if (!claims || !user) throw Errors.badToken();
-    req.caller = { username: user.username, permissions: user.permissions, token: claims };
+    req.caller = {
+      userId: user.id,
+      username: user.username,
+      permissions: user.permissions,
+      token: claims,
+    };
     next();
   };
 }
@@ -139,7 +120,7 @@ export function identify(tokens: Tokens, store: MetadataStore): RequestHandler {
 export function need(req: Request, permission: Permission | null, anonymous = true): void {
   const { caller } = req;
   const has = permission === null || caller.permissions.includes(permission);
-  if (caller.username === null) {
+  if (caller.userId === null) {
     if (!anonymous || !has) throw Errors.authRequired();
     return;
   }
@@ -149,7 +130,7 @@ export function need(req: Request, permission: Permission | null, anonymous = tr
 /** The signed-in user (for endpoints that never allow anonymous use). */
 export async function signedIn(req: Request, store: MetadataStore): Promise<UserRecord> {
   need(req, null, false);
-  const user = await store.getUser(req.caller.username!);
+  const user = await store.getUserById(req.caller.userId!);
   if (!user) throw Errors.badToken(); // deleted while this request was on its way
   return user;
 }

@@ -1,8 +1,10 @@
 import type { ErrorRequestHandler, RequestHandler } from 'express';
 import multer from 'multer';
 import { isOutOfSpace } from './fsutil.js';
+import { BusyError } from './passwords.js';
 import { ChunkRefusedError, InsufficientStorageError } from './storage/index.js';
 import { DuplicateUserError, MissingRecordError } from './store/index.js';
+import { ThrottledError } from './throttle.js';
 
 /** The one error type routes throw; the error handler turns it into API.md's error body. */
 export class HttpError extends Error {
@@ -39,6 +41,10 @@ export const Errors = {
   badRequest: (message: string) => new HttpError(400, message),
   outOfSpace: () =>
     new HttpError(507, 'The server is out of storage space; nothing was changed, try again later'),
+  tooManyUploads: (message: string) => new HttpError(429, message),
+  quotaExceeded: (message: string) => new HttpError(413, message),
+  overloaded: (message: string, retryAfter: number) =>
+    new HttpError(503, message, { 'Retry-After': String(retryAfter) }),
 } as const;
 
 const CHUNK_STATUS: Record<ChunkRefusedError['reason'], number> = {
@@ -54,6 +60,12 @@ export function asHttpError(err: unknown): unknown {
   if (err instanceof ChunkRefusedError) return new HttpError(CHUNK_STATUS[err.reason], err.message);
   if (err instanceof InsufficientStorageError) return new HttpError(507, err.message);
   if (isOutOfSpace(err)) return Errors.outOfSpace();
+  if (err instanceof ThrottledError)
+    return new HttpError(429, err.message, { 'Retry-After': String(err.retryAfter) });
+  if (err instanceof BusyError) return Errors.overloaded(err.message, 1);
+  const code = (err as { code?: unknown } | null)?.code;
+  if (code === 'EMFILE' || code === 'ENFILE')
+    return Errors.overloaded('The server has too many open files right now; try again', 5);
   if (err instanceof MissingRecordError)
     return err.kind === 'share' ? Errors.shareNotFound() : Errors.userNotFound();
   if (err instanceof DuplicateUserError) return Errors.userExists();

@@ -46,8 +46,14 @@ export function shareJson(s: ShareRecord): Share {
 }
 
 /** The one place a user becomes JSON: never the password hash. */
-export function userJson(u: UserRecord): User {
-  return { username: u.username, permissions: u.permissions, register_date: u.register_date };
+export function userJson(u: UserRecord, used: number): User {
+  return {
+    username: u.username,
+    permissions: u.permissions,
+    register_date: u.register_date,
+    quota: u.quota,
+    used,
+  };
 }
 
 /** API.md pagination: `?page` and `?per_page`; a page past the last is a 404 (but page 1). */

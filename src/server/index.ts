@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -6,16 +6,15 @@ import { join } from 'node:path';
 import express, { type Express, type RequestHandler } from 'express';
 import { PERMISSIONS } from '../shared/permissions.js';
 import { isoNoZone } from '../shared/dates.js';
-import { hashPassword, identify, Tokens } from './auth.js';
+import { identify, Tokens } from './auth.js';
+import { createHttpServer } from './connections.js';
 import type { Context } from './context.js';
 import { errorHandler, notFound } from './errors.js';
 import { HashWorker } from './hasher.js';
-import {
-  DEFAULT_MAX_CHUNK_BYTES,
-  DEFAULT_MIN_FREE_BYTES,
-  DEFAULT_TOKEN_LIFETIME_SECONDS,
-  type ServerOptions,
-} from './options.js';
+import { LIMITS, type Limits } from './limits.js';
+import { DEFAULT_TOKEN_LIFETIME_SECONDS, type ServerOptions } from './options.js';
+import { PasswordHasher } from './passwords.js';
+import { LoginThrottle } from './throttle.js';
 import { authRoutes } from './routes/auth.js';
 import { contentRoutes } from './routes/content.js';
 import { fileRoutes } from './routes/files.js';
@@ -40,8 +39,6 @@ export interface FshareServer {
   generatedAdmin?: { username: string; password: string };
 }
 
-const UPLOAD_MAX_IDLE_MS = 24 * 3600 * 1000;
-
 /** API.md "CORS": the reference server's browser client must work against us. */
 const cors: RequestHandler = (req, res, next) => {
   res.set({
@@ -59,7 +56,7 @@ const cors: RequestHandler = (req, res, next) => {
   next();
 };
 
-const parseJson = express.json({ limit: '1mb' });
+const parseJson = express.json({ limit: LIMITS.maxJsonBytes });
 
 /** Parses JSON bodies, but leaves a parse failure for the route to report in API.md's order. */
 const deferredJson: RequestHandler = (req, res, next) => {
@@ -129,21 +126,27 @@ export async function createServer(options: ServerOptions): Promise<FshareServer
   await mkdir(dataDir, { recursive: true, mode: 0o700 });
   await chmod(dataDir, 0o700);
 
+  const limits: Limits = {
+    ...LIMITS,
+    ...options.limits,
+    maxChunkBytes: options.maxChunkBytes ?? options.limits?.maxChunkBytes ?? LIMITS.maxChunkBytes,
+    minFreeBytes: options.minFreeBytes ?? options.limits?.minFreeBytes ?? LIMITS.minFreeBytes,
+  };
   const store = await LowdbStore.open(dataDir, { repair: options.repair, log });
   const noDigest = process.env.FSHARE_BENCH_NO_DIGEST === '1';
   if (noDigest) log('FSHARE_BENCH_NO_DIGEST=1: new content gets no sha256 (for benchmarks only)');
   const hasher = new HashWorker({ disabled: noDigest });
   const storage = new FileStorage(dataDir, {
     hasher,
-    minFreeBytes: options.minFreeBytes ?? DEFAULT_MIN_FREE_BYTES,
+    minFreeBytes: limits.minFreeBytes,
     log,
   });
   const referenced = new Set<string>();
   for await (const share of store.eachShare()) if (share.initialized) referenced.add(blobOf(share));
   await storage.init((blob) => referenced.has(blob));
-  await storage.sweep(UPLOAD_MAX_IDLE_MS);
+  await storage.sweep(limits.uploadIdleMs);
   const sweeper = setInterval(
-    () => void storage.sweep(UPLOAD_MAX_IDLE_MS).catch(() => undefined),
+    () => void storage.sweep(limits.uploadIdleMs).catch(() => undefined),
     3600_000,
   );
   sweeper.unref();
@@ -159,16 +162,20 @@ export async function createServer(options: ServerOptions): Promise<FshareServer
     store,
   );
 
+  const passwords = new PasswordHasher(limits.passwordQueue);
   let generatedAdmin: FshareServer['generatedAdmin'];
   if ((await store.userCount()) === 0) {
     const username = options.adminUser ?? 'admin';
     const password = options.adminPassword ?? randomBytes(12).toString('base64url');
     if (!options.adminPassword) generatedAdmin = { username, password };
     await store.addUser({
+      id: randomUUID(),
       username,
       permissions: [...PERMISSIONS],
       register_date: isoNoZone(),
-      password_hash: await hashPassword(password),
+      password_hash: await passwords.hash(password),
+      token_gen: 0,
+      quota: null,
     });
   }
 
@@ -176,7 +183,9 @@ export async function createServer(options: ServerOptions): Promise<FshareServer
     store,
     storage,
     tokens,
-    maxChunkBytes: options.maxChunkBytes ?? DEFAULT_MAX_CHUNK_BYTES,
+    passwords,
+    throttle: new LoginThrottle(),
+    limits,
   };
   const app = express();
   app.disable('x-powered-by');
@@ -201,12 +210,11 @@ export async function createServer(options: ServerOptions): Promise<FshareServer
     generatedAdmin,
     listen(port, host) {
       return new Promise((resolve, reject) => {
-        const s = app.listen(port, host);
+        const s = createHttpServer(app, limits, log);
+        s.listen(port, host);
         s.once('error', reject);
         s.once('listening', () => {
           server = s;
-          // Large chunks on slow links must not hit Node's 5-minute request timeout.
-          s.requestTimeout = 0;
           const { port: actual } = s.address() as AddressInfo;
           const shownHost = host.includes(':') ? `[${host}]` : host;
           resolve({ url: `http://${shownHost}:${actual}`, port: actual });
@@ -224,6 +232,7 @@ export async function createServer(options: ServerOptions): Promise<FshareServer
       await digesting;
       await storage.close();
       await hasher.close();
+      await passwords.close();
       await store.close();
     },
   };

@@ -1,3 +1,5 @@
+import type { Limits } from './limits.js';
+
 export interface ServerOptions {
   /** Where metadata (db.json), the signing secret, content and chunks live. Created 0700. */
   dataDir: string;
@@ -5,7 +7,7 @@ export interface ServerOptions {
   secret?: string;
   /** Token lifetime in seconds; default 7 days. */
   tokenLifetimeSeconds?: number;
-  /** Largest accepted chunk in bytes (413 above it); default 64 MiB. */
+  /** Largest accepted chunk in bytes (413 above it); default: no limit but free space and quota. */
   maxChunkBytes?: number;
   /** First-start administrator; without it, `admin` with a random password. */
   adminUser?: string;
@@ -14,6 +16,8 @@ export interface ServerOptions {
   minFreeBytes?: number;
   /** Start even if the metadata journal is damaged: keep every valid entry, move it aside. */
   repair?: boolean;
+  /** Any of the limits of limits.ts, to change its default. */
+  limits?: Partial<Limits>;
   /** Receives one line per request (method, path, status, ms); absent: no request log. */
   log?: (line: string) => void;
   /** Receives notices (a dropped torn journal entry, a repair, a failed background task);
@@ -22,5 +26,3 @@ export interface ServerOptions {
 }
 
 export const DEFAULT_TOKEN_LIFETIME_SECONDS = 7 * 24 * 3600;
-export const DEFAULT_MAX_CHUNK_BYTES = 64 * 1024 * 1024;
-export const DEFAULT_MIN_FREE_BYTES = 256 * 1024 * 1024;

@@ -1,5 +1,6 @@
 import { isPermission, sortPermissions, type Permission } from '../shared/permissions.js';
 import { Errors } from './errors.js';
+import { LIMITS } from './limits.js';
 
 /** A JSON request body as received: must be a plain object. */
 export type Body = Record<string, unknown>;
@@ -48,6 +49,22 @@ export function stringField(body: Body, key: string, max = 1024): string {
   return value;
 }
 
+/**
+ * A share's file name: 1-1024 characters of well-formed Unicode (a lone surrogate cannot be
+ * encoded in a header or a file name, so it is refused here rather than fail every download).
+ */
+export function fileNameField(body: Body, key = 'file_name'): string {
+  const value = stringField(body, key, LIMITS.maxFileNameChars);
+  if (!isWellFormed(value))
+    throw Errors.badRequest(`Field "${key}" must be well-formed Unicode (it has a lone surrogate)`);
+  return value;
+}
+
+/** String.prototype.isWellFormed, which Node 20.0 lacks. */
+export function isWellFormed(text: string): boolean {
+  return !/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.test(text);
+}
+
 export function permissionsField(body: Body, key: string): Permission[] {
   const value = body[key];
   if (!Array.isArray(value))
@@ -71,6 +88,15 @@ export function usernameField(body: Body, key = 'username'): string {
   if (RESERVED_USERNAMES.has(value.toLowerCase())) {
     throw Errors.badRequest(`"${value}" is reserved and cannot be a username`);
   }
+  return value;
+}
+
+/** A storage quota: a whole number of bytes, or null for none. */
+export function quotaField(body: Body, key = 'quota'): number | null {
+  const value = body[key];
+  if (value === null) return null;
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0)
+    throw Errors.badRequest(`Field "${key}" must be a number of bytes (0 or more), or null`);
   return value;
 }
 

@@ -23,6 +23,10 @@ export interface User {
   username: string;
   permissions: Permission[];
   register_date: string;
+  /** fshare extension: bytes of content the user may own, null for no limit (ADMIN sees it). */
+  quota?: number | null;
+  /** fshare extension: bytes of content the user owns (ADMIN and the user see it). */
+  used?: number;
 }
 
 export interface Settings {

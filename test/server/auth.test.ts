@@ -43,10 +43,15 @@ function sign(payload: object, options: jwt.SignOptions = {}, secret = SECRET): 
 const probe = (token: string, username = ADMIN.username) =>
   get(base, `/users/${username}`, { token });
 
+/** The identity claims of the admin's real tokens (user id and token generation), to forge with. */
+let adminClaims: { sub: string; uid: string; gen: number };
+
 beforeAll(async () => {
   srv = await startServer({ secret: SECRET, tokenLifetimeSeconds: LIFETIME });
   base = srv.url;
   admin = await login(base, ADMIN.username, ADMIN.password);
+  const { sub, uid, gen } = jwt.decode(admin) as { sub: string; uid: string; gen: number };
+  adminClaims = { sub, uid, gen };
 });
 
 afterAll(async () => {
@@ -83,7 +88,7 @@ describe('tokens the server issues', () => {
   });
 
   it('a token forged with the right secret and HS256 is accepted (control for the cases below)', async () => {
-    const res = await probe(sign({ sub: ADMIN.username }, { expiresIn: 600 }));
+    const res = await probe(sign({ ...adminClaims }, { expiresIn: 600 }));
     expectStatus(res, 200);
     expect(res.body.username).toBe(ADMIN.username);
   });
@@ -150,26 +155,29 @@ describe('rule 2: bad tokens → 401', () => {
     ],
     [
       'HS512 with the right secret',
-      () => sign({ sub: ADMIN.username }, { algorithm: 'HS512', expiresIn: 600 }),
+      () => sign({ ...adminClaims }, { algorithm: 'HS512', expiresIn: 600 }),
     ],
     [
       'HS384 with the right secret',
-      () => sign({ sub: ADMIN.username }, { algorithm: 'HS384', expiresIn: 600 }),
+      () => sign({ ...adminClaims }, { algorithm: 'HS384', expiresIn: 600 }),
     ],
     [
       'HS256 with another secret',
-      () => sign({ sub: ADMIN.username }, { expiresIn: 600 }, 'another-secret'),
+      () => sign({ ...adminClaims }, { expiresIn: 600 }, 'another-secret'),
     ],
     [
       'expired',
       () =>
         sign({
-          sub: ADMIN.username,
+          ...adminClaims,
           iat: Math.floor(Date.now() / 1000) - 7200,
           exp: Math.floor(Date.now() / 1000) - 3600,
         }),
     ],
-    ['for a user that does not exist', () => sign({ sub: 'nobody-here' }, { expiresIn: 600 })],
+    [
+      'for a user that does not exist',
+      () => sign({ sub: 'nobody-here', uid: randomUUID(), gen: 0 }, { expiresIn: 600 }),
+    ],
     [
       'payload changed after signing',
       () => {
@@ -199,7 +207,7 @@ describe('rule 2: bad tokens → 401', () => {
       expectFail(await get(base, '/files', { token: 'garbage' }), 401);
       expectFail(
         await get(base, '/files', {
-          token: sign({ sub: ADMIN.username }, { expiresIn: 600 }, 'x'),
+          token: sign({ ...adminClaims }, { expiresIn: 600 }, 'x'),
         }),
         401,
       );
@@ -218,14 +226,14 @@ describe('rule 2: bad tokens → 401', () => {
 
   it('logout of an expired or badly signed token → 400', async () => {
     const expired = sign({
-      sub: ADMIN.username,
+      ...adminClaims,
       iat: Math.floor(Date.now() / 1000) - 7200,
       exp: Math.floor(Date.now() / 1000) - 3600,
     });
     expectFail(await post(base, '/users/logout', { token: admin, json: { token: expired } }), 400);
-    const foreign = sign({ sub: ADMIN.username }, { expiresIn: 600 }, 'another-secret');
+    const foreign = sign({ ...adminClaims }, { expiresIn: 600 }, 'another-secret');
     expectFail(await post(base, '/users/logout', { token: admin, json: { token: foreign } }), 400);
-    const hs512 = sign({ sub: ADMIN.username }, { algorithm: 'HS512', expiresIn: 600 });
+    const hs512 = sign({ ...adminClaims }, { algorithm: 'HS512', expiresIn: 600 });
     expectFail(await post(base, '/users/logout', { token: admin, json: { token: hs512 } }), 400);
     expectStatus(await probe(admin), 200);
   });

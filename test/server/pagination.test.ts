@@ -156,7 +156,13 @@ describe('GET /users is paginated the same way', () => {
     expect(p1.body).toMatchObject({ prev: null, next: 2, pages: 2 });
     expect(p1.body.data.map((u: { username: string }) => u.username)).toEqual(names.slice(0, 15));
     for (const u of p1.body.data)
-      expect(Object.keys(u).sort()).toEqual(['permissions', 'register_date', 'username']);
+      expect(Object.keys(u).sort()).toEqual([
+        'permissions',
+        'quota',
+        'register_date',
+        'used',
+        'username',
+      ]);
 
     const p2 = await get(base, '/users?page=2', { token: admin });
     expect(p2.body).toMatchObject({ prev: 1, next: null, pages: 2 });

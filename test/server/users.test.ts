@@ -245,7 +245,7 @@ describe('GET /users/<name>', () => {
       register_date: expect.stringMatching(DATE),
     });
     const keys = Object.keys(res.body).filter((k) => k !== 'status');
-    expect(keys.sort()).toEqual(['permissions', 'register_date', 'username']);
+    expect(keys.sort()).toEqual(['permissions', 'quota', 'register_date', 'used', 'username']);
     expect(res.text).not.toContain(user.password);
   });
 
@@ -528,7 +528,13 @@ describe('GET /users', () => {
     expect(names[0]).toBe(ADMIN.username);
     expect(names).toContain(user.username);
     for (const u of res.body.data) {
-      expect(Object.keys(u).sort()).toEqual(['permissions', 'register_date', 'username']);
+      expect(Object.keys(u).sort()).toEqual([
+        'permissions',
+        'quota',
+        'register_date',
+        'used',
+        'username',
+      ]);
     }
     expect(res.text).not.toContain(user.password);
     expect(res.text).not.toContain(ADMIN.password);
@@ -562,7 +568,8 @@ describe('password storage', () => {
     const stored = (r: Record<string, unknown>) =>
       JSON.stringify(
         Object.entries(r).filter(
-          ([k]) => !['username', 'permissions', 'register_date'].includes(k),
+          ([k]) =>
+            !['id', 'username', 'permissions', 'register_date', 'token_gen', 'quota'].includes(k),
         ),
       );
     const [ra, rb] = records as [Record<string, unknown>, Record<string, unknown>];

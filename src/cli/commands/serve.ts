@@ -8,7 +8,12 @@ interface ServeOptions {
   dataDir: string;
   adminUser?: string;
   adminPassword?: string;
-  maxChunkSize: number;
+  maxChunkSize?: number;
+  maxChunks?: number;
+  maxUploadsPerShare?: number;
+  maxUploadsPerUser?: number;
+  maxConnections?: number;
+  maxConnectionsPerAddress?: number;
   minFree: number;
   tokenLifetime: number;
   quiet?: boolean;
@@ -20,6 +25,13 @@ function port(value: string): number {
   if (!/^\d+$/.test(value) || n > 65535)
     throw new InvalidArgumentError('expected a port number 0-65535');
   return n;
+}
+
+/** A positive whole number. */
+function count(value: string): number {
+  if (!/^\d+$/.test(value.trim()) || Number(value) < 1)
+    throw new InvalidArgumentError('expected a positive whole number');
+  return Number(value);
 }
 
 /** A size that may be 0 (no reserve). */
@@ -53,7 +65,28 @@ export function registerServe(program: Command): void {
       '--admin-password <password>',
       'its password (prefer env FSHARE_ADMIN_PASSWORD: argv is visible in ps)',
     )
-    .option('--max-chunk-size <size>', 'largest chunk accepted', parseChunkSize, 64 * 1024 * 1024)
+    .option(
+      '--max-chunk-size <size>',
+      'largest chunk accepted (default: no limit but free space and quotas)',
+      parseChunkSize,
+    )
+    .option('--max-chunks <n>', 'most chunks in one upload (default 100000)', count)
+    .option(
+      '--max-uploads-per-share <n>',
+      'unfinished uploads one share may have (default 8)',
+      count,
+    )
+    .option(
+      '--max-uploads-per-user <n>',
+      'unfinished uploads one user may have (default 64)',
+      count,
+    )
+    .option('--max-connections <n>', 'open connections in total (default 4096)', count)
+    .option(
+      '--max-connections-per-address <n>',
+      'open connections from one client address (default 128)',
+      count,
+    )
     .option(
       '--min-free <size>',
       "free space kept on the data directory's disk: uploads that would use it get 507",
@@ -91,6 +124,15 @@ Examples:
         adminPassword: opts.adminPassword ?? process.env.FSHARE_ADMIN_PASSWORD ?? undefined,
         maxChunkBytes: opts.maxChunkSize,
         minFreeBytes: opts.minFree,
+        limits: {
+          ...(opts.maxChunks && { maxChunksPerUpload: opts.maxChunks }),
+          ...(opts.maxUploadsPerShare && { maxUploadsPerShare: opts.maxUploadsPerShare }),
+          ...(opts.maxUploadsPerUser && { maxUploadsPerUser: opts.maxUploadsPerUser }),
+          ...(opts.maxConnections && { maxConnections: opts.maxConnections }),
+          ...(opts.maxConnectionsPerAddress && {
+            maxConnectionsPerAddress: opts.maxConnectionsPerAddress,
+          }),
+        },
         tokenLifetimeSeconds: opts.tokenLifetime,
         repair: opts.repair,
         log,

@@ -1,19 +1,44 @@
-import { Router } from 'express';
-import { hashPassword, signedIn, verifyPassword } from '../auth.js';
+import { Router, type Request } from 'express';
+import { signedIn } from '../auth.js';
 import type { Context } from '../context.js';
 import { Errors } from '../errors.js';
 import { route, success } from '../http.js';
+import type { UserRecord } from '../store/index.js';
 import { onlyFields, requireFields, requireObject, stringField } from '../validate.js';
 
-export function authRoutes({ store, tokens }: Context): Router {
+/** The address failed sign-ins are counted against. */
+export function clientAddress(req: Request): string {
+  return req.socket.remoteAddress ?? 'unknown';
+}
+
+export function authRoutes({ store, tokens, passwords, throttle }: Context): Router {
   const router = Router();
 
-  const issue = (username: string, message: string) => ({
+  const issue = (user: UserRecord, message: string) => ({
     status: 'success',
     message,
-    username,
-    auth_token: tokens.issue(username),
+    username: user.username,
+    auth_token: tokens.issue(user),
   });
+
+  /**
+   * A password check that counts against the sign-in limits: refused (429) while they are used
+   * up, before any hashing; a wrong password is counted; a right one clears the caller's count.
+   */
+  const checkPassword = async (
+    req: Request,
+    username: string,
+    password: string,
+    stored?: string,
+  ) => {
+    const address = clientAddress(req);
+    await throttle.check(username, address);
+    // Same work for an unknown user as for a wrong password.
+    const ok = await passwords.verify(password, stored);
+    if (ok) await throttle.succeeded(username, address);
+    else await throttle.failed(username, address);
+    return ok;
+  };
 
   // These paths are POST-only; other methods fall through to /users/<name> (a user lookup).
   route(
@@ -27,11 +52,10 @@ export function authRoutes({ store, tokens }: Context): Router {
         const username = stringField(body, 'username');
         const password = stringField(body, 'password');
         const user = await store.getUser(username);
-        // Same answer, and same work, for an unknown user as for a wrong password.
-        if (!(await verifyPassword(password, user?.password_hash)) || !user) {
+        if (!(await checkPassword(req, username, password, user?.password_hash)) || !user) {
           throw Errors.badCredentials();
         }
-        res.json(issue(user.username, 'Signed in'));
+        res.json(issue(user, 'Signed in'));
       },
     },
     true,
@@ -43,7 +67,7 @@ export function authRoutes({ store, tokens }: Context): Router {
     {
       post: async (req, res) => {
         const user = await signedIn(req, store);
-        res.json(issue(user.username, 'Token renewed; the old token stays valid until it expires'));
+        res.json(issue(user, 'Token renewed; the old token stays valid until it expires'));
       },
     },
     true,
@@ -59,8 +83,10 @@ export function authRoutes({ store, tokens }: Context): Router {
         onlyFields(body, ['token']);
         requireFields(body, ['token']);
         const claims = await tokens.verify(stringField(body, 'token', 8192));
-        if (!claims) throw Errors.badRequest('The token is invalid, expired or already revoked');
-        if (claims.sub !== caller.username && !caller.permissions.includes('ADMIN')) {
+        const owner = claims && (await tokens.userOf(claims));
+        if (!claims || !owner)
+          throw Errors.badRequest('The token is invalid, expired or already revoked');
+        if (owner.id !== caller.id && !caller.permissions.includes('ADMIN')) {
           throw Errors.forbidden('ADMIN');
         }
         await store.revoke(claims.jti, claims.exp);
@@ -81,11 +107,16 @@ export function authRoutes({ store, tokens }: Context): Router {
         requireFields(body, ['old', 'new']);
         const oldPassword = stringField(body, 'old');
         const newPassword = stringField(body, 'new');
-        if (!(await verifyPassword(oldPassword, user.password_hash))) {
+        if (!(await checkPassword(req, user.username, oldPassword, user.password_hash))) {
           throw Errors.wrongPassword();
         }
-        await store.updateUser(user.username, { password_hash: await hashPassword(newPassword) });
-        success(res, 'Password changed');
+        // Every token issued before ends here; the caller gets a new one (additive field).
+        const changes = {
+          password_hash: await passwords.hash(newPassword),
+          token_gen: user.token_gen + 1,
+        };
+        await store.updateUser(user.id, changes);
+        res.json(issue({ ...user, ...changes }, 'Password changed; every other token was revoked'));
       },
     },
     true,

@@ -5,18 +5,17 @@ import multer from 'multer';
 import type { Context } from '../context.js';
 import { Errors, HttpError } from '../errors.js';
 import { route } from '../http.js';
+import { LIMITS } from '../limits.js';
 import { parseRange } from '../ranges.js';
 import type { ChunkFields, ContentStorage, ReceivedChunk } from '../storage/index.js';
 import { blobOf, type MetadataStore, type ShareRecord } from '../store/index.js';
 import { checkOwner, findShare } from './shares.js';
 
-const MAX_TOTAL_CHUNKS = 1_000_000;
-
 /**
  * The chunk's form fields: API.md's dz* fields, plus Dropzone's layout fields and our dzsha256
  * (all additive, docs/API.md). A 400 names the first field that is wrong.
  */
-export function chunkFields(fields: Record<string, unknown>): ChunkFields {
+export function chunkFields(fields: Record<string, unknown>, maxChunks: number): ChunkFields {
   const int = (name: string, optional = false): number | undefined => {
     const value = fields[name];
     if (value === undefined && optional) return undefined;
@@ -27,13 +26,19 @@ export function chunkFields(fields: Record<string, unknown>): ChunkFields {
     return Number(value.trim());
   };
   const uploadId = fields.dzuuid;
-  if (typeof uploadId !== 'string' || uploadId.length === 0 || uploadId.length > 1024) {
-    throw Errors.badRequest('Form field "dzuuid" must be a non-empty string');
+  if (
+    typeof uploadId !== 'string' ||
+    uploadId.length === 0 ||
+    uploadId.length > LIMITS.maxUploadIdChars
+  ) {
+    throw Errors.badRequest(
+      `Form field "dzuuid" must be a string of 1 to ${LIMITS.maxUploadIdChars} characters`,
+    );
   }
   const total = int('dztotalchunks')!;
   const index = int('dzchunkindex')!;
-  if (total < 1 || total > MAX_TOTAL_CHUNKS) {
-    throw Errors.badRequest(`"dztotalchunks" must be between 1 and ${MAX_TOTAL_CHUNKS}`);
+  if (total < 1 || total > maxChunks) {
+    throw Errors.badRequest(`"dztotalchunks" must be between 1 and ${maxChunks}`);
   }
   if (index >= total)
     throw Errors.badRequest(`"dzchunkindex" must be below dztotalchunks (${total})`);
@@ -57,22 +62,17 @@ export function chunkFields(fields: Record<string, unknown>): ChunkFields {
   return chunk;
 }
 
-function fieldsOrNull(fields: Record<string, unknown>): ChunkFields | null {
-  try {
-    return chunkFields(fields);
-  } catch {
-    return null;
-  }
-}
-
 interface WithReceived {
   received?: ReceivedChunk;
 }
 
 /** API.md "Content and the chunk protocol". Reading order: here → storage/ → store/. */
-export function contentRoutes({ store, storage, maxChunkBytes }: Context): Router {
+export function contentRoutes({ store, storage, limits }: Context): Router {
+  const { maxChunkBytes } = limits;
   const router = Router();
-  const targets = new WeakMap<Request, string>();
+  const targets = new WeakMap<Request, { shareId: string; max: number }>();
+  const fieldsOf = (req: Request) =>
+    chunkFields((req.body ?? {}) as Record<string, unknown>, limits.maxChunksPerUpload);
 
   /**
    * Hands the file part to the storage as it streams in. When the fields came first, it knows
@@ -81,10 +81,14 @@ export function contentRoutes({ store, storage, maxChunkBytes }: Context): Route
    */
   const engine: multer.StorageEngine = {
     _handleFile(req, file, cb) {
-      const shareId = targets.get(req)!;
-      const fields = fieldsOrNull((req.body ?? {}) as Record<string, unknown>);
-      // One byte over the limit is enough to know it is too large (multer then answers 413).
-      storage.receive(shareId, fields, file.stream, maxChunkBytes + 1).then(
+      const { shareId, max } = targets.get(req)!;
+      let fields: ChunkFields | null = null;
+      try {
+        fields = fieldsOf(req);
+      } catch {
+        // Reported after the body is read, in readChunk.
+      }
+      storage.receive(shareId, fields, file.stream, max).then(
         (received) => cb(null, { size: received.bytes, received } as Partial<Express.Multer.File>),
         (err: Error) => cb(err),
       );
@@ -101,20 +105,60 @@ export function contentRoutes({ store, storage, maxChunkBytes }: Context): Route
     limits: { fileSize: maxChunkBytes, files: 1, fields: 16, fieldSize: 4096, parts: 20 },
   }).single('upload');
 
-  const readChunk = async (req: Request, res: Response, shareId: string) => {
-    targets.set(req, shareId);
+  /** Reads the chunk's fields and bytes; `max` bytes are stored, the excess is left out. */
+  const readChunk = async (req: Request, res: Response, shareId: string, max: number) => {
+    targets.set(req, { shareId, max });
     await new Promise<void>((resolve, reject) =>
       receive(req, res, (err) => (err ? reject(err) : resolve())),
     );
     const received = (req.file as WithReceived | undefined)?.received;
     try {
-      const fields = chunkFields((req.body ?? {}) as Record<string, unknown>);
+      const fields = fieldsOf(req);
       if (!received) throw Errors.badRequest('The file part "upload" is missing');
       return { fields, received };
     } catch (err) {
       if (received) await storage.discard(received);
       throw err;
     }
+  };
+
+  /**
+   * The caller's storage quota (additive): bytes still free for them, counting their shares'
+   * content and the chunks of their unfinished uploads (for a replacement, not the content it
+   * replaces). Infinity for anonymous callers and users without a quota.
+   */
+  const quotaRoom = async (req: Request, share: ShareRecord, replacing: boolean) => {
+    const owner = req.caller.userId ? await store.getUserById(req.caller.userId) : undefined;
+    if (!owner || owner.quota === null) return { room: Infinity, owner: undefined };
+    let used = await store.usageOf(owner.id);
+    if (replacing) used -= share.size ?? 0;
+    for (const [shareId, pending] of storage.unfinished()) {
+      if ((await store.getShare(shareId))?.owner_id === owner.id) used += pending.bytes;
+    }
+    return { room: Math.max(0, owner.quota - used), owner };
+  };
+
+  const overQuota = (owner: { username: string; quota: number | null }, room: number) =>
+    Errors.quotaExceeded(
+      `This upload would exceed the storage quota of ${owner.username} (${owner.quota} bytes; ${room} bytes are left)`,
+    );
+
+  /** A chunk that starts a new upload: the share's and the user's unfinished uploads are bounded. */
+  const checkNewUpload = async (req: Request, share: ShareRecord, fields: ChunkFields) => {
+    if (storage.isUnfinished(share.share_id, fields.uploadId)) return;
+    const all = storage.unfinished();
+    if ((all.get(share.share_id)?.uploads ?? 0) >= limits.maxUploadsPerShare)
+      throw Errors.tooManyUploads(
+        `This share has ${limits.maxUploadsPerShare} unfinished uploads, the most it may have; finish one, or wait for it to expire`,
+      );
+    if (share.owner_id === null) return;
+    let mine = 0;
+    for (const [shareId, pending] of all)
+      if ((await store.getShare(shareId))?.owner_id === share.owner_id) mine += pending.uploads;
+    if (mine >= limits.maxUploadsPerUser)
+      throw Errors.tooManyUploads(
+        `You have ${limits.maxUploadsPerUser} unfinished uploads, the most a user may have; finish one, or wait for it to expire`,
+      );
   };
 
   /**
@@ -128,17 +172,27 @@ export function contentRoutes({ store, storage, maxChunkBytes }: Context): Route
     allowed: (s: ShareRecord) => void,
   ) => {
     const declared = Number(req.headers['content-length']);
-    const release = await storage.reserve(
-      Number.isSafeInteger(declared) && declared > 0 ? declared : maxChunkBytes,
-    );
+    const length = Number.isSafeInteger(declared) && declared > 0 ? declared : 0;
+    // The quota is enforced before anything is written: by the declared length up front, and
+    // by cutting the body off where the quota ends (a body without a length).
+    const { room, owner } = await quotaRoom(req, share, share.initialized);
+    if (owner && length > room + 64 * 1024) throw overQuota(owner, room);
+    const release = await storage.reserve(length);
     let outcome: 'stored' | 'complete';
     let fields: ChunkFields;
     try {
-      const chunk = await readChunk(req, res, share.share_id);
+      const max = Math.min(room, maxChunkBytes) + 1; // one byte over: enough to know
+      const chunk = await readChunk(req, res, share.share_id, max);
       fields = chunk.fields;
       try {
+        if (
+          owner &&
+          (chunk.received.bytes > room || (chunk.received.overflow && room < maxChunkBytes))
+        )
+          throw overQuota(owner, room);
         // The share may have been deleted while the body streamed in.
         if (!(await store.getShare(share.share_id))) throw Errors.shareNotFound();
+        await checkNewUpload(req, share, fields);
         outcome = await storage.commit(share.share_id, fields, chunk.received, (content) =>
           store.withShareLock(share.share_id, async () => {
             const current = await store.getShare(share.share_id);

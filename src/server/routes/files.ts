@@ -5,24 +5,25 @@ import { need } from '../auth.js';
 import type { Context } from '../context.js';
 import { Errors } from '../errors.js';
 import { paginate, route, shareJson, success } from '../http.js';
-import { blobOf, type ShareRecord } from '../store/index.js';
-import { onlyFields, requireFields, requireObject, stringField, type Body } from '../validate.js';
+import { blobOf, type ShareChanges } from '../store/index.js';
+import { fileNameField, onlyFields, requireFields, requireObject, type Body } from '../validate.js';
 import { checkOwner, findShare } from './shares.js';
 
 const WRITABLE = ['file_name', 'owner_name'] as const;
 const READ_ONLY = ['share_id', 'initialized', 'locked', 'create_date', 'size'];
-const MAX_FILE_NAME = 1024;
 
 export function fileRoutes({ store, storage }: Context): Router {
   const router = Router();
 
+  /** owner_name in a body: a user's name (stored as that user's id), or null for anonymous. */
   const ownerField = async (body: Body): Promise<string | null> => {
     const owner = body.owner_name;
     if (owner === null) return null;
-    if (typeof owner !== 'string' || !(await store.getUser(owner))) {
+    const user = typeof owner === 'string' ? await store.getUser(owner) : undefined;
+    if (!user) {
       throw Errors.badRequest('Field "owner_name" must name an existing user, or be null');
     }
-    return owner;
+    return user.id;
   };
 
   const update = (complete: boolean) => async (req: Request, res: Response) => {
@@ -31,9 +32,9 @@ export function fileRoutes({ store, storage }: Context): Router {
     const body = requireObject(req.body);
     onlyFields(body, WRITABLE, READ_ONLY);
     if (complete) requireFields(body, WRITABLE);
-    const changes: Partial<ShareRecord> = {};
-    if ('file_name' in body) changes.file_name = stringField(body, 'file_name', MAX_FILE_NAME);
-    if ('owner_name' in body) changes.owner_name = await ownerField(body);
+    const changes: ShareChanges = {};
+    if ('file_name' in body) changes.file_name = fileNameField(body);
+    if ('owner_name' in body) changes.owner_id = await ownerField(body);
     // Checked again under the lock: a LOCK may have come in meanwhile.
     await store.withShareLock(share.share_id, async () => {
       const current = await store.getShare(share.share_id);
@@ -62,8 +63,7 @@ export function fileRoutes({ store, storage }: Context): Router {
       const body = requireObject(req.body, true);
       onlyFields(body, WRITABLE, READ_ONLY);
       const share_id = randomUUID();
-      const file_name =
-        'file_name' in body ? stringField(body, 'file_name', MAX_FILE_NAME) : share_id;
+      const file_name = 'file_name' in body ? fileNameField(body) : share_id;
       // A new share belongs to its creator; handing it over is a PATCH of owner_name.
       if ('owner_name' in body && body.owner_name !== req.caller.username) {
         throw Errors.badRequest(
@@ -73,7 +73,7 @@ export function fileRoutes({ store, storage }: Context): Router {
       await store.addShare({
         share_id,
         file_name,
-        owner_name: req.caller.username,
+        owner_id: req.caller.userId,
         initialized: false,
         locked: false,
         create_date: isoNoZone(),

@@ -23,7 +23,7 @@ export async function findShare(
   return share;
 }
 
-/** Only the owner (anonymous callers own the shares whose owner_name is null). */
+/** Only the owner, by user id (anonymous callers own the shares that have no owner). */
 export function checkOwner(req: Request, share: ShareRecord): void {
-  if (share.owner_name !== req.caller.username) throw Errors.notOwner();
+  if (share.owner_id !== req.caller.userId) throw Errors.notOwner();
 }

@@ -261,7 +261,27 @@ export class FileStorage implements ContentStorage {
     }
     // Every upload read back once: what requests cut by a crash left is removed, records that
     // cannot be read count as absent, completions that were published are closed.
-    for (const name of await readdir(this.uploadsDir)) await this.load(name);
+    for (const name of await readdir(this.uploadsDir)) {
+      const upload = await this.load(name);
+      if (upload?.state === 'open') this.uploads.set(name, upload);
+    }
+  }
+
+  isUnfinished(shareId: string, uploadId: string): boolean {
+    return this.uploads.get(this.uploadName(shareId, uploadId))?.persisted === true;
+  }
+
+  unfinished(): Map<string, { uploads: number; bytes: number }> {
+    const out = new Map<string, { uploads: number; bytes: number }>();
+    for (const upload of this.uploads.values()) {
+      if (!upload.persisted || upload.state !== 'open') continue;
+      const shareId = upload.name.slice(0, upload.name.indexOf('.'));
+      const entry = out.get(shareId) ?? { uploads: 0, bytes: 0 };
+      entry.uploads++;
+      for (const c of upload.committed.values()) entry.bytes += c.length;
+      out.set(shareId, entry);
+    }
+    return out;
   }
 
   async reserve(bytes: number): Promise<() => void> {
@@ -801,6 +821,15 @@ export class FileStorage implements ContentStorage {
       return null;
     }
     const upload = new Upload(name, dir, meta, hash);
+    const touched = await Promise.all(
+      [dir, join(dir, 'log')].map((p) =>
+        stat(p).then(
+          (i) => i.mtimeMs,
+          () => 0,
+        ),
+      ),
+    );
+    upload.lastActivity = Math.max(...touched);
     const log = await readFile(join(dir, 'log'), 'utf8').catch(() => '');
     for (const line of log.split('\n').slice(0, -1)) {
       const [kind, a, b, c] = line.split(' ');

@@ -53,6 +53,12 @@ export interface ContentStorage {
     publish: (content: NewContent) => Promise<string | undefined>,
   ): Promise<'stored' | 'complete'>;
 
+  /** True when an upload of this share with this dzuuid has stored chunks and is not finished. */
+  isUnfinished(shareId: string, uploadId: string): boolean;
+
+  /** Per share with unfinished uploads: how many, and the bytes their stored chunks hold. */
+  unfinished(): Map<string, { uploads: number; bytes: number }>;
+
   /** Opens content for reading; null when it does not exist. */
   open(blob: string): Promise<ContentReader | null>;
 
@@ -93,6 +99,8 @@ export interface ChunkFields {
 /** A received chunk, as `receive` left it; only the storage that made it looks inside. */
 export interface ReceivedChunk {
   readonly bytes: number;
+  /** More bytes arrived than `receive` was allowed to store; the excess was not stored. */
+  readonly overflow: boolean;
 }
 
 export interface NewContent {

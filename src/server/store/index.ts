@@ -11,12 +11,17 @@ import type { Share, User } from '../../shared/types.js';
  */
 export interface MetadataStore {
   getUser(name: string): Promise<UserRecord | undefined>;
+  getUserById(id: string): Promise<UserRecord | undefined>;
   userCount(): Promise<number>;
   listUsers(offset: number, limit: number): Promise<UserRecord[]>;
+  /** Refuses (DuplicateUserError) a name that is taken, at the moment of writing. */
   addUser(user: UserRecord): Promise<void>;
-  /** Applies changes to a user; a rename also moves the user's shares to the new name. */
-  updateUser(name: string, changes: Partial<UserRecord>): Promise<void>;
-  deleteUser(name: string): Promise<void>;
+  /** Changes a user; a new name must be free (DuplicateUserError). */
+  updateUser(id: string, changes: UserChanges): Promise<void>;
+  /** Removes a user; their shares keep their owner id, which no user will ever have again. */
+  deleteUser(id: string): Promise<void>;
+  /** Bytes of content in the shares a user owns. */
+  usageOf(userId: string): Promise<number>;
 
   getShare(id: string): Promise<ShareRecord | undefined>;
   shareCount(): Promise<number>;
@@ -24,8 +29,8 @@ export interface MetadataStore {
   listShares(offset: number, limit: number): Promise<ShareRecord[]>;
   /** Every share (for start-up checks and migrations), without copying the list. */
   eachShare(): AsyncIterable<ShareRecord>;
-  addShare(share: ShareRecord): Promise<void>;
-  updateShare(id: string, changes: Partial<ShareRecord>): Promise<void>;
+  addShare(share: NewShare): Promise<void>;
+  updateShare(id: string, changes: ShareChanges): Promise<void>;
   deleteShare(id: string): Promise<void>;
 
   getSettings(): Promise<Settings>;
@@ -41,17 +46,47 @@ export interface MetadataStore {
   close(): Promise<void>;
 }
 
-export interface UserRecord extends User {
+export interface UserRecord extends Omit<User, 'quota' | 'used'> {
+  /** Immutable: tokens and ownership refer to it, never to the name. */
+  id: string;
   password_hash: string;
+  /**
+   * Tokens carry the generation they were issued in; bumping it (a password change, "sign out
+   * everywhere") ends every older token at once.
+   */
+  token_gen: number;
+  /** Bytes of content this user may own; null for no limit. */
+  quota: number | null;
+  /**
+   * A user carried over from fshare 0.1, whose tokens named the user only by name: such tokens
+   * are accepted until the user's generation changes or the user is renamed.
+   */
+  legacy_tokens?: boolean;
 }
 
+export type UserChanges = Partial<
+  Pick<UserRecord, 'username' | 'permissions' | 'password_hash' | 'token_gen' | 'quota'>
+> & { legacy_tokens?: false };
+
 export interface ShareRecord extends Share {
+  /** The owner's user id; null when anonymous users own the share. */
+  owner_id: string | null;
   /**
    * Name of the content's file in the content storage; absent for shares written by fshare 0.1,
    * whose content is named after the share id. Never sent to clients.
    */
   blob?: string;
 }
+
+/** A share as stored: `owner_name` is not stored, it is the owner's current name. */
+export type NewShare = Omit<ShareRecord, 'owner_name'>;
+
+export type ShareChanges = Partial<
+  Pick<
+    ShareRecord,
+    'file_name' | 'owner_id' | 'initialized' | 'locked' | 'size' | 'sha256' | 'blob'
+  >
+>;
 
 export interface Settings {
   default_permissions: Permission[];

@@ -8,43 +8,23 @@ import { KeyedMutex } from '../mutex.js';
 import { encodeLine, readJournal, type Entry } from './journal.js';
 import {
   DamagedMetadataError,
-  DuplicateUserError,
-  MissingRecordError,
   type MetadataStore,
+  type NewShare,
   type Settings,
-  type ShareRecord,
+  type ShareChanges,
+  type UserChanges,
   type UserRecord,
 } from './index.js';
-
-export interface DbData {
-  users: UserRecord[];
-  /** Oldest first: the order GET /files lists them in. */
-  shares: ShareRecord[];
-  settings: Settings;
-  /** Revoked token ids → their expiry (seconds since epoch), kept until then. */
-  revoked: Record<string, number>;
-  /** Sequence number of the last journal entry this snapshot includes. */
-  seq: number;
-}
-
-/** One change to the metadata: what the journal records and what replay applies. */
-type Op =
-  | { op: 'addUser'; user: UserRecord }
-  | { op: 'updateUser'; name: string; changes: Partial<UserRecord> }
-  | { op: 'deleteUser'; name: string }
-  | { op: 'addShare'; share: ShareRecord }
-  | { op: 'updateShare'; id: string; changes: Partial<ShareRecord> }
-  | { op: 'deleteShare'; id: string }
-  | { op: 'setSettings'; settings: Settings }
-  | { op: 'revoke'; jti: string; exp: number; now: number };
-
-const empty = (): DbData => ({
-  users: [],
-  shares: [],
-  settings: { default_permissions: [] },
-  revoked: {},
-  seq: 0,
-});
+import {
+  applyLegacy,
+  emptyData,
+  isLegacy,
+  migrateLegacy,
+  State,
+  type DbData,
+  type LegacyData,
+  type Op,
+} from './state.js';
 
 /** Journal size that triggers folding it into the snapshot (db.json). */
 const COMPACT_BYTES = 8 * 1024 * 1024;
@@ -97,90 +77,6 @@ class DurableJsonFile implements Adapter<string> {
   }
 }
 
-/** The in-memory state: the data plus its indexes. Built by replay, changed only by `apply`. */
-class State {
-  readonly usersByName = new Map<string, UserRecord>();
-  readonly sharesById = new Map<string, ShareRecord>();
-
-  constructor(readonly data: DbData) {
-    for (const u of data.users) this.usersByName.set(u.username, u);
-    for (const s of data.shares) this.sharesById.set(s.share_id, s);
-  }
-
-  /**
-   * Checks that the change can apply, then applies it. Throws before touching anything when it
-   * cannot. `replay` makes deletes of what is already gone a no-op (replay is idempotent).
-   */
-  apply(op: Op, replay = false): void {
-    const data = this.data;
-    switch (op.op) {
-      case 'addUser':
-        if (this.usersByName.has(op.user.username)) throw new DuplicateUserError();
-        data.users.push(op.user);
-        this.usersByName.set(op.user.username, op.user);
-        return;
-      case 'updateUser': {
-        const user = this.usersByName.get(op.name);
-        if (!user) throw new MissingRecordError('user');
-        const newName = op.changes.username;
-        if (newName !== undefined && newName !== op.name && this.usersByName.has(newName))
-          throw new DuplicateUserError();
-        Object.assign(user, op.changes);
-        if (user.username !== op.name) {
-          this.usersByName.delete(op.name);
-          this.usersByName.set(user.username, user);
-          for (const share of data.shares) {
-            if (share.owner_name === op.name) share.owner_name = user.username;
-          }
-        }
-        return;
-      }
-      case 'deleteUser': {
-        const user = this.usersByName.get(op.name);
-        if (!user) {
-          if (replay) return;
-          throw new MissingRecordError('user');
-        }
-        this.usersByName.delete(op.name);
-        data.users.splice(data.users.indexOf(user), 1);
-        return;
-      }
-      case 'addShare':
-        if (this.sharesById.has(op.share.share_id)) throw new Error('share id already in use');
-        data.shares.push(op.share);
-        this.sharesById.set(op.share.share_id, op.share);
-        return;
-      case 'updateShare': {
-        const share = this.sharesById.get(op.id);
-        if (!share) throw new MissingRecordError('share');
-        Object.assign(share, op.changes);
-        return;
-      }
-      case 'deleteShare': {
-        const share = this.sharesById.get(op.id);
-        if (!share) {
-          if (replay) return;
-          throw new MissingRecordError('share');
-        }
-        this.sharesById.delete(op.id);
-        data.shares.splice(data.shares.indexOf(share), 1);
-        return;
-      }
-      case 'setSettings':
-        data.settings = op.settings;
-        return;
-      case 'revoke':
-        for (const [id, exp] of Object.entries(data.revoked)) {
-          if (exp < op.now) delete data.revoked[id];
-        }
-        data.revoked[op.jti] = op.exp;
-        return;
-      default:
-        throw new Error(`unknown operation ${JSON.stringify((op as { op: unknown }).op)}`);
-    }
-  }
-}
-
 interface Loaded {
   state: State;
   /** Where appends continue: the end of the last whole journal line. */
@@ -189,6 +85,8 @@ interface Loaded {
   notices: string[];
   /** Set when a repair dropped lines: the journal must be moved aside and rewritten. */
   repaired: boolean;
+  /** Set when the files were fshare 0.1's: the new format must be written before anything else. */
+  migrated: boolean;
 }
 
 /**
@@ -201,16 +99,28 @@ function load(
   files: { snapshot: string; journal: string },
   repair: boolean,
 ): Loaded {
-  let data: DbData;
+  let parsed: Partial<DbData> & { version?: unknown };
   try {
-    data = { ...empty(), ...(snapshotText ? (JSON.parse(snapshotText) as Partial<DbData>) : {}) };
+    parsed = snapshotText ? (JSON.parse(snapshotText) as Partial<DbData>) : { version: 2 };
   } catch (err) {
     throw new DamagedMetadataError(
       `${files.snapshot} is damaged (${(err as Error).message}). It is only ever replaced whole, ` +
         `so this is damage to the disk or a copy cut short: restore it from a backup.`,
     );
   }
-  const state = new State(data);
+  const legacy = isLegacy(parsed);
+  const old = legacy
+    ? ({
+        users: [],
+        shares: [],
+        settings: { default_permissions: [] },
+        revoked: {},
+        seq: 0,
+        ...parsed,
+      } as unknown as LegacyData)
+    : null;
+  const data: DbData = old ? emptyData() : { ...emptyData(), ...parsed, version: 2 };
+  let state = new State(data);
   const contents = readJournal(journal);
   const notices: string[] = [];
   const skipped: string[] = contents.damaged.map((d) => `line ${d.line} (${d.reason})`);
@@ -222,10 +132,12 @@ function load(
         `journal aside.`,
     );
   }
+  const seqOf = () => (old ? old.seq : data.seq);
   for (const { line, entry } of contents.lines) {
-    if (entry.seq <= data.seq) continue; // already in the snapshot
+    if (entry.seq <= seqOf()) continue; // already in the snapshot
     try {
-      state.apply(entry as unknown as Op, true);
+      if (old) applyLegacy(old, entry as unknown as Parameters<typeof applyLegacy>[1]);
+      else state.apply(entry as unknown as Op, true);
     } catch (err) {
       if (!repair)
         throw new DamagedMetadataError(
@@ -236,7 +148,12 @@ function load(
       skipped.push(`line ${line} (${(err as Error).message})`);
       continue;
     }
-    data.seq = entry.seq;
+    if (old) old.seq = entry.seq;
+    else data.seq = entry.seq;
+  }
+  if (old) {
+    state = new State(migrateLegacy(old));
+    notices.push(`${files.snapshot}: metadata of fshare 0.1 carried over (users now have ids)`);
   }
   if (contents.torn)
     notices.push(
@@ -251,6 +168,7 @@ function load(
     journalBytes: journal.length,
     notices,
     repaired: skipped.length > 0,
+    migrated: legacy && (snapshotText !== null || contents.lines.length > 0),
   };
 }
 
@@ -305,13 +223,22 @@ export class LowdbStore implements MetadataStore {
     const loaded = load(snapshot, journal, store.files, options.repair ?? false);
     for (const notice of loaded.notices) log(notice);
     store.state = loaded.state;
-    if (loaded.repaired) {
-      const aside = `${store.files.journal}.damaged-${new Date().toISOString().replace(/[:.]/g, '-')}`;
-      await rename(store.files.journal, aside);
-      log(`repair: moved the damaged journal to ${aside}`);
+    if (loaded.repaired || loaded.migrated) {
+      // A new snapshot must hold what was kept (or carried over) before anything is appended:
+      // the old journal cannot be replayed over it.
+      if (loaded.repaired) {
+        const aside = `${store.files.journal}.damaged-${new Date().toISOString().replace(/[:.]/g, '-')}`;
+        await rename(store.files.journal, aside);
+        log(`repair: moved the damaged journal to ${aside}`);
+      }
       store.db.data = JSON.stringify(store.state.data);
-      await store.db.write();
-      store.journal = await open(store.files.journal, 'a', 0o600);
+      await store.db.write().catch((err: Error) => {
+        throw new Error(
+          `cannot write ${store.files.snapshot} (${err.message}); nothing was changed`,
+        );
+      });
+      store.journal = await open(store.files.journal, loaded.repaired ? 'a' : 'w', 0o600);
+      await store.journal.sync();
       await fsyncDir(dataDir);
       return store;
     }
@@ -338,6 +265,11 @@ export class LowdbStore implements MetadataStore {
     return user && { ...user };
   }
 
+  async getUserById(id: string) {
+    const user = this.state.usersById.get(id);
+    return user && { ...user };
+  }
+
   async userCount() {
     return this.state.data.users.length;
   }
@@ -346,9 +278,13 @@ export class LowdbStore implements MetadataStore {
     return this.state.data.users.slice(offset, offset + limit).map((u) => ({ ...u }));
   }
 
+  async usageOf(userId: string) {
+    return this.state.usage.get(userId) ?? 0;
+  }
+
   async getShare(id: string) {
     const share = this.state.sharesById.get(id.toLowerCase());
-    return share && { ...share };
+    return share && this.state.view(share);
   }
 
   async shareCount() {
@@ -356,12 +292,12 @@ export class LowdbStore implements MetadataStore {
   }
 
   async listShares(offset: number, limit: number) {
-    return this.state.data.shares.slice(offset, offset + limit).map((s) => ({ ...s }));
+    return this.state.data.shares.slice(offset, offset + limit).map((s) => this.state.view(s));
   }
 
   async *eachShare() {
     // A copy of the list: shares may come and go while the caller awaits between items.
-    for (const share of [...this.state.data.shares]) yield { ...share };
+    for (const share of [...this.state.data.shares]) yield this.state.view(share);
   }
 
   async getSettings() {
@@ -378,19 +314,20 @@ export class LowdbStore implements MetadataStore {
     return this.change({ op: 'addUser', user: { ...user } });
   }
 
-  updateUser(name: string, changes: Partial<UserRecord>) {
-    return this.change({ op: 'updateUser', name, changes });
+  updateUser(id: string, changes: UserChanges) {
+    return this.change({ op: 'updateUser', id, changes });
   }
 
-  deleteUser(name: string) {
-    return this.change({ op: 'deleteUser', name });
+  deleteUser(id: string) {
+    return this.change({ op: 'deleteUser', id });
   }
 
-  addShare(share: ShareRecord) {
-    return this.change({ op: 'addShare', share: { ...share } });
+  addShare(share: NewShare) {
+    const { owner_name: _shown, ...stored } = share as NewShare & { owner_name?: unknown };
+    return this.change({ op: 'addShare', share: stored });
   }
 
-  updateShare(id: string, changes: Partial<ShareRecord>) {
+  updateShare(id: string, changes: ShareChanges) {
     return this.change({ op: 'updateShare', id, changes });
   }
 

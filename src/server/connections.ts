@@ -1,0 +1,97 @@
+import http from 'node:http';
+import type { Socket } from 'node:net';
+import type { Limits } from './limits.js';
+
+/**
+ * The HTTP server, hardened against slow and greedy clients (docs/API.md, "Limits"):
+ * - headers must arrive within `headersTimeoutMs`, and a connection that moves no byte for
+ *   `idleTimeoutMs` (a body that stalls, a reader that stops reading) is closed;
+ * - at most `maxConnections` connections are open, and `maxConnectionsPerAddress` per client
+ *   address; further ones are closed at once, with a log line (at most one a minute per cause);
+ * - a request the HTTP parser refuses (headers too large, bad bytes) still gets a JSON error.
+ */
+export function createHttpServer(
+  app: http.RequestListener,
+  limits: Limits,
+  log: (line: string) => void,
+): http.Server {
+  const server = http.createServer(
+    {
+      headersTimeout: limits.headersTimeoutMs,
+      // No limit on a whole request: a large upload on a slow link may take hours. Stalls are
+      // caught by the idle timeout instead.
+      requestTimeout: 0,
+      maxHeaderSize: limits.maxHeaderBytes,
+      connectionsCheckingInterval: Math.min(1000, limits.headersTimeoutMs),
+    },
+    app,
+  );
+  server.timeout = limits.idleTimeoutMs;
+  server.keepAliveTimeout = Math.min(5000, limits.idleTimeoutMs);
+
+  const lastSaid = new Map<string, number>();
+  const say = (cause: string, line: string) => {
+    const now = Date.now();
+    if ((lastSaid.get(cause) ?? 0) > now - 60_000) return;
+    lastSaid.set(cause, now);
+    log(line);
+  };
+
+  let open = 0;
+  const perAddress = new Map<string, number>();
+  server.on('connection', (socket: Socket) => {
+    const address = socket.remoteAddress ?? 'unknown';
+    const fromThere = perAddress.get(address) ?? 0;
+    if (open >= limits.maxConnections) {
+      say('total', `refusing connections: ${open} are open (the limit, --max-connections)`);
+      socket.destroy();
+      return;
+    }
+    if (fromThere >= limits.maxConnectionsPerAddress) {
+      say(
+        `address ${address}`,
+        `refusing connections from ${address}: ${fromThere} are open (the limit per address, --max-connections-per-address)`,
+      );
+      socket.destroy();
+      return;
+    }
+    open++;
+    perAddress.set(address, fromThere + 1);
+    socket.once('close', () => {
+      open--;
+      const left = (perAddress.get(address) ?? 1) - 1;
+      if (left > 0) perAddress.set(address, left);
+      else perAddress.delete(address);
+    });
+  });
+
+  server.on('timeout', (socket: Socket) => {
+    say(
+      'idle',
+      `closed a connection from ${socket.remoteAddress} that sent or read nothing for ${limits.idleTimeoutMs / 1000} s`,
+    );
+    socket.destroy();
+  });
+
+  server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
+    if (!socket.writable || socket.destroyed) {
+      socket.destroy();
+      return;
+    }
+    const [status, message] =
+      err.code === 'HPE_HEADER_OVERFLOW'
+        ? [431, 'The request headers are too large']
+        : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+          ? [408, 'The request headers did not arrive in time']
+          : [400, 'The request is not valid HTTP'];
+    const body = JSON.stringify({ status: 'fail', message });
+    socket.end(
+      `HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\n` +
+        'Content-Type: application/json; charset=utf-8\r\n' +
+        `Content-Length: ${Buffer.byteLength(body)}\r\n` +
+        'Connection: close\r\n\r\n' +
+        body,
+    );
+  });
+  return server;
+}
