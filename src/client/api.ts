@@ -44,11 +44,15 @@ export function logout(client: ApiClient, token = client.token): Promise<StatusR
   return callJson(client, { method: 'POST', path: '/users/logout', json: { token } });
 }
 
+/**
+ * Changes the caller's own password. fshare serve ends every token issued before and answers
+ * with a new one (`auth_token`); other servers answer without it.
+ */
 export function changePassword(
   client: ApiClient,
   oldPassword: string,
   newPassword: string,
-): Promise<StatusResponse> {
+): Promise<StatusResponse & Partial<LoginResponse>> {
   return callJson(client, {
     method: 'POST',
     path: '/users/password',
@@ -149,6 +153,20 @@ export function putUser(
 
 export function deleteUser(client: ApiClient, username: string): Promise<StatusResponse> {
   return callJson(client, { method: 'DELETE', path: userPath(username) });
+}
+
+/** fshare extension: ends every token of the user issued so far ("sign out everywhere"). */
+export function revokeTokens(client: ApiClient, username: string): Promise<StatusResponse> {
+  return callJson(client, { method: 'DELETE', path: `${userPath(username)}/tokens` });
+}
+
+/** fshare extension: a user's storage quota in bytes, or null for none (ADMIN). */
+export function setQuota(
+  client: ApiClient,
+  username: string,
+  quota: number | null,
+): Promise<StatusResponse> {
+  return callJson(client, { method: 'PATCH', path: userPath(username), json: { quota } });
 }
 
 // Settings

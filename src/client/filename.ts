@@ -31,14 +31,19 @@ function percentDecode(text: string): Buffer {
 const MAX_NAME_BYTES = 240; // leaves room for ".part" under the usual 255-byte limit
 
 /**
- * Turns a name chosen by the server into a safe single path component: no directories, no
- * control characters, never "", "." or "..". Returns undefined when nothing safe is left.
+ * Turns a name chosen by the server into a safe single path component, the way browsers do:
+ * the whole name is kept, with "/" and "\\" made "_", control characters removed and leading
+ * dots dropped (so "../../etc/passwd" becomes "_.._etc_passwd": never a directory, never
+ * hidden). Returns undefined when nothing safe is left.
  */
 export function sanitizeFileName(name: string | undefined): string | undefined {
   if (name === undefined) return undefined;
-  const lastPart = name.split(/[/\\]/).pop() ?? '';
-  let safe = lastPart.replace(/[\u0000-\u001f\u007f-\u009f]/g, '').trim();
-  if (safe === '' || safe === '.' || safe === '..') return undefined;
+  let safe = name
+    .replace(/[/\\]/g, '_')
+    .replace(/[\u0000-\u001f\u007f-\u009f]/g, '')
+    .trim()
+    .replace(/^\.+/, '');
+  if (safe === '') return undefined;
   while (Buffer.byteLength(safe) > MAX_NAME_BYTES) safe = [...safe].slice(0, -1).join('');
   return safe;
 }

@@ -41,24 +41,29 @@ export class Tokens {
     secret: string,
     private readonly lifetimeSeconds: number,
     private readonly store: MetadataStore,
+    /** Milliseconds since the epoch; injectable for tests. */
+    private readonly clock: () => number = Date.now,
   ) {
     this.key = createSecretKey(Buffer.from(secret));
   }
 
   issue(user: UserRecord): string {
-    return jwt.sign({ uid: user.id, gen: user.token_gen }, this.key, {
-      algorithm: 'HS256',
-      subject: user.username,
-      jwtid: randomUUID(),
-      expiresIn: this.lifetimeSeconds,
-    });
+    const iat = Math.floor(this.clock() / 1000);
+    return jwt.sign(
+      { uid: user.id, gen: user.token_gen, iat, exp: iat + this.lifetimeSeconds },
+      this.key,
+      { algorithm: 'HS256', subject: user.username, jwtid: randomUUID() },
+    );
   }
 
   /** Verifies signature (HS256 only), expiry and revocation; returns claims or null. */
   async verify(token: string): Promise<TokenClaims | null> {
     let claims: string | jwt.JwtPayload;
     try {
-      claims = jwt.verify(token, this.key, { algorithms: ['HS256'] });
+      claims = jwt.verify(token, this.key, {
+        algorithms: ['HS256'],
+        clockTimestamp: Math.floor(this.clock() / 1000),
+      });
     } catch {
       return null;
     }

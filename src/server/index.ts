@@ -160,6 +160,7 @@ export async function createServer(options: ServerOptions): Promise<FshareServer
     secret,
     options.tokenLifetimeSeconds ?? DEFAULT_TOKEN_LIFETIME_SECONDS,
     store,
+    options.clock,
   );
 
   const passwords = new PasswordHasher(limits.passwordQueue);

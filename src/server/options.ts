@@ -16,6 +16,8 @@ export interface ServerOptions {
   minFreeBytes?: number;
   /** Start even if the metadata journal is damaged: keep every valid entry, move it aside. */
   repair?: boolean;
+  /** The time, in ms since the epoch, for tokens (issue and expiry); injectable for tests. */
+  clock?: () => number;
   /** Any of the limits of limits.ts, to change its default. */
   limits?: Partial<Limits>;
   /** Receives one line per request (method, path, status, ms); absent: no request log. */

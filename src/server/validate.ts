@@ -60,9 +60,17 @@ export function fileNameField(body: Body, key = 'file_name'): string {
   return value;
 }
 
-/** String.prototype.isWellFormed, which Node 20.0 lacks. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+
+/** String.prototype.isWellFormed (ES2024). */
 export function isWellFormed(text: string): boolean {
-  return !/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.test(text);
+  LONE_SURROGATE.lastIndex = 0;
+  return !LONE_SURROGATE.test(text);
+}
+
+/** String.prototype.toWellFormed (ES2024): lone surrogates become U+FFFD. */
+export function toWellFormed(text: string): string {
+  return text.replace(LONE_SURROGATE, '\uFFFD');
 }
 
 export function permissionsField(body: Body, key: string): Permission[] {

@@ -65,12 +65,15 @@ describe('file names from Content-Disposition', () => {
     expect(filenameFromDisposition(undefined)).toBeUndefined();
   });
 
-  it('can never leave the current directory', () => {
-    expect(sanitizeFileName('../../etc/passwd')).toBe('passwd');
-    expect(sanitizeFileName('..\\..\\boot.ini')).toBe('boot.ini');
-    expect(sanitizeFileName('/abs/path.txt')).toBe('path.txt');
+  it('can never leave the current directory, and keeps the whole name as browsers do', () => {
+    // Issue 9: separators become "_", leading dots go; never only the last part of the name.
+    expect(sanitizeFileName('../../etc/passwd-T.txt')).toBe('_.._etc_passwd-T.txt');
+    expect(sanitizeFileName('..\\..\\boot.ini')).toBe('_.._boot.ini');
+    expect(sanitizeFileName('/abs/path.txt')).toBe('_abs_path.txt');
+    expect(sanitizeFileName('dir/..')).toBe('dir_..');
+    expect(sanitizeFileName('.hidden')).toBe('hidden');
     expect(sanitizeFileName('evil\nname\u0007.txt')).toBe('evilname.txt');
-    for (const bad of ['', '.', '..', 'dir/..', 'dir/', ' \u0000 '])
+    for (const bad of ['', '.', '..', '...', ' \u0000 '])
       expect(sanitizeFileName(bad), bad).toBeUndefined();
     expect(Buffer.byteLength(sanitizeFileName('é'.repeat(400))!)).toBeLessThanOrEqual(240);
   });

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { changePassword, extend, login, logout, whoami } from '../../client/api.js';
+import { changePassword, extend, login, logout, revokeTokens, whoami } from '../../client/api.js';
 import { ApiError } from '../../client/errors.js';
 import type { LoginResponse } from '../../shared/types.js';
 import { openSession, type Session } from '../context.js';
@@ -53,11 +53,16 @@ export function registerAuth(program: Command): void {
   program
     .command('logout')
     .description('revoke the token on the server, then forget it locally')
+    .option('--everywhere', 'revoke every token of yours, on every machine (fshare serve)')
     .addHelpText(
       'after',
-      examples(['fshare logout', 'fshare --server http://10.0.0.5:5000 logout']),
+      examples([
+        'fshare logout',
+        'fshare logout --everywhere',
+        'fshare --server http://10.0.0.5:5000 logout',
+      ]),
     )
-    .action(async (_options: object, cmd: Command) => {
+    .action(async (options: { everywhere?: boolean }, cmd: Command) => {
       const session = openSession(cmd);
       const username = session.usernameFor(session.server);
       const fromEnv = Boolean(process.env.FSHARE_TOKEN);
@@ -65,7 +70,11 @@ export function registerAuth(program: Command): void {
       if (!client.token) throw new AuthError(`not signed in to ${session.server}`);
       let serverError: unknown;
       try {
-        await logout(client, client.token);
+        if (options.everywhere) {
+          const me = await whoami(client);
+          if (!me.username) throw new AuthError(`not signed in to ${session.server}`);
+          await revokeTokens(client, me.username);
+        } else await logout(client, client.token);
       } catch (err) {
         serverError = err;
       }
@@ -174,7 +183,17 @@ export function registerAuth(program: Command): void {
           throw new UsageError('the passwords do not match');
       }
       const res = await changePassword(client, oldPassword, newPassword);
-      if (session.opts.json) printJson(res);
-      else printLine('Password changed');
+      // fshare serve ended every older token, this one too, and sent a new one: keep it.
+      let stored: 'keychain' | 'file' | undefined;
+      if (res.auth_token && res.username && !process.env.FSHARE_TOKEN)
+        stored = await remember(session, res as LoginResponse);
+      if (session.opts.json)
+        printJson({ status: res.status, message: res.message, stored: stored ?? null });
+      else
+        printLine(
+          res.auth_token
+            ? `Password changed; every other session was signed out${stored ? ` (new token kept in ${STORED[stored]})` : ''}`
+            : 'Password changed',
+        );
     });
 }

@@ -1,5 +1,14 @@
 import type { Command } from 'commander';
-import { createUser, deleteUser, getUser, listUsers, patchUser } from '../../client/api.js';
+import {
+  createUser,
+  deleteUser,
+  getUser,
+  listUsers,
+  patchUser,
+  revokeTokens,
+  setQuota,
+} from '../../client/api.js';
+import { formatSize, parseSize } from '../../shared/size.js';
 import { openSession } from '../context.js';
 import { readNewPassword } from '../input.js';
 import { UsageError, examples, printDetails, printJson, printLine, printTable } from '../output.js';
@@ -30,11 +39,15 @@ export function registerUsers(program: Command): void {
     const { items, page } = await listPaged(options, (q) => listUsers(client, q));
     if (session.opts.json) return printJson(page ?? items);
     const tty = process.stdout.isTTY === true;
+    const bytes = (n: number | null | undefined, none: string) =>
+      n === null || n === undefined ? none : tty ? formatSize(n) : String(n);
     printTable(
-      ['USER', 'PERMISSIONS', 'REGISTERED'],
+      ['USER', 'PERMISSIONS', 'USED', 'QUOTA', 'REGISTERED'],
       items.map((u) => [
         u.username,
         tty ? formatPermissions(u.permissions) : u.permissions.join(','),
+        bytes(u.used, '-'),
+        bytes(u.quota, u.quota === null ? 'none' : '-'),
         tty ? shortDate(u.register_date) : u.register_date,
       ]),
     );
@@ -52,6 +65,15 @@ export function registerUsers(program: Command): void {
       printDetails([
         ['user', user.username],
         ['permissions', formatPermissions(user.permissions)],
+        ['used', user.used === undefined ? '-' : `${formatSize(user.used)} (${user.used} bytes)`],
+        [
+          'quota',
+          user.quota === undefined
+            ? '-'
+            : user.quota === null
+              ? 'none'
+              : `${formatSize(user.quota)} (${user.quota} bytes)`,
+        ],
         ['registered', user.register_date],
       ]);
     });
@@ -159,5 +181,34 @@ export function registerUsers(program: Command): void {
       const res = await patchUser(await session.client(), name, { password });
       if (session.opts.json) printJson({ username: name, ...res });
       else printLine(`Password of ${name} changed`);
+    });
+
+  users
+    .command('quota')
+    .description("set a user's storage quota (fshare serve): uploads past it get 413")
+    .argument('<name>', 'user name')
+    .argument('<size>', 'bytes the user may own: 10GiB, 500m, bytes; or "none"')
+    .addHelpText('after', examples(['fshare users quota bob 10GiB', 'fshare users quota bob none']))
+    .action(async (name: string, size: string, _options: object, cmd: Command) => {
+      const session = openSession(cmd);
+      const none = size.trim().toLowerCase() === 'none';
+      const quota = none ? null : parseSize(size);
+      if (!none && quota === null)
+        throw new UsageError(`not a size: ${size} (try 10GiB, 500m, bytes or none)`);
+      const res = await setQuota(await session.client(), name, quota);
+      if (session.opts.json) printJson({ username: name, quota, ...res });
+      else printLine(`${name}: quota ${quota === null ? 'none' : formatSize(quota)}`);
+    });
+
+  users
+    .command('signout')
+    .description('end every token of a user, on every machine (fshare serve; ADMIN or yourself)')
+    .argument('<name>', 'user name')
+    .addHelpText('after', examples(['fshare users signout bob']))
+    .action(async (name: string, _options: object, cmd: Command) => {
+      const session = openSession(cmd);
+      const res = await revokeTokens(await session.client(), name);
+      if (session.opts.json) printJson({ username: name, ...res });
+      else printLine(`Every token of ${name} was revoked`);
     });
 }

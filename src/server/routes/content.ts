@@ -9,6 +9,7 @@ import { LIMITS } from '../limits.js';
 import { parseRange } from '../ranges.js';
 import type { ChunkFields, ContentStorage, ReceivedChunk } from '../storage/index.js';
 import { blobOf, type MetadataStore, type ShareRecord } from '../store/index.js';
+import { toWellFormed } from '../validate.js';
 import { checkOwner, findShare } from './shares.js';
 
 /**
@@ -258,6 +259,16 @@ export function contentRoutes({ store, storage, limits }: Context): Router {
   return router;
 }
 
+/**
+ * The name a download is saved under: the whole stored name with "/" and "\\" made "_" (what
+ * browsers do, and what the reference's browser client saves), never only its last part; any
+ * lone surrogate (names stored before names were checked) becomes U+FFFD, so the header can
+ * always be made.
+ */
+export function downloadName(fileName: string): string {
+  return toWellFormed(fileName.replace(/[/\\]/g, '_'));
+}
+
 /** The strong validator of content: its sha256 when known, else one from the file itself. */
 function etagOf(share: ShareRecord, size: number, mtimeMs: number): string {
   if (share.sha256) return `"${share.sha256}"`;
@@ -294,7 +305,9 @@ async function sendContent(
       ETag: etag,
       'Last-Modified': lastModified.toUTCString(),
       'Content-Type': mime.lookup(share.file_name) || 'application/octet-stream',
-      'Content-Disposition': contentDisposition(share.file_name, { type: 'attachment' }),
+      'Content-Disposition': contentDisposition(downloadName(share.file_name), {
+        type: 'attachment',
+      }),
       'X-Content-Type-Options': 'nosniff',
       'Cache-Control': 'private, no-cache',
     });

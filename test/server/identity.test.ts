@@ -1,0 +1,204 @@
+// Identity that cannot be confused (issue 9): users have an immutable id; tokens carry it and a
+// per-user generation, so a deleted user's token never comes back to life with a new user of the
+// same name, a password change or "sign out everywhere" ends every older token, and shares are
+// owned by id. Changes to users are serialised: two users of one name can never exist.
+import { randomUUID } from 'node:crypto';
+import jwt from 'jsonwebtoken';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  createShare,
+  createUser,
+  del,
+  expectFail,
+  expectStatus,
+  get,
+  getShare,
+  patch,
+  post,
+  unique,
+} from '../helpers/http.js';
+import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
+
+let srv: TestServer;
+let base: string;
+let admin: string;
+beforeAll(async () => {
+  srv = await startServer();
+  base = srv.url;
+  admin = await login(base, ADMIN.username, ADMIN.password);
+});
+afterAll(() => srv.close());
+
+const whoami = async (token: string) => (await get(base, '/whoami', { token })).body;
+
+describe('a deleted user', () => {
+  it('their token stays dead when a new user takes the name, who inherits nothing', async () => {
+    const name = unique('y');
+    const old = await createUser(base, admin, ['CREATE', 'MODIFY', 'READ', 'LIST'], name);
+    const share = await createShare(base, old.token, 'of-the-old-y.txt');
+    expectStatus(await del(base, `/users/${name}`, { token: admin }), 200);
+    expectFail(await get(base, '/whoami', { token: old.token }), 401);
+
+    const fresh = await createUser(base, admin, ['CREATE', 'MODIFY', 'READ', 'LIST'], name);
+    // The old token is still refused: it names the old user's id, not the name.
+    expectFail(await get(base, '/whoami', { token: old.token }), 401);
+    expect(await whoami(fresh.token)).toMatchObject({ username: name });
+    // The share was the old user's: the new one may not change it, and it says so.
+    const shown = await getShare(base, fresh.token, share);
+    expect(shown.owner_name).toBe(`${name} (deleted)`);
+    expectFail(
+      await patch(base, `/files/${share}`, { token: fresh.token, json: { file_name: 'mine' } }),
+      403,
+    );
+    expectFail(await post(base, `/files/${share}/content`, { token: fresh.token, body: 'x' }), 403);
+  });
+});
+
+describe('token generations', () => {
+  it('a password change ends every older token at once; the answer carries a new one', async () => {
+    const user = await createUser(base, admin, ['READ']);
+    const second = await login(base, user.username, user.password);
+    const res = await post(base, '/users/password', {
+      token: user.token,
+      json: { old: user.password, new: 'a new password' },
+    });
+    expectStatus(res, 200);
+    for (const t of [user.token, second]) expectFail(await get(base, '/whoami', { token: t }), 401);
+    expect(await whoami(res.body.auth_token)).toMatchObject({ username: user.username });
+  });
+
+  it("an administrator setting a password ends the user's tokens too", async () => {
+    const user = await createUser(base, admin, ['READ']);
+    expectStatus(
+      await patch(base, `/users/${user.username}`, { token: admin, json: { password: 'reset!' } }),
+      200,
+    );
+    expectFail(await get(base, '/whoami', { token: user.token }), 401);
+    await login(base, user.username, 'reset!');
+  });
+
+  it('sign out everywhere: the user or an administrator; nobody else', async () => {
+    const user = await createUser(base, admin, ['READ']);
+    const other = await createUser(base, admin, ['READ']);
+    expectFail(await del(base, `/users/${user.username}/tokens`, { token: other.token }), 403);
+    expect(await whoami(user.token)).toMatchObject({ username: user.username });
+    const again = await login(base, user.username, user.password);
+    expectStatus(await del(base, `/users/${user.username}/tokens`, { token: user.token }), 200);
+    for (const t of [user.token, again]) expectFail(await get(base, '/whoami', { token: t }), 401);
+    const fresh = await login(base, user.username, user.password);
+    expectStatus(await del(base, `/users/${user.username}/tokens`, { token: admin }), 200);
+    expectFail(await get(base, '/whoami', { token: fresh }), 401);
+    // Other users' tokens are untouched.
+    expect(await whoami(other.token)).toMatchObject({ username: other.username });
+  });
+
+  it('tokens carry the user id and generation; a token forged for a new generation is refused', async () => {
+    const user = await createUser(base, admin, ['READ']);
+    const claims = jwt.decode(user.token) as { uid: string; gen: number; sub: string };
+    expect(claims).toMatchObject({ sub: user.username, gen: 0 });
+    expect(typeof claims.uid).toBe('string');
+  });
+});
+
+describe('renames', () => {
+  it('tokens and shares follow the user, not the name', async () => {
+    const user = await createUser(base, admin, ['CREATE', 'MODIFY', 'READ']);
+    const share = await createShare(base, user.token, 'kept.txt');
+    const renamed = unique('renamed');
+    expectStatus(
+      await patch(base, `/users/${user.username}`, { token: admin, json: { username: renamed } }),
+      200,
+    );
+    expect(await whoami(user.token)).toMatchObject({ username: renamed });
+    expect((await getShare(base, user.token, share)).owner_name).toBe(renamed);
+    expectStatus(
+      await patch(base, `/files/${share}`, {
+        token: user.token,
+        json: { file_name: 'still mine' },
+      }),
+      200,
+    );
+    // A new user with the old name gets nothing of it.
+    const newcomer = await createUser(base, admin, ['CREATE', 'MODIFY', 'READ'], user.username);
+    expectFail(
+      await patch(base, `/files/${share}`, { token: newcomer.token, json: { file_name: 'no' } }),
+      403,
+    );
+  });
+
+  it('a rename racing a create of the same name never makes two users of one name (50 races)', async () => {
+    const winners = { rename: 0, create: 0 };
+    for (let i = 0; i < 50; i++) {
+      const target = `race-${randomUUID().slice(0, 8)}`;
+      const reader = await createUser(base, admin, ['READ']);
+      // Both hash a password between checking the name and writing it (the window in which
+      // 0.1 made two users of one name); each one starts first in turn, the other a little later.
+      const later = (ms: number) => new Promise((r) => setTimeout(r, ms));
+      const renameFirst = i % 2 === 0;
+      const [renamed, created] = await Promise.all([
+        later(renameFirst ? 0 : Math.random() * 30).then(() =>
+          patch(base, `/users/${reader.username}`, {
+            token: admin,
+            json: { username: target, password: reader.password },
+          }),
+        ),
+        later(renameFirst ? Math.random() * 30 : 0).then(() =>
+          post(base, '/users', {
+            token: admin,
+            json: { username: target, password: 'pw-admin-ish', permissions: ['ADMIN', 'READ'] },
+          }),
+        ),
+      ]);
+      // Exactly one of the two got the name; the other was refused with 409.
+      if (renamed.status === 200) {
+        expect(created.status).toBe(409);
+        winners.rename++;
+      } else {
+        expect([renamed.status, created.status]).toEqual([409, 201]);
+        winners.create++;
+      }
+      // A password set by PATCH ends the old tokens: sign in again, by whatever name it has.
+      const name = renamed.status === 200 ? target : reader.username;
+      const me = await whoami(await login(base, name, reader.password));
+      expect(me).toEqual({ username: name, permissions: ['READ'] });
+    }
+    expect(winners.rename, 'the rename won some races').toBeGreaterThan(0);
+    expect(winners.create, 'the create won some races').toBeGreaterThan(0);
+    const users = await get(base, '/users?per_page=1000', { token: admin });
+    const names = users.body.data.map((u: { username: string }) => u.username);
+    expect(new Set(names).size).toBe(names.length);
+  });
+});
+
+it('after a restart, every token still speaks for the same user with the same permissions', async () => {
+  const own = await startServer();
+  const a = await login(own.url, ADMIN.username, ADMIN.password);
+  const readers = [];
+  for (let i = 0; i < 5; i++) readers.push(await createUser(own.url, a, ['READ']));
+  // Rename them into each other's former names, in a cycle through a free name.
+  const names = readers.map((r) => r.username);
+  const temp = unique('tmp');
+  expectStatus(
+    await patch(own.url, `/users/${names[0]}`, { token: a, json: { username: temp } }),
+    200,
+  );
+  for (let i = 1; i < names.length; i++)
+    expectStatus(
+      await patch(own.url, `/users/${names[i]}`, { token: a, json: { username: names[i - 1] } }),
+      200,
+    );
+  await own.server.close();
+  const again = await startServer({ dataDir: own.dataDir });
+  try {
+    const whoamiAt = async (t: string) => (await get(again.url, '/whoami', { token: t })).body;
+    expect(await whoamiAt(readers[0]!.token)).toEqual({ username: temp, permissions: ['READ'] });
+    for (let i = 1; i < readers.length; i++)
+      expect(await whoamiAt(readers[i]!.token)).toEqual({
+        username: names[i - 1],
+        permissions: ['READ'],
+      });
+    expect((await whoamiAt(a)).permissions).toContain('ADMIN');
+  } finally {
+    await again.close();
+  }
+});
