@@ -1,6 +1,20 @@
+import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import type { Socket } from 'node:net';
 import type { Limits } from './limits.js';
+
+/** File descriptors kept for files (content, uploads, the journal) whatever the connections. */
+const FDS_KEPT = 256;
+
+/** The soft limit on open files (Linux), or null where it cannot be read. */
+function openFilesLimit(): number | null {
+  try {
+    const m = /^Max open files\s+(\d+)/m.exec(readFileSync('/proc/self/limits', 'utf8'));
+    return m ? Number(m[1]) : null;
+  } catch {
+    return null;
+  }
+}
 
 /**
  * The HTTP server, hardened against slow and greedy clients (docs/API.md, "Limits"):
@@ -27,6 +41,15 @@ export function createHttpServer(
     app,
   );
   server.timeout = limits.idleTimeoutMs;
+  // Connections must never take the file descriptors that content and uploads need.
+  const fds = openFilesLimit();
+  let maxConnections = limits.maxConnections;
+  if (fds !== null && fds - FDS_KEPT < maxConnections) {
+    maxConnections = Math.max(16, fds - FDS_KEPT);
+    log(
+      `at most ${maxConnections} connections: the process may open ${fds} files (raise it with ulimit -n)`,
+    );
+  }
   server.keepAliveTimeout = Math.min(5000, limits.idleTimeoutMs);
 
   const lastSaid = new Map<string, number>();
@@ -42,7 +65,7 @@ export function createHttpServer(
   server.on('connection', (socket: Socket) => {
     const address = socket.remoteAddress ?? 'unknown';
     const fromThere = perAddress.get(address) ?? 0;
-    if (open >= limits.maxConnections) {
+    if (open >= maxConnections) {
       say('total', `refusing connections: ${open} are open (the limit, --max-connections)`);
       socket.destroy();
       return;

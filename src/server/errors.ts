@@ -86,6 +86,10 @@ export function methodNotAllowed(allowed: string[]): RequestHandler {
   };
 }
 
+/** What busboy (under multer) throws for a malformed multipart body: the client's fault, a 400. */
+const BUSBOY_ERRORS =
+  /^(Malformed (content type|part header|urlencoded form)|Missing Content-Type|Multipart: Boundary not found|Unexpected end of (file|form))$/;
+
 interface StatusCarrier {
   status?: unknown;
   statusCode?: unknown;
@@ -128,7 +132,7 @@ export function errorHandler(log?: (line: string) => void): ErrorRequestHandler 
         // The client went away in the middle of its body: nobody is left to answer.
         status = 400;
         message = 'The request was cut off before its body ended';
-      } else if (/multipart|boundary|Unexpected end of form/i.test(String(e.message))) {
+      } else if (BUSBOY_ERRORS.test(String(e.message))) {
         status = 400;
         message = `Bad multipart body: ${e.message}`;
       }

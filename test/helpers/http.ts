@@ -22,6 +22,8 @@ export interface RequestOptions {
   /** Sent as is; set the content type in `headers`. */
   body?: string | Buffer;
   headers?: Record<string, string>;
+  /** The client address to send from (any of 127.0.0.0/8 works on loopback). */
+  localAddress?: string;
 }
 
 const REQUEST_IDLE_TIMEOUT_MS = 20_000;
@@ -54,6 +56,7 @@ export function request(
         method,
         headers,
         agent: false,
+        localAddress: opts.localAddress,
       },
       (res) => {
         const chunks: Buffer[] = [];
