@@ -45,6 +45,7 @@ const USAGE = `usage: node bench/run.mjs [options]   (or: npm run bench -- [opti
   --dir DIR            where the temporary directory goes (default: the OS temp dir)
   --profile DIR        run the server and the CLI under node --cpu-prof, profiles into DIR
   --skip-transfer      only the metadata phase
+  --skip-abuse         no download latency under a login flood and stalled connections
   --skip-meta          only the transfer phases
   --upload-only        only cp and upload (for sweeps of --chunk-size and --parallel)
   --no-sha-ni          every process hashes without the CPU's SHA instructions
@@ -211,6 +212,7 @@ try {
       profile: { type: 'string' },
       'skip-transfer': { type: 'boolean', default: false },
       'skip-meta': { type: 'boolean', default: false },
+      'skip-abuse': { type: 'boolean', default: false },
       'upload-only': { type: 'boolean', default: false },
       'no-sha-ni': { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
@@ -238,6 +240,7 @@ try {
     profile: values.profile ? resolve(values.profile) : null,
     transfer: !values['skip-transfer'],
     meta: !values['skip-meta'] && !values['upload-only'],
+    abuse: !values['skip-abuse'] && !values['upload-only'],
     uploadOnly: values['upload-only'],
     noShaNi: values['no-sha-ni'],
   };
@@ -534,6 +537,118 @@ async function metadata(url, token, peaks) {
   }
 }
 
+/**
+ * Issue 9: the latency of a download (8 MiB, time to the last byte, one at a time) when the
+ * server is idle, during a flood of sign-ins (32 at once, with the right password, so every one
+ * costs a password hash: the worst case for the password thread), and with 2,000 connections
+ * open that sent half a request and then nothing (from 40 loopback addresses, 50 each).
+ */
+async function underAbuse(url, token, adminPassword) {
+  const net = await import('node:net');
+  const pool = new Pool(url, { connections: 1, keepAliveTimeout: 60_000 });
+  const auth = { authorization: `Bearer ${token}` };
+  try {
+    const body = randomBytes(8 << 20);
+    let res = await pool.request({
+      path: '/files',
+      method: 'POST',
+      headers: { ...auth, 'content-type': 'application/json' },
+      body: JSON.stringify({ file_name: 'latency.bin' }),
+    });
+    const { url: sharePath } = await res.body.json();
+    const form = new FormData();
+    form.append('dzuuid', 'latency');
+    form.append('dzchunkindex', '0');
+    form.append('dztotalchunks', '1');
+    form.append('upload', new Blob([body]), 'latency.bin');
+    res = await fetch(`${url}${sharePath}/content`, { method: 'POST', headers: auth, body: form });
+    if (res.status !== 201) throw fail(`uploading the latency file: HTTP ${res.status}`);
+    const download = async () => {
+      const t0 = performance.now();
+      const r = await pool.request({ path: `${sharePath}/content`, method: 'GET', headers: auth });
+      let n = 0;
+      for await (const chunk of r.body) n += chunk.length;
+      if (r.statusCode !== 200 || n !== body.length) throw fail(`download: HTTP ${r.statusCode}`);
+      return performance.now() - t0;
+    };
+    const sample = async (count) => {
+      const ms = [];
+      for (let i = 0; i < count; i++) ms.push(await download());
+      return { p50: percentile(ms, 50), p95: percentile(ms, 95), max: Math.max(...ms) };
+    };
+    for (let i = 0; i < 5; i++) await download(); // warm-up
+    note('download latency: idle');
+    const idle = await sample(30);
+
+    note('download latency: during a sign-in flood');
+    let flooding = true;
+    const outcome = { ok: 0, busy: 0, other: 0 };
+    const loginPool = new Pool(url, { connections: 32, keepAliveTimeout: 60_000 });
+    const flood = Array.from({ length: 32 }, async () => {
+      while (flooding) {
+        const r = await loginPool.request({
+          path: '/users/login',
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ username: 'admin', password: adminPassword }),
+        });
+        await r.body.dump();
+        if (r.statusCode === 200) outcome.ok++;
+        else if (r.statusCode === 503) outcome.busy++;
+        else outcome.other++;
+      }
+    });
+    await sleep(500);
+    const t0 = performance.now();
+    const during = await sample(30);
+    const floodSeconds = (performance.now() - t0) / 1000;
+    flooding = false;
+    await Promise.all(flood);
+    await loginPool.close();
+
+    note('download latency: with 2,000 stalled connections');
+    const sockets = [];
+    const { port } = new URL(url);
+    for (let a = 0; a < 40; a++) {
+      const batch = await Promise.all(
+        Array.from(
+          { length: 50 },
+          () =>
+            new Promise((resolve) => {
+              const s = net.connect(
+                { host: '127.0.0.1', port, localAddress: `127.0.9.${a + 1}` },
+                () => {
+                  s.write('POST /files HTTP/1.1\r\nHost: x\r\n'); // and then nothing
+                  resolve(s);
+                },
+              );
+              s.on('error', () => resolve(s));
+            }),
+        ),
+      );
+      sockets.push(...batch);
+    }
+    const stalledOpen = sockets.filter((s) => !s.destroyed).length;
+    // Measured within the 15 s the server gives a request's headers.
+    const stalled = await sample(20);
+    for (const s of sockets) s.destroy();
+    return {
+      download_idle_p50_ms: round(idle.p50, 1),
+      download_idle_p95_ms: round(idle.p95, 1),
+      download_flood_p50_ms: round(during.p50, 1),
+      download_flood_p95_ms: round(during.p95, 1),
+      flood_logins_per_s: round(outcome.ok / floodSeconds, 0),
+      flood_busy_per_s: round(outcome.busy / floodSeconds, 0),
+      flood_other: outcome.other,
+      download_stalled_p50_ms: round(stalled.p50, 1),
+      download_stalled_p95_ms: round(stalled.p95, 1),
+      stalled_connections: stalledOpen,
+    };
+  } finally {
+    await pool.close();
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Main
 
@@ -685,6 +800,8 @@ async function main() {
   if (opts.transfer) await rm(src, { force: true });
 
   if (opts.meta) meta = await metadata(server.url, token, peaks);
+  let abuse = {};
+  if (opts.abuse) abuse = await underAbuse(server.url, token, adminPassword);
 
   // Last read before SIGTERM: the server's peak over its whole life is the largest phase peak.
   peaks.end = peakRss(server.pid);
@@ -739,6 +856,7 @@ async function main() {
     create_p99_ms: round(meta.create_p99_ms, 2),
     list_max_ms: round(meta.list_max_ms, 2),
     list_pages: meta.list_pages ?? null,
+    ...abuse,
     size_bytes: opts.transfer ? size : null,
     repeat: opts.transfer ? opts.repeat : null,
     rounds: rounds.map((r) => ({
@@ -843,6 +961,25 @@ function table(r) {
     ['creates', `${r.create_per_s}/s`, `p50 ${r.create_p50_ms} ms, p99 ${r.create_p99_ms} ms`],
     ['list p50', `${r.list_p50_ms} ms`, `${r.list_pages} pages of 15`],
     ['list p99', `${r.list_p99_ms} ms`, `max ${r.list_max_ms} ms`],
+    ...(r.download_idle_p50_ms === undefined
+      ? []
+      : [
+          [
+            '8 MiB download, idle',
+            `${r.download_idle_p50_ms} ms`,
+            `p95 ${r.download_idle_p95_ms} ms`,
+          ],
+          [
+            '… during a sign-in flood',
+            `${r.download_flood_p50_ms} ms`,
+            `p95 ${r.download_flood_p95_ms} ms; ${r.flood_logins_per_s} sign-ins/s, ${r.flood_busy_per_s}/s answered 503`,
+          ],
+          [
+            '… with stalled connections',
+            `${r.download_stalled_p50_ms} ms`,
+            `p95 ${r.download_stalled_p95_ms} ms; ${r.stalled_connections} connections stalled`,
+          ],
+        ]),
   ];
   const fmt = (rows, header) => {
     const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
