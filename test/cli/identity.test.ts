@@ -1,0 +1,106 @@
+// The CLI side of issue 9, through the built binary against a real `fshare serve`: a password
+// change keeps the user signed in on this machine (with the new token) and out everywhere else;
+// `logout --everywhere` and `users signout` end every token; `users quota` sets a quota that the
+// next upload meets; a download keeps the whole stored name, made safe as browsers do.
+import { readdir, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ADMIN, createCli, startServe, tempDir, type Cli, type Serve } from '../helpers/cli.js';
+
+let serve: Serve;
+let admin: Cli;
+let work: string;
+const clis: Cli[] = [];
+
+async function signedIn(user: string, password: string): Promise<Cli> {
+  const cli = await createCli();
+  clis.push(cli);
+  const res = await cli.run(['--server', serve.url, 'login', '-u', user, '--password-stdin'], {
+    input: `${password}\n`,
+  });
+  expect(res.exitCode, res.stderr).toBe(0);
+  return cli;
+}
+
+beforeAll(async () => {
+  serve = await startServe();
+  admin = await signedIn(ADMIN.username, ADMIN.password);
+  work = await tempDir('identity');
+});
+afterAll(async () => {
+  await serve?.stop();
+  for (const cli of clis) await rm(cli.configDir, { recursive: true, force: true });
+  if (work) await rm(work, { recursive: true, force: true });
+});
+
+async function addUser(name: string, perms: string, password: string): Promise<void> {
+  const res = await admin.run(['users', 'add', name, '--perms', perms, '--password-stdin'], {
+    input: `${password}\n`,
+  });
+  expect(res.exitCode, res.stderr).toBe(0);
+}
+
+describe('identity from the command line', () => {
+  it('passwd keeps this machine signed in and signs every other one out', async () => {
+    await addUser('erin', 'READ,LIST', 'erin-old');
+    const here = await signedIn('erin', 'erin-old');
+    const elsewhere = await signedIn('erin', 'erin-old');
+    const res = await here.run(['passwd', '--password-stdin'], { input: 'erin-old\nerin-new\n' });
+    expect(res.exitCode, res.stderr).toBe(0);
+    expect(res.stdout).toMatch(/every other session was signed out/);
+    expect((await here.run(['whoami'])).stdout).toMatch(/^erin /);
+    const there = await elsewhere.run(['whoami']);
+    expect(there.exitCode).toBe(3);
+  });
+
+  it("logout --everywhere, and an admin's users signout, end every token", async () => {
+    await addUser('frank', 'READ', 'frank-pw');
+    const a = await signedIn('frank', 'frank-pw');
+    const b = await signedIn('frank', 'frank-pw');
+    const out = await a.run(['logout', '--everywhere']);
+    expect(out.exitCode, out.stderr).toBe(0);
+    expect((await b.run(['whoami'])).exitCode).toBe(3);
+    const c = await signedIn('frank', 'frank-pw');
+    const signout = await admin.run(['users', 'signout', 'frank']);
+    expect(signout.exitCode, signout.stderr).toBe(0);
+    expect((await c.run(['whoami'])).exitCode).toBe(3);
+  });
+
+  it('users quota: shown by users ls, met by the next upload with a clear line (exit 1)', async () => {
+    await addUser('gina', 'CREATE,READ,LIST', 'gina-pw');
+    const set = await admin.run(['users', 'quota', 'gina', '1k']);
+    expect(set.exitCode, set.stderr).toBe(0);
+    const listed = await admin.json<{ data: { username: string; quota: number; used: number }[] }>([
+      'users',
+      'ls',
+    ]);
+    expect(listed.data.find((u) => u.username === 'gina')).toMatchObject({ quota: 1024, used: 0 });
+    const table = await admin.run(['users', 'ls']);
+    expect(table.stdout).toMatch(/^gina\t.*\t0\t1024\t/m);
+    const gina = await signedIn('gina', 'gina-pw');
+    await writeFile(join(work, 'small.bin'), Buffer.alloc(600));
+    await writeFile(join(work, 'big.bin'), Buffer.alloc(2000));
+    expect((await gina.run(['upload', join(work, 'small.bin')])).exitCode).toBe(0);
+    const over = await gina.run(['upload', join(work, 'big.bin')]);
+    expect(over.exitCode).toBe(1);
+    expect(over.stderr).toMatch(/quota of gina .*\(HTTP 413\)/);
+    expect((await admin.run(['users', 'quota', 'gina', 'none'])).exitCode).toBe(0);
+    expect((await gina.run(['upload', join(work, 'big.bin')])).exitCode).toBe(0);
+    expect((await admin.run(['users', 'quota', 'gina', 'lots'])).exitCode).toBe(2);
+  });
+
+  it('get keeps the whole stored name, with separators made "_" and no leading dot', async () => {
+    await writeFile(join(work, 'payload.txt'), 'hostile name');
+    const up = await admin.json<{ share_id: string }[]>([
+      'upload',
+      join(work, 'payload.txt'),
+      '--name',
+      '../../etc/passwd-T.txt',
+    ]);
+    const into = await tempDir('get-name');
+    const got = await admin.run(['get', up[0]!.share_id], { cwd: into });
+    expect(got.exitCode, got.stderr).toBe(0);
+    expect(await readdir(into)).toEqual(['_.._etc_passwd-T.txt']);
+    await rm(into, { recursive: true, force: true });
+  });
+});
