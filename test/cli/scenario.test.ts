@@ -275,7 +275,8 @@ describe('fshare end to end against fshare serve', () => {
     ]);
     const res = await alice.run(['get', up[0]!.share_id], { cwd: dir });
     expect(res.exitCode).toBe(0);
-    expect(await readFile(join(dir, 'escape.txt'), 'utf8')).toBe('hello\n');
+    // The whole name is kept, the separator made "_" and the leading dots dropped (issue 9).
+    expect(await readFile(join(dir, '_escape.txt'), 'utf8')).toBe('hello\n');
     expect(existsSync(join(dir, '..', 'escape.txt'))).toBe(false);
     const dots = await alice.json<Uploaded[]>(['upload', join(work, 'hello.txt'), '--name', '..']);
     expect((await alice.run(['get', dots[0]!.share_id], { cwd: dir })).exitCode).toBe(0);
