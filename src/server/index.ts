@@ -10,7 +10,7 @@ import { identify, Tokens } from './auth.js';
 import { createHttpServer } from './connections.js';
 import type { Context } from './context.js';
 import { errorHandler, notFound } from './errors.js';
-import { HashWorker } from './hasher.js';
+import { HashWorker } from '../shared/hasher.js';
 import { LIMITS, type Limits } from './limits.js';
 import { DEFAULT_TOKEN_LIFETIME_SECONDS, type ServerOptions } from './options.js';
 import { PasswordHasher } from './passwords.js';

@@ -7,7 +7,13 @@ import { Worker } from 'node:worker_threads';
  * wait only for each other. At most `maxQueued` wait at once: beyond that the server is busy
  * (BusyError, answered 503 with Retry-After), so a flood costs the attacker, not the queue.
  */
-const SCRYPT = { N: 16384, r: 8, p: 1, maxmem: 64 * 1024 * 1024 };
+/**
+ * N = 2^15, r = 8: 32 MiB per hash. Besides being stronger than 0.1's 2^14, a buffer above
+ * 32 MiB is one glibc always maps and unmaps (its dynamic mmap threshold stops at 32 MiB), so no
+ * sign-in leaves memory behind; 16 MiB buffers raised that threshold and left ~25 MB resident.
+ * Hashes with other parameters still verify and are replaced at the next sign-in.
+ */
+const SCRYPT = { N: 32768, r: 8, p: 1, maxmem: 64 * 1024 * 1024 };
 const KEYLEN = 64;
 
 const WORKER_SOURCE = `
@@ -45,16 +51,34 @@ export class PasswordHasher {
     { resolve: (key: Buffer) => void; reject: (e: Error) => void }
   >();
   private dummy: Promise<string> | null = null;
+  private idleTimer: NodeJS.Timeout | null = null;
 
-  constructor(private readonly maxQueued = 32) {}
+  /**
+   * `idleMs`: the thread ends after this long without work, and with it its heap and the memory
+   * scrypt used (about 25 MB in all); the next sign-in starts a new one in a few milliseconds.
+   */
+  constructor(
+    private readonly maxQueued = 32,
+    private readonly idleMs = 2000,
+  ) {}
 
   private get thread(): Worker {
     if (!this.worker) {
       const worker = new Worker(WORKER_SOURCE, { eval: true });
-      worker.unref();
       worker.on('message', (m: { req: number; key?: string; error?: string }) => {
         const entry = this.waiting.get(m.req);
         this.waiting.delete(m.req);
+        if (this.waiting.size === 0) {
+          worker.unref(); // idle: let the process end
+          this.idleTimer = setTimeout(() => {
+            this.idleTimer = null;
+            if (this.worker === worker && this.waiting.size === 0) {
+              this.worker = null;
+              void worker.terminate();
+            }
+          }, this.idleMs);
+          this.idleTimer.unref();
+        }
         if (!entry) return;
         if (m.error !== undefined) entry.reject(new Error(m.error));
         else entry.resolve(Buffer.from(m.key!, 'base64'));
@@ -67,6 +91,7 @@ export class PasswordHasher {
       };
       worker.on('error', fail);
       worker.on('exit', () => fail(new Error('the password thread stopped')));
+      worker.unref(); // after the listeners: adding a 'message' listener refs the port again
       this.worker = worker;
     }
     return this.worker;
@@ -77,7 +102,11 @@ export class PasswordHasher {
     const req = this.nextReq++;
     return new Promise((resolve, reject) => {
       this.waiting.set(req, { resolve, reject });
-      this.thread.postMessage({ req, password, salt: salt.toString('base64'), keylen, params });
+      if (this.idleTimer) clearTimeout(this.idleTimer);
+      this.idleTimer = null;
+      const thread = this.thread;
+      thread.ref(); // an answer is awaited: keep the process alive for it
+      thread.postMessage({ req, password, salt: salt.toString('base64'), keylen, params });
     });
   }
 
@@ -114,6 +143,17 @@ export class PasswordHasher {
       maxmem: SCRYPT.maxmem,
     });
     return timingSafeEqual(actual, expected) && stored !== undefined;
+  }
+
+  /** True when a stored hash was made with other parameters than new hashes get. */
+  outdated(stored: string): boolean {
+    const [scheme, n, r, p] = stored.split('$');
+    return (
+      scheme !== 'scrypt' ||
+      Number(n) !== SCRYPT.N ||
+      Number(r) !== SCRYPT.r ||
+      Number(p) !== SCRYPT.p
+    );
   }
 
   async close(): Promise<void> {

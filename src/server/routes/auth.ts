@@ -55,6 +55,12 @@ export function authRoutes({ store, tokens, passwords, throttle }: Context): Rou
         if (!(await checkPassword(req, username, password, user?.password_hash)) || !user) {
           throw Errors.badCredentials();
         }
+        // A hash made with older parameters is replaced while the password is at hand. The
+        // token generation stays: this is the same password. Busy (503) → next time.
+        if (passwords.outdated(user.password_hash)) {
+          const rehashed = await passwords.hash(password).catch(() => null);
+          if (rehashed) await store.updateUser(user.id, { password_hash: rehashed });
+        }
         res.json(issue(user, 'Signed in'));
       },
     },

@@ -256,6 +256,25 @@ export function contentRoutes({ store, storage, limits }: Context): Router {
     },
   });
 
+  // Additive (docs/API.md): which chunks of an unfinished upload the server holds, so that a
+  // client can resume it after a restart by sending only the others.
+  route(router, '/files/:id/uploads/:upload', {
+    get: async (req, res) => {
+      const permission = req.caller.permissions.includes('CREATE') ? 'CREATE' : 'MODIFY';
+      const share = await findShare(req, store, permission, true);
+      const uploadId = String(req.params.upload);
+      if (uploadId.length === 0 || uploadId.length > LIMITS.maxUploadIdChars)
+        throw Errors.badRequest(
+          `An upload id (dzuuid) has 1 to ${LIMITS.maxUploadIdChars} characters`,
+        );
+      const status = await storage.uploadStatus(share.share_id, uploadId);
+      if (status === null) throw new HttpError(404, 'No unfinished upload with this dzuuid');
+      if (status === 'finished')
+        throw new HttpError(410, 'This upload has finished; its chunks are no longer accepted');
+      res.json({ dzuuid: uploadId, ...status });
+    },
+  });
+
   return router;
 }
 

@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { fault } from '../faults.js';
 import { fsyncDir, writeFully } from '../fsutil.js';
-import type { HashWorker, RunningHash } from '../hasher.js';
+import type { HashWorker, RunningHash } from '../../shared/hasher.js';
 import { KeyedMutex } from '../mutex.js';
 import {
   ChunkRefusedError,
@@ -269,6 +269,26 @@ export class FileStorage implements ContentStorage {
 
   isUnfinished(shareId: string, uploadId: string): boolean {
     return this.uploads.get(this.uploadName(shareId, uploadId))?.persisted === true;
+  }
+
+  async uploadStatus(
+    shareId: string,
+    uploadId: string,
+  ): Promise<{ total: number; received: number[]; bytes: number } | 'finished' | null> {
+    const name = this.uploadName(shareId, uploadId);
+    const upload = this.uploads.get(name);
+    if (upload?.persisted && upload.state === 'open') {
+      const received = [...upload.committed.keys()].sort((a, b) => a - b);
+      let bytes = 0;
+      for (const c of upload.committed.values()) bytes += c.length;
+      return { total: upload.meta.total, received, bytes };
+    }
+    try {
+      await stat(join(this.uploadsDir, name, 'done'));
+      return 'finished';
+    } catch {
+      return null;
+    }
   }
 
   unfinished(): Map<string, { uploads: number; bytes: number }> {

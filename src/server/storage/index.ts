@@ -56,6 +56,16 @@ export interface ContentStorage {
   /** True when an upload of this share with this dzuuid has stored chunks and is not finished. */
   isUnfinished(shareId: string, uploadId: string): boolean;
 
+  /**
+   * What the server holds of one upload of a share: the indexes of its committed chunks (sorted)
+   * and the bytes they hold; 'finished' when it completed, failed its digest or was removed less
+   * than the tombstone period ago (a late chunk would be refused); null when there is none.
+   */
+  uploadStatus(
+    shareId: string,
+    uploadId: string,
+  ): Promise<{ total: number; received: number[]; bytes: number } | 'finished' | null>;
+
   /** Per share with unfinished uploads: how many, and the bytes their stored chunks hold. */
   unfinished(): Map<string, { uploads: number; bytes: number }>;
 

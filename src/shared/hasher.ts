@@ -14,6 +14,7 @@ const { parentPort } = require('node:worker_threads');
 const { createHash } = require('node:crypto');
 const { openSync, readSync, closeSync } = require('node:fs');
 const hashes = new Map();
+const rings = new Map();
 const buffer = Buffer.allocUnsafe(1024 * 1024);
 parentPort.on('message', (m) => {
   try {
@@ -37,11 +38,17 @@ parentPort.on('message', (m) => {
         parentPort.postMessage({ req: m.req });
         break;
       }
+      case 'ring': rings.set(m.id, new Uint8Array(m.sab)); break;
+      case 'slot':
+        hashes.get(m.id).update(rings.get(m.id).subarray(m.off, m.off + m.len));
+        parentPort.postMessage({ req: m.req });
+        break;
       case 'digest':
         parentPort.postMessage({ req: m.req, hex: hashes.get(m.id).digest('hex') });
         hashes.delete(m.id);
+        rings.delete(m.id);
         break;
-      case 'drop': hashes.delete(m.id); break;
+      case 'drop': hashes.delete(m.id); rings.delete(m.id); break;
       case 'sync': parentPort.postMessage({ req: m.req }); break;
     }
   } catch (err) {
@@ -73,13 +80,17 @@ export class HashWorker {
    */
   constructor(private readonly options: { disabled?: boolean } = {}) {}
 
+  get disabled(): boolean {
+    return this.options.disabled === true;
+  }
+
   private get thread(): Worker {
     if (!this.worker) {
       const worker = new Worker(WORKER_SOURCE, { eval: true });
-      worker.unref();
       worker.on('message', (m: Reply) => this.onReply(m));
       worker.on('error', (err) => this.onExit(err));
       worker.on('exit', () => this.onExit(new Error('the hashing thread stopped')));
+      worker.unref(); // after the listeners: adding a 'message' listener refs the port again
       this.worker = worker;
     }
     return this.worker;
@@ -88,6 +99,7 @@ export class HashWorker {
   private onReply(m: Reply): void {
     const req = this.requests.get(m.req);
     this.requests.delete(m.req);
+    if (this.requests.size === 0) this.worker?.unref(); // idle: let the process end
     if (!req) return;
     if (m.error !== undefined) req.reject(new Error(m.error));
     else req.resolve(m.hex);
@@ -110,7 +122,9 @@ export class HashWorker {
     const req = this.nextReq++;
     return new Promise((resolve, reject) => {
       this.requests.set(req, { resolve, reject });
-      this.thread.postMessage({ ...message, req });
+      const thread = this.thread;
+      thread.ref(); // an answer is awaited: keep the process alive for it
+      thread.postMessage({ ...message, req });
     });
   }
 
@@ -131,6 +145,16 @@ export class HashWorker {
   /** @internal */
   fromFile(id: number, path: string, start: number, end: number): Promise<unknown> {
     return this.ask({ t: 'file', id, path, start, end });
+  }
+
+  /** @internal */
+  attachRing(id: number, ring: SharedArrayBuffer): void {
+    this.post({ t: 'ring', id, sab: ring });
+  }
+
+  /** @internal */
+  fromRing(id: number, off: number, len: number): Promise<unknown> {
+    return this.ask({ t: 'slot', id, off, len });
   }
 
   /** @internal */
@@ -167,6 +191,19 @@ export class RunningHash {
   /** Adds bytes [start, end) of a file; the worker reads them. Resolves once they are hashed. */
   async updateFromFile(path: string, start: number, end: number): Promise<void> {
     if (end > start) await this.worker.fromFile(this.id, path, start, end);
+  }
+
+  /**
+   * Shares memory with the hashing thread: bytes placed in `ring` are hashed from there by
+   * updateFromRing, with no copy and no reading back.
+   */
+  useRing(ring: SharedArrayBuffer): void {
+    this.worker.attachRing(this.id, ring);
+  }
+
+  /** Adds bytes [off, off + len) of the ring; resolves once hashed (the slot is free again). */
+  async updateFromRing(off: number, len: number): Promise<void> {
+    if (len > 0) await this.worker.fromRing(this.id, off, len);
   }
 
   /** Resolves once every update asked for so far is done (the files may go away then). */
