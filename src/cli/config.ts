@@ -1,26 +1,90 @@
-import { dirname } from 'node:path';
-import Conf from 'conf';
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { dirname, join } from 'node:path';
 
 /** Non-secret settings: where the last login went. Tokens live in credentials.ts. */
 export interface ConfigSchema {
   server?: string;
   username?: string;
-  /** ETag each unfinished `get` started with, keyed by the absolute `.part` path. */
-  partials?: Record<string, string>;
+  /**
+   * The validator (strong ETag or Last-Modified) each unfinished `get` started with, keyed by the
+   * absolute `.part` path. A plain string is an ETag (written by fshare 0.1).
+   */
+  partials?: Record<string, string | { etag?: string; lastModified?: string }>;
 }
 
-export type Config = Conf<ConfigSchema>;
+/**
+ * The settings file, `config.json` in fshare's config directory: the file and the place the
+ * `conf` package used (fshare 0.1 read and wrote it with conf), kept so that existing settings
+ * carry over. conf itself was replaced by these few lines because loading it (ajv and friends)
+ * cost every command, `serve` included, about 16 MB of memory (README, dependency table).
+ * Every change is written whole (temporary file, then rename), mode 0600.
+ */
+export class Config {
+  readonly path: string;
 
-/** The conf store; `FSHARE_CONFIG_DIR` moves it (tests use a temporary one). */
+  constructor(dir: string) {
+    this.path = join(dir, 'config.json');
+  }
+
+  private read(): ConfigSchema {
+    let text: string;
+    try {
+      text = readFileSync(this.path, 'utf8');
+    } catch {
+      return {};
+    }
+    try {
+      const value: unknown = JSON.parse(text);
+      return value && typeof value === 'object' && !Array.isArray(value)
+        ? (value as ConfigSchema)
+        : {};
+    } catch {
+      return {}; // cut short or edited by hand: start afresh rather than refuse to work
+    }
+  }
+
+  private write(data: ConfigSchema): void {
+    mkdirSync(dirname(this.path), { recursive: true, mode: 0o700 });
+    const tmp = `${this.path}.${randomBytes(6).toString('hex')}.tmp`;
+    try {
+      writeFileSync(tmp, `${JSON.stringify(data, null, '\t')}\n`, { mode: 0o600 });
+      renameSync(tmp, this.path);
+    } catch (err) {
+      rmSync(tmp, { force: true });
+      throw err;
+    }
+  }
+
+  get<K extends keyof ConfigSchema>(key: K): ConfigSchema[K] {
+    return this.read()[key];
+  }
+
+  set<K extends keyof ConfigSchema>(key: K, value: ConfigSchema[K]): void {
+    this.write({ ...this.read(), [key]: value });
+  }
+
+  delete(key: keyof ConfigSchema): void {
+    const data = this.read();
+    if (!(key in data)) return;
+    delete data[key];
+    this.write(data);
+  }
+}
+
+/** Where conf put fshare's settings on each system (env-paths with no suffix). */
+function defaultDir(): string {
+  const home = homedir();
+  if (process.platform === 'darwin') return join(home, 'Library', 'Preferences', 'fshare');
+  if (process.platform === 'win32')
+    return join(process.env.APPDATA || join(home, 'AppData', 'Roaming'), 'fshare', 'Config');
+  return join(process.env.XDG_CONFIG_HOME || join(home, '.config'), 'fshare');
+}
+
+/** The settings store; `FSHARE_CONFIG_DIR` moves it (tests use a temporary one). */
 export function openConfig(): Config {
-  const cwd = process.env.FSHARE_CONFIG_DIR || undefined;
-  return new Conf<ConfigSchema>({
-    projectName: 'fshare',
-    projectSuffix: '',
-    configName: 'config',
-    ...(cwd ? { cwd } : {}),
-    accessPropertiesByDotNotation: false, // keys are paths and URLs, which contain dots
-  });
+  return new Config(process.env.FSHARE_CONFIG_DIR || defaultDir());
 }
 
 export function configDir(config: Config): string {

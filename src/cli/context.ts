@@ -78,14 +78,17 @@ export function openSession(cmd: Command): Session {
   };
 }
 
-/** Keeps the ETag of each unfinished download in the config, so --continue can send If-Range. */
+/** Keeps the validator of each unfinished download in the config, for --continue's If-Range. */
 export function partialValidators(config: Config): ValidatorStore {
   return {
-    get: (part) => config.get('partials')?.[resolve(part)],
-    set: (part, etag) => {
+    get: (part) => {
+      const stored = config.get('partials')?.[resolve(part)];
+      return typeof stored === 'string' ? { etag: stored } : stored;
+    },
+    set: (part, validator) => {
       const partials = { ...config.get('partials') };
-      if (etag === undefined) delete partials[resolve(part)];
-      else partials[resolve(part)] = etag;
+      if (validator === undefined) delete partials[resolve(part)];
+      else partials[resolve(part)] = validator;
       if (Object.keys(partials).length === 0) config.delete('partials');
       else config.set('partials', partials);
     },

@@ -1,7 +1,8 @@
 import { Command, CommanderError } from 'commander';
-import { closeDefaultDispatcher } from '../client/http.js';
+import { closeConnections } from '../client/http.js';
 import { registerAuth } from './commands/auth.js';
 import { registerFiles } from './commands/files.js';
+import { registerTransfers } from './commands/transfers.js';
 import { registerServe } from './commands/serve.js';
 import { registerSettings } from './commands/settings.js';
 import { registerUsers } from './commands/users.js';
@@ -40,10 +41,12 @@ Examples:
   fshare get <id or URL>            download it back
 
 Exit codes: 0 ok, 1 failure, 2 usage, 3 not signed in or not allowed, 4 not found,
-5 locked or conflict, 6 network failure after retries.`,
+5 locked or conflict, 6 network failure after retries, 7 not verified (sha256 mismatch,
+or an upload the server did not complete), 130 interrupted (Ctrl-C).`,
   );
 
 registerAuth(program);
+registerTransfers(program);
 registerFiles(program);
 registerUsers(program);
 registerSettings(program);
@@ -67,5 +70,5 @@ try {
 } catch (err) {
   process.exitCode = err instanceof CommanderError ? commanderExit(err) : reportError(err);
 } finally {
-  await closeDefaultDispatcher();
+  closeConnections();
 }

@@ -1,5 +1,5 @@
 import { CommanderError } from 'commander';
-import { ApiError, ClientInputError, NetworkError } from '../client/errors.js';
+import { ApiError, ClientInputError, NetworkError, VerificationError } from '../client/errors.js';
 import { FileExistsError } from '../client/download.js';
 
 /** CLI.md's exit codes. */
@@ -11,6 +11,7 @@ export const EXIT = {
   notFound: 4,
   conflict: 5,
   network: 6,
+  verification: 7,
   interrupted: 130,
 } as const;
 
@@ -34,12 +35,16 @@ export function exitCodeFor(err: unknown): number {
     if (err.status === 401 || err.status === 403) return EXIT.auth;
     if (err.status === 404) return EXIT.notFound;
     if (err.status === 409 || err.status === 423) return EXIT.conflict;
+    if (err.status === 422) return EXIT.verification; // dzsha256 refused by the server
     return EXIT.failure;
   }
+  if (err instanceof VerificationError) return EXIT.verification;
   if (err instanceof NetworkError) return EXIT.network;
   if (err instanceof UsageError || err instanceof ClientInputError) return EXIT.usage;
   if (err instanceof AuthError) return EXIT.auth;
   if (err instanceof InterruptedError) return EXIT.interrupted;
+  // Ctrl-C stopped a transfer (what was sent is kept, and the line says how to go on)
+  if ((err as { name?: string } | null)?.name === 'AbortError') return EXIT.interrupted;
   if (err instanceof CommanderError) return err.exitCode === 0 ? EXIT.ok : EXIT.usage;
   if (err instanceof FileExistsError) return EXIT.failure;
   return EXIT.failure;

@@ -107,6 +107,20 @@ export function deleteFile(client: ApiClient, id: string): Promise<StatusRespons
   return callJson(client, { method: 'DELETE', path: sharePath(id) });
 }
 
+/** fshare extension: which chunks of an unfinished upload the server holds. */
+export interface UploadState {
+  dzuuid: string;
+  total: number;
+  received: number[];
+}
+
+export function uploadState(client: ApiClient, id: string, dzuuid: string): Promise<UploadState> {
+  return callJson(client, {
+    method: 'GET',
+    path: `${sharePath(id)}/uploads/${encodeURIComponent(dzuuid)}`,
+  });
+}
+
 export function lockFile(client: ApiClient, id: string): Promise<StatusResponse> {
   return callJson(client, { method: 'POST', path: `${sharePath(id)}/lock` });
 }

@@ -1,24 +1,28 @@
-import { createWriteStream } from 'node:fs';
-import { rename, stat } from 'node:fs/promises';
-import { once } from 'node:events';
+import { createHash } from 'node:crypto';
+import { open, rename, stat, type FileHandle } from 'node:fs/promises';
+import type { IncomingHttpHeaders } from 'node:http';
 import { join } from 'node:path';
 import type { Writable } from 'node:stream';
-import { finished } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Dispatcher } from 'undici';
+import type { RunningHash } from '../shared/hasher.js';
 import { getFile } from './api.js';
 import {
   ApiError,
   ClientInputError,
   NetworkError,
+  VerificationError,
   describeTransportError,
   isTransportError,
 } from './errors.js';
 import { filenameFromDisposition, sanitizeFileName } from './filename.js';
-import { backoffDelay, send, toApiError, type ApiClient } from './http.js';
+import { backoffDelay, header, send, toApiError, type ApiClient, type Response } from './http.js';
 import { sharePath } from './refs.js';
+import { fileHasher } from './hashing.js';
 
-const WRITE_BUFFER = 1024 * 1024;
+/** Bytes are written in pieces of this size: few system calls, flat memory. */
+const PIECE = 1024 * 1024;
+/** Pieces in the ring shared with the hashing thread (8 MiB). */
+const RING_SLOTS = 8;
 
 /** `A-B` (inclusive), `A-` (from A to the end) or `-N` (the last N bytes). */
 export type ByteRange = { start: number; end?: number } | { suffix: number };
@@ -42,11 +46,17 @@ export function parseByteRange(text: string): ByteRange {
   return end === undefined ? { start } : { start, end };
 }
 
-/** Remembers the ETag a `.part` file was started with, so a resume can send it in If-Range. */
+/** What identifies the content a `.part` was started from: a strong ETag, or Last-Modified. */
+export interface Validator {
+  etag?: string;
+  lastModified?: string;
+}
+
+/** Remembers the validator each `.part` was started with, so a resume can send it in If-Range. */
 export interface ValidatorStore {
-  get(partPath: string): Promise<string | undefined> | string | undefined;
+  get(partPath: string): Promise<Validator | undefined> | Validator | undefined;
   /** `undefined` forgets the entry (the download finished). */
-  set(partPath: string, etag: string | undefined): Promise<void> | void;
+  set(partPath: string, validator: Validator | undefined): Promise<void> | void;
 }
 
 export interface DownloadStart {
@@ -65,16 +75,20 @@ export interface DownloadOptions {
   stdout?: Writable;
   /** Directory for a name taken from Content-Disposition; default the current directory. */
   directory?: string;
+  /** Appended to a name taken from the server (".0-1023" for a byte range). */
+  nameSuffix?: string;
   range?: ByteRange;
-  /** Resume `NAME.part` with Range + If-Range. */
+  /** Resume `NAME.part` with Range + If-Range (only with a validator the server gave). */
   resume?: boolean;
   /** Allow replacing an existing file whose name came from the server. */
   overwrite?: boolean;
   validators?: ValidatorStore;
   onStart?: (info: DownloadStart) => void;
   onProgress?: (receivedBytes: number, totalBytes: number | undefined) => void;
-  /** Told why a partial download was discarded. */
+  /** Told why a partial download was discarded (it starts over from byte 0). */
   onRestart?: (reason: string) => void;
+  /** Told what could not be done, e.g. that the server gives no digest to verify against. */
+  onNotice?: (line: string) => void;
   signal?: AbortSignal;
 }
 
@@ -84,6 +98,10 @@ export interface DownloadResult {
   bytes: number;
   /** Bytes that were already in the `.part` and not downloaded again. */
   resumedFrom: number;
+  /** The sha256 of what was written (null for a byte range). */
+  sha256: string | null;
+  /** True when it matched the digest the server gave (Repr-Digest, or the share's sha256). */
+  verified: boolean;
 }
 
 /** The file exists and its name came from the server: we never overwrite it silently. */
@@ -91,26 +109,34 @@ export class FileExistsError extends Error {
   override readonly name = 'FileExistsError';
 }
 
-type Headers = Dispatcher.ResponseData['headers'];
-
-function header(headers: Headers, name: string): string | undefined {
-  const value = headers[name];
-  return Array.isArray(value) ? value[0] : value;
-}
-
-function contentLength(headers: Headers): number | undefined {
+function contentLength(headers: IncomingHttpHeaders): number | undefined {
   const text = header(headers, 'content-length');
   return text !== undefined && /^\d+$/.test(text) ? Number(text) : undefined;
 }
 
-function contentRange(headers: Headers): { start: number; end: number; size?: number } | undefined {
+function contentRange(headers: IncomingHttpHeaders) {
   const match = /^bytes (\d+)-(\d+)\/(\d+|\*)$/.exec(header(headers, 'content-range') ?? '');
   if (!match) return undefined;
-  return {
-    start: Number(match[1]),
-    end: Number(match[2]),
-    size: match[3] === '*' ? undefined : Number(match[3]),
-  };
+  return { start: Number(match[1]), end: Number(match[2]) };
+}
+
+/** The validator a response offers for If-Range: a strong ETag, else Last-Modified. */
+function validatorOf(headers: IncomingHttpHeaders): Validator | undefined {
+  const etag = header(headers, 'etag');
+  if (etag && !etag.startsWith('W/')) return { etag };
+  const lastModified = header(headers, 'last-modified');
+  return lastModified ? { lastModified } : undefined;
+}
+
+const sameValidator = (a: Validator, b: Validator) =>
+  a.etag === b.etag && a.lastModified === b.lastModified;
+
+/** The sha256 in an RFC 9530 Repr-Digest header, as lower-case hex. */
+export function reprDigest(headers: IncomingHttpHeaders): string | undefined {
+  const m = /(?:^|,)\s*sha-256=:([A-Za-z0-9+/]+=*):/.exec(header(headers, 'repr-digest') ?? '');
+  if (!m) return undefined;
+  const hex = Buffer.from(m[1]!, 'base64').toString('hex');
+  return hex.length === 64 ? hex : undefined;
 }
 
 async function sizeOf(path: string): Promise<number | undefined> {
@@ -130,7 +156,7 @@ async function isDirectory(path: string): Promise<boolean> {
 }
 
 /** The safe local name for a response: Content-Disposition's name, else the share id. */
-export function defaultFileName(headers: Headers, id: string): string {
+export function defaultFileName(headers: IncomingHttpHeaders, id: string): string {
   return sanitizeFileName(filenameFromDisposition(header(headers, 'content-disposition'))) ?? id;
 }
 
@@ -145,8 +171,112 @@ async function headFailure(client: ApiClient, id: string, status: number): Promi
 }
 
 /**
- * Downloads a share's content. Files are written to `NAME.part` and renamed once the byte count
- * matches what the server announced; a broken connection is resumed with Range + If-Range.
+ * Writes a response into a file at a position in 1 MiB pieces taken in turn from a ring of
+ * RING_SLOTS pieces that the hashing thread shares: a piece is written to the file, then hashed
+ * by that thread straight from the shared memory (no copy, no reading back), while the next
+ * pieces fill. A piece is refilled only once it is hashed, so the download waits for the hash
+ * rather than buffering without bound, and memory stays at the ring's 8 MiB.
+ */
+class FileSink {
+  private readonly ring = new SharedArrayBuffer(RING_SLOTS * PIECE);
+  private readonly busy: (Promise<void> | undefined)[] = new Array<Promise<void> | undefined>(
+    RING_SLOTS,
+  );
+  private slot = 0;
+  private piece: Buffer;
+  private fill = 0;
+  private writing: Promise<void> | null = null;
+  written = 0;
+
+  constructor(
+    private readonly handle: FileHandle,
+    private readonly start: number,
+    private readonly hash: RunningHash | undefined,
+  ) {
+    hash?.useRing(this.ring);
+    this.piece = Buffer.from(this.ring, 0, PIECE);
+  }
+
+  async write(data: Buffer): Promise<void> {
+    for (let off = 0; off < data.length;) {
+      const n = Math.min(data.length - off, PIECE - this.fill);
+      data.copy(this.piece, this.fill, off, off + n);
+      this.fill += n;
+      off += n;
+      if (this.fill === PIECE) await this.flush();
+    }
+  }
+
+  /** Starts writing what is buffered (after the previous write is done). */
+  async flush(): Promise<void> {
+    await this.writing;
+    if (this.fill === 0) return;
+    const bytes = this.piece.subarray(0, this.fill);
+    const slot = this.slot;
+    const at = this.start + this.written;
+    this.written += this.fill;
+    this.fill = 0;
+    this.writing = (async () => {
+      for (let done = 0; done < bytes.length;) {
+        const { bytesWritten } = await this.handle.write(
+          bytes,
+          done,
+          bytes.length - done,
+          at + done,
+        );
+        done += bytesWritten;
+      }
+      if (this.hash)
+        this.busy[slot] = this.hash
+          .updateFromRing(slot * PIECE, bytes.length)
+          .catch(() => undefined);
+    })();
+    this.writing.catch(() => undefined);
+    this.slot = (slot + 1) % RING_SLOTS;
+    await this.busy[this.slot]; // not refilled before the thread has hashed it
+    this.piece = Buffer.from(this.ring, this.slot * PIECE, PIECE);
+  }
+
+  /** Writes the rest and waits for every write; throws the first write error. */
+  async close(): Promise<void> {
+    try {
+      await this.flush();
+      await this.writing;
+    } finally {
+      await this.handle.close();
+    }
+  }
+}
+
+/** Where a download goes and how far it already is. */
+interface State {
+  target: string | undefined;
+  nameFromServer: boolean;
+  directory: string;
+  /** Bytes of the requested window already held (in the .part). */
+  offset: number;
+  resumedFrom: number;
+  /** The validator the .part was started from. */
+  validator: Validator | undefined;
+  /** Bytes the finished window holds, when known. */
+  expected: number | undefined;
+  /** The sha256 the server gave for the content. */
+  digest: string | undefined;
+  /** The hash of what was written, running in the hashing thread (files), or here (streams). */
+  hash: RunningHash | undefined;
+  streamHash: ReturnType<typeof createHash> | undefined;
+  /**
+   * The `.part` was resumed without a recorded validator, trusting the server's digest to catch a
+   * mix: a mismatch then starts over from byte 0 once instead of failing.
+   */
+  tentative: boolean;
+}
+
+/**
+ * Downloads a share's content. Files are written to `NAME.part`, hashed as they are written, and
+ * renamed only once the byte count matches what the server announced and the sha256 matches the
+ * digest it gave; a mismatch keeps the bytes in `NAME.part` and throws VerificationError. A
+ * broken connection is resumed with Range + If-Range, never without a validator.
  */
 export async function download(
   client: ApiClient,
@@ -157,218 +287,362 @@ export async function download(
   if (toStream && options.resume) throw new ClientInputError('--continue needs a file, not stdout');
   if (options.resume && options.range)
     throw new ClientInputError('--continue and --range cannot be combined');
-  const path = `${sharePath(id)}/content`;
-
-  let directory = options.directory ?? '.';
-  let target: string | undefined;
-  let nameFromServer = false;
+  const state: State = {
+    target: undefined,
+    nameFromServer: false,
+    directory: options.directory ?? '.',
+    offset: 0,
+    resumedFrom: 0,
+    validator: undefined,
+    expected: undefined,
+    digest: undefined,
+    hash: undefined,
+    streamHash: toStream && !options.range ? createHash('sha256') : undefined,
+    tentative: false,
+  };
   if (!toStream && options.output !== undefined) {
     if (/[/\\]$/.test(options.output) || (await isDirectory(options.output)))
-      directory = options.output;
-    else target = options.output;
+      state.directory = options.output;
+    else state.target = options.output;
   }
-
-  let offset = 0; // bytes of the requested window already held
-  let etag: string | undefined;
-  let expected: number | undefined; // bytes the finished window holds
-  let resumedFrom = 0;
-  const restart = (reason: string) => {
-    offset = 0;
-    resumedFrom = 0;
-    options.onRestart?.(reason);
-  };
-
   if (options.resume) {
-    const head = await send(client, {
-      method: 'HEAD',
-      path,
-      idempotent: true,
-      retryServerErrors: true,
-    });
-    await head.body.dump();
-    if (head.statusCode >= 400) throw await headFailure(client, id, head.statusCode);
-    if (target === undefined) {
-      target = join(directory, defaultFileName(head.headers, id));
-      nameFromServer = true;
-    }
-    const part = `${target}.part`;
-    const have = (await sizeOf(part)) ?? 0;
-    const headEtag = header(head.headers, 'etag');
-    const stored = await options.validators?.get(part);
-    const size = contentLength(head.headers);
-    expected = size;
-    etag = stored ?? headEtag;
-    offset = have;
-    resumedFrom = have;
-    if (have > 0 && stored && headEtag && stored !== headEtag) {
-      restart('the share changed since the partial download; starting over');
-      etag = headEtag;
-    } else if (size !== undefined && have > size) {
-      restart('the partial file is larger than the share; starting over');
-    } else if (size !== undefined && have === size && have > 0) {
-      // Already complete: just finish the rename.
-      await rename(part, target);
-      await options.validators?.set(part, undefined);
-      options.onStart?.({ path: target, offset: have, totalBytes: size });
-      return { path: target, bytes: size, resumedFrom: have };
-    }
+    const done = await planResume(client, id, state, options);
+    if (done) return done;
   }
+  await transfer(client, id, state, options, toStream);
+  return finishOrRestart(client, id, state, options);
+}
 
-  /** A network failure that leaves data in the .part says how to pick it up again. */
-  const resumeHint = async (err: unknown): Promise<unknown> => {
-    const held = target === undefined ? 0 : ((await sizeOf(`${target}.part`)) ?? 0);
-    if (err instanceof NetworkError && held > 0)
-      err.message += `; ${held} bytes kept in ${target}.part, run again with --continue`;
-    return err;
-  };
+/** finish(), except that a tentative resume that proves wrong starts over once from byte 0. */
+async function finishOrRestart(
+  client: ApiClient,
+  id: string,
+  state: State,
+  options: DownloadOptions,
+): Promise<DownloadResult> {
+  try {
+    return await finish(client, id, state, options);
+  } catch (err) {
+    if (!(err instanceof VerificationError) || !state.tentative) throw err;
+    options.onRestart?.(
+      `${state.target}.part did not hold this share's bytes; starting over from byte 0`,
+    );
+    Object.assign(state, { offset: 0, resumedFrom: 0, validator: undefined, hash: undefined });
+    state.tentative = false;
+    await transfer(client, id, state, options, false);
+    return finish(client, id, state, options);
+  }
+}
 
+/**
+ * --continue: asks for the headers (HEAD) and decides whether the `.part` can go on. It can only
+ * with the validator it was started from, still the server's; otherwise it starts over.
+ * Returns the result when the `.part` already holds everything.
+ */
+async function planResume(
+  client: ApiClient,
+  id: string,
+  state: State,
+  options: DownloadOptions,
+): Promise<DownloadResult | undefined> {
+  const head = await send(client, {
+    method: 'HEAD',
+    path: `${sharePath(id)}/content`,
+    idempotent: true,
+    retryServerErrors: true,
+  });
+  await head.dump();
+  if (head.statusCode >= 400) throw await headFailure(client, id, head.statusCode);
+  if (state.target === undefined) {
+    state.target = join(
+      state.directory,
+      defaultFileName(head.headers, id) + (options.nameSuffix ?? ''),
+    );
+    state.nameFromServer = true;
+  }
+  const part = `${state.target}.part`;
+  const have = (await sizeOf(part)) ?? 0;
+  const now = validatorOf(head.headers);
+  const started = await options.validators?.get(part);
+  state.expected = contentLength(head.headers);
+  if (have === 0) return undefined;
+  const restart = (reason: string) => options.onRestart?.(reason);
+  const digest = reprDigest(head.headers);
+  if (
+    now &&
+    !started &&
+    digest !== undefined &&
+    (state.expected === undefined || have <= state.expected)
+  ) {
+    // Nothing says which content the .part came from, but the server's sha256 will: go on, and
+    // start over if the whole does not match.
+    state.offset = state.resumedFrom = have;
+    state.validator = now;
+    state.digest = digest;
+    state.tentative = true;
+    if (state.expected === have) return finishOrRestart(client, id, state, options);
+    return undefined;
+  }
+  if (!now || !started) {
+    restart(
+      now
+        ? `${part} was started without a validator; starting over from byte 0`
+        : 'the server gives no validator (ETag or Last-Modified) to resume with; starting over from byte 0',
+    );
+    return undefined;
+  }
+  if (!sameValidator(now, started)) {
+    restart('the share changed since the partial download; starting over');
+    return undefined;
+  }
+  if (state.expected !== undefined && have > state.expected) {
+    restart('the partial file is larger than the share; starting over');
+    return undefined;
+  }
+  state.offset = state.resumedFrom = have;
+  state.validator = started;
+  state.digest = reprDigest(head.headers);
+  if (state.expected === have) return finish(client, id, state, options);
+  return undefined;
+}
+
+/** The Range and If-Range headers for the next request. */
+function rangeHeaders(state: State, options: DownloadOptions, windowStart: number | undefined) {
+  const headers: Record<string, string> = {};
+  const range = options.range;
+  const windowEnd = range && 'end' in range ? range.end : undefined;
+  if (windowStart === undefined && range && 'suffix' in range)
+    headers.range = `bytes=-${range.suffix}`;
+  else if ((windowStart ?? 0) + state.offset > 0 || windowEnd !== undefined)
+    headers.range = `bytes=${(windowStart ?? 0) + state.offset}-${windowEnd ?? ''}`;
+  if (headers.range && state.offset > 0 && state.validator)
+    headers['if-range'] = state.validator.etag ?? state.validator.lastModified!;
+  return headers;
+}
+
+/** Requests and writes the content, resuming from what was written after a broken connection. */
+async function transfer(
+  client: ApiClient,
+  id: string,
+  state: State,
+  options: DownloadOptions,
+  toStream: boolean,
+): Promise<void> {
   const range = options.range;
   let windowStart: number | undefined =
     range && 'start' in range ? range.start : range ? undefined : 0;
-  const windowEnd = range && 'end' in range ? range.end : undefined;
   let started = false;
-  let wroteFile = false;
-
   for (let attempt = 1; ; attempt++) {
-    const headers: Record<string, string> = {};
-    if (windowStart === undefined && range && 'suffix' in range)
-      headers.range = `bytes=-${range.suffix}`;
-    else if ((windowStart ?? 0) + offset > 0 || windowEnd !== undefined)
-      headers.range = `bytes=${(windowStart ?? 0) + offset}-${windowEnd ?? ''}`;
-    if (headers.range && offset > 0 && etag) headers['if-range'] = etag;
-
+    const headers = rangeHeaders(state, options, windowStart);
     const res = await send(client, {
       method: 'GET',
-      path,
+      path: `${sharePath(id)}/content`,
       headers,
       idempotent: true,
       retryServerErrors: true,
       signal: options.signal,
     }).catch(async (err: unknown) => {
-      throw await resumeHint(err);
+      throw await resumeHint(state, err);
     });
-    if (res.statusCode === 416 && options.resume && offset > 0 && !started) {
-      await res.body.dump();
-      restart('the partial file does not match the share; starting over');
+    if (res.statusCode === 416 && options.resume && state.offset > 0 && !started) {
+      await res.dump();
+      options.onRestart?.('the partial file does not match the share; starting over');
+      state.offset = state.resumedFrom = 0;
       continue;
     }
     if (res.statusCode >= 400) throw await toApiError(res);
-
-    if (res.statusCode === 206) {
-      const cr = contentRange(res.headers);
-      if (!cr) {
-        await res.body.dump();
-        throw new Error('the server sent a partial response without a valid Content-Range');
-      }
-      windowStart ??= cr.start;
-      if (cr.start !== windowStart + offset) {
-        await res.body.dump();
-        throw new Error(`the server sent bytes from ${cr.start}, expected ${windowStart + offset}`);
-      }
-      expected = offset + (cr.end - cr.start + 1);
-    } else {
-      // 200: the whole content, because no range was asked or If-Range no longer matched.
-      if (headers.range) {
-        if (range || toStream) {
-          await res.body.dump();
-          throw new Error(
-            offset > 0
-              ? 'the share changed during the download'
-              : 'the server ignored the byte range',
-          );
-        }
-        restart('the share changed since the partial download; starting over');
-      }
-      windowStart = 0;
-      const length = contentLength(res.headers);
-      expected = length;
+    windowStart = await acceptResponse(res, state, options, headers, toStream, windowStart, id);
+    if (!started) {
+      await checkOverwrite(state, options, res);
+      options.onStart?.({
+        path: state.target ?? null,
+        offset: state.offset,
+        totalBytes: state.expected,
+      });
     }
-
-    if (!toStream && target === undefined) {
-      target = join(directory, defaultFileName(res.headers, id));
-      nameFromServer = true;
-    }
-    if (
-      !started &&
-      target !== undefined &&
-      nameFromServer &&
-      !options.overwrite &&
-      (await sizeOf(target)) !== undefined
-    ) {
-      await res.body.dump();
-      throw new FileExistsError(
-        `${target} already exists (choose another name with -o, or pass --clobber)`,
-      );
-    }
-    const part = target === undefined ? undefined : `${target}.part`;
-    const responseEtag = header(res.headers, 'etag');
-    if (responseEtag) etag = responseEtag;
-    // Remember the validator whenever the .part (re)starts, so a later --continue can check it.
-    if (part && (!wroteFile || offset === 0)) await options.validators?.set(part, etag);
-    if (!started) options.onStart?.({ path: target ?? null, offset, totalBytes: expected });
     started = true;
+    const cut = await writeBody(res, state, options, toStream);
+    if (!cut) return;
+    if (attempt > client.retry.retries)
+      throw await resumeHint(
+        state,
+        new NetworkError(
+          `download from ${client.server} broke off: ${describeTransportError(cut)} (after ${attempt} attempts)`,
+          attempt,
+          { cause: cut },
+        ),
+      );
+    await sleep(backoffDelay(client.retry, attempt), undefined, { signal: options.signal });
+  }
+}
 
-    const sink: Writable = part
-      ? createWriteStream(part, {
-          flags: offset > 0 ? 'r+' : 'w',
-          start: offset,
-          // Fewer, larger writes: the default 16 KiB made the disk writes the bottleneck.
-          highWaterMark: WRITE_BUFFER,
-        })
-      : (options.stdout ?? process.stdout);
-    wroteFile ||= part !== undefined;
-    let sinkFailed = false;
-    const onSinkError = () => {
-      sinkFailed = true;
-    };
-    sink.on('error', onSinkError);
-    let written = 0;
-    try {
-      for await (const data of res.body) {
-        if (sink.errored) throw sink.errored;
-        const bytes = data as Buffer;
-        written += bytes.length;
-        options.onProgress?.(offset + written, expected);
-        // once() rejects if the sink fails while we wait for it to drain.
-        if (!sink.write(bytes)) await once(sink, 'drain');
-      }
-      if (part) {
-        sink.end();
-        await finished(sink);
-      }
-      offset += written;
-      sink.off('error', onSinkError);
-      break;
-    } catch (err) {
-      sink.off('error', onSinkError);
-      if (part) {
-        // Keep every byte received before the cut: flush the .part rather than destroy it.
-        if (sinkFailed) sink.destroy();
-        else sink.end();
-        await finished(sink).catch(() => undefined);
-        offset = (await sizeOf(part)) ?? 0;
-      } else offset += written;
-      if (sinkFailed || !isTransportError(err)) throw err;
-      if (attempt > client.retry.retries) {
-        throw await resumeHint(
-          new NetworkError(
-            `download from ${client.server} broke off: ${describeTransportError(err)} (after ${attempt} attempts)`,
-            attempt,
-            { cause: err },
-          ),
+/** Reads a response's status and headers into the state; returns where the window starts. */
+async function acceptResponse(
+  res: Response,
+  state: State,
+  options: DownloadOptions,
+  headers: Record<string, string>,
+  toStream: boolean,
+  windowStart: number | undefined,
+  id: string,
+): Promise<number> {
+  if (res.statusCode === 206) {
+    const cr = contentRange(res.headers);
+    if (!cr) {
+      await res.dump();
+      throw new Error('the server sent a partial response without a valid Content-Range');
+    }
+    const start = windowStart ?? cr.start;
+    if (cr.start !== start + state.offset) {
+      await res.dump();
+      throw new Error(`the server sent bytes from ${cr.start}, expected ${start + state.offset}`);
+    }
+    state.expected = state.offset + (cr.end - cr.start + 1);
+    windowStart = start;
+  } else {
+    // 200: the whole content, because no range was asked or If-Range no longer matched.
+    if (headers.range) {
+      if (options.range || toStream) {
+        await res.dump();
+        throw new Error(
+          state.offset > 0
+            ? 'the share changed during the download'
+            : 'the server ignored the byte range',
         );
       }
-      await sleep(backoffDelay(client.retry, attempt), undefined, { signal: options.signal });
+      options.onRestart?.('the share changed since the partial download; starting over');
+      state.offset = state.resumedFrom = 0;
     }
+    windowStart = 0;
+    state.expected = contentLength(res.headers);
   }
-
-  if (target === undefined) return { path: null, bytes: offset, resumedFrom };
-  const part = `${target}.part`;
-  if (expected !== undefined && offset !== expected)
-    throw new Error(
-      `download incomplete: ${offset} of ${expected} bytes; run again with --continue`,
+  state.digest = reprDigest(res.headers) ?? (state.offset > 0 ? state.digest : undefined);
+  if (!toStream && state.target === undefined) {
+    state.target = join(
+      state.directory,
+      defaultFileName(res.headers, id) + (options.nameSuffix ?? ''),
     );
+    state.nameFromServer = true;
+  }
+  const validator = validatorOf(res.headers);
+  if (state.target && (state.offset === 0 || !state.validator)) {
+    state.validator = validator;
+    await options.validators?.set(`${state.target}.part`, validator);
+  }
+  return windowStart;
+}
+
+/** A name that came from the server never replaces an existing file unless asked. */
+async function checkOverwrite(state: State, options: DownloadOptions, res: Response) {
+  if (
+    state.target !== undefined &&
+    state.nameFromServer &&
+    !options.overwrite &&
+    (await sizeOf(state.target)) !== undefined
+  ) {
+    await res.dump();
+    throw new FileExistsError(
+      `${state.target} already exists (choose another name with -o, or pass --clobber)`,
+    );
+  }
+}
+
+/**
+ * Writes a response body (to the `.part` at the current offset, or to the stream). Returns the
+ * transport error if the connection broke (the bytes received before it are kept), else null.
+ */
+async function writeBody(
+  res: Response,
+  state: State,
+  options: DownloadOptions,
+  toStream: boolean,
+): Promise<unknown> {
+  const part = state.target && !toStream ? `${state.target}.part` : undefined;
+  if (part && (state.offset === 0 || !state.hash)) await startHash(state, part);
+  const sink = part
+    ? new FileSink(await open(part, state.offset > 0 ? 'r+' : 'w', 0o600), state.offset, state.hash)
+    : undefined;
+  const out = options.stdout ?? process.stdout;
+  let received = 0;
+  let cut: unknown = null;
+  try {
+    for await (const data of res.body as AsyncIterable<Buffer>) {
+      received += data.length;
+      options.onProgress?.(state.offset + received, state.expected);
+      if (sink) await sink.write(data);
+      else {
+        state.streamHash?.update(data);
+        if (!out.write(data)) await new Promise((r) => out.once('drain', r));
+      }
+    }
+  } catch (err) {
+    if (!isTransportError(err)) {
+      await sink?.close().catch(() => undefined);
+      throw err;
+    }
+    cut = err;
+  }
+  // Every byte received before a cut is kept: the next attempt goes on from there.
+  if (sink) await sink.close();
+  state.offset += sink ? sink.written : received;
+  return cut;
+}
+
+/** A new running hash for a `.part`, covering what it already holds (a resumed download). */
+async function startHash(state: State, part: string): Promise<void> {
+  state.hash?.dispose();
+  state.hash = fileHasher().create();
+  if (state.offset > 0) state.hash.updateFromFile(part, 0, state.offset).catch(() => undefined);
+}
+
+/** A network failure that leaves data in the .part says how to pick it up again. */
+async function resumeHint(state: State, err: unknown): Promise<unknown> {
+  const held = state.target === undefined ? 0 : ((await sizeOf(`${state.target}.part`)) ?? 0);
+  if (err instanceof NetworkError && held > 0)
+    err.message += `; ${held} bytes kept in ${state.target}.part, run again with --continue`;
+  return err;
+}
+
+/** Checks the byte count and the sha256, then renames the `.part` into place. */
+async function finish(
+  client: ApiClient,
+  id: string,
+  state: State,
+  options: DownloadOptions,
+): Promise<DownloadResult> {
+  const target = state.target;
+  const part = target === undefined ? undefined : `${target}.part`;
+  if (part && state.expected !== undefined && state.offset !== state.expected)
+    throw new Error(
+      `download incomplete: ${state.offset} of ${state.expected} bytes; run again with --continue`,
+    );
+  let sha256: string | null = null;
+  let verified = false;
+  if (!options.range) {
+    if (part) {
+      if (!state.hash) await startHash(state, part);
+      sha256 = await state.hash!.digest().catch(async () => {
+        const again = fileHasher().create();
+        await again.updateFromFile(part, 0, state.offset);
+        return again.digest();
+      });
+      state.hash = undefined;
+    } else if (state.streamHash) sha256 = state.streamHash.digest('hex');
+    const expected = state.digest ?? (await getFile(client, id).catch(() => undefined))?.sha256;
+    if (sha256 === '') {
+      // FSHARE_BENCH_NO_DIGEST (benchmarks only): nothing was hashed, nothing is claimed
+    } else if (typeof expected === 'string' && sha256 !== null) {
+      if (sha256 !== expected)
+        throw new VerificationError(
+          `the downloaded bytes have sha256 ${sha256}, not the server's ${expected}` +
+            (part ? `; they are kept in ${part}` : ''),
+        );
+      verified = true;
+    } else options.onNotice?.('the download could not be verified: the server gives no sha256');
+  }
+  if (!part || !target)
+    return { path: null, bytes: state.offset, resumedFrom: state.resumedFrom, sha256, verified };
   await rename(part, target);
   await options.validators?.set(part, undefined);
-  return { path: target, bytes: offset, resumedFrom };
+  return { path: target, bytes: state.offset, resumedFrom: state.resumedFrom, sha256, verified };
 }

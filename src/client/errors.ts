@@ -5,9 +5,18 @@ export class ApiError extends Error {
     readonly status: number,
     message: string,
     readonly body?: unknown,
+    readonly headers: Record<string, string | string[] | undefined> = {},
   ) {
     super(message);
   }
+}
+
+/**
+ * What was transferred could not be proved right: the server's sha256 differs from the bytes
+ * sent or received, or the server never confirmed an upload.
+ */
+export class VerificationError extends Error {
+  override readonly name = 'VerificationError';
 }
 
 /** The server could not be reached, or the connection broke, after every retry. */
@@ -45,6 +54,7 @@ const NETWORK_CODES = new Set([
   'UND_ERR_HEADERS_TIMEOUT',
   'UND_ERR_BODY_TIMEOUT',
   'UND_ERR_RES_CONTENT_LENGTH_MISMATCH',
+  'ERR_STREAM_PREMATURE_CLOSE',
 ]);
 
 function codeOf(err: unknown): string | undefined {

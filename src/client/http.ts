@@ -1,6 +1,7 @@
-import { STATUS_CODES } from 'node:http';
+import http, { STATUS_CODES, type IncomingHttpHeaders, type IncomingMessage } from 'node:http';
+import https from 'node:https';
+import type { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Agent, FormData, request, type Dispatcher } from 'undici';
 import {
   ApiError,
   ClientInputError,
@@ -19,13 +20,14 @@ export interface RetryPolicy {
 
 export const DEFAULT_RETRY: RetryPolicy = { retries: 4, baseDelayMs: 250, maxDelayMs: 5000 };
 
+/** A connection that moves no byte for this long is given up (and retried where that is safe). */
+const IDLE_TIMEOUT_MS = 60_000;
+
 export interface ClientOptions {
   /** Base URL of the server, e.g. http://127.0.0.1:5000 (a path prefix is kept). */
   server: string;
   /** Bearer token; absent means anonymous. */
   token?: string;
-  /** Defaults to one keep-alive Agent shared by every client of the process. */
-  dispatcher?: Dispatcher;
   retry?: Partial<RetryPolicy>;
 }
 
@@ -33,23 +35,19 @@ export interface ClientOptions {
 export interface ApiClient {
   readonly server: string;
   readonly token: string | undefined;
-  readonly dispatcher: Dispatcher;
   readonly retry: RetryPolicy;
 }
 
-let sharedAgent: Agent | undefined;
+// One keep-alive agent per scheme for the whole process: parallel chunks reuse connections.
+const agents = {
+  http: new http.Agent({ keepAlive: true, maxSockets: 64, scheduling: 'lifo' }),
+  https: new https.Agent({ keepAlive: true, maxSockets: 64, scheduling: 'lifo' }),
+};
 
-/** The process-wide keep-alive agent: parallel chunks reuse its connections. */
-export function defaultDispatcher(): Agent {
-  sharedAgent ??= new Agent({ keepAliveTimeout: 30_000, keepAliveMaxTimeout: 120_000 });
-  return sharedAgent;
-}
-
-/** Closes the shared agent so a short-lived process can exit without waiting for idle sockets. */
-export async function closeDefaultDispatcher(): Promise<void> {
-  const agent = sharedAgent;
-  sharedAgent = undefined;
-  if (agent) await agent.close();
+/** Closes idle keep-alive connections so a short-lived process can exit at once. */
+export function closeConnections(): void {
+  agents.http.destroy();
+  agents.https.destroy();
 }
 
 /** Validates a server URL and drops trailing slashes: "http://h:5000/" → "http://h:5000". */
@@ -71,7 +69,6 @@ export function createClient(options: ClientOptions): ApiClient {
   return {
     server: normalizeServer(options.server),
     token: options.token,
-    dispatcher: options.dispatcher ?? defaultDispatcher(),
     retry: { ...DEFAULT_RETRY, ...options.retry },
   };
 }
@@ -82,15 +79,16 @@ export function backoffDelay(policy: RetryPolicy, attempt: number): number {
   return Math.round(exp * (0.75 + Math.random() * 0.5));
 }
 
-type Body = string | FormData | null;
+/** A request body: bytes, or a stream made afresh for every attempt, with its exact length. */
+export type Body = string | Buffer | { length: number; type?: string; stream: () => Readable };
 
 export interface RawRequest {
-  method: Dispatcher.HttpMethod;
+  method: string;
   /** Path below the server URL, starting with "/". */
   path: string;
   query?: Record<string, string | number | undefined>;
   headers?: Record<string, string>;
-  /** A factory so a retried request gets a fresh body (a FormData stream can be read once). */
+  /** A factory, so a retried request gets a fresh body (a stream can be read once). */
   body?: () => Body;
   /** Safe to repeat after the request may have reached the server (GET, PUT, chunk uploads). */
   idempotent: boolean;
@@ -99,51 +97,115 @@ export interface RawRequest {
   signal?: AbortSignal;
 }
 
-export function urlFor(client: ApiClient, path: string, query?: RawRequest['query']): string {
+/** A response whose body has not been read yet: read it (text/json) or drop it (dump). */
+export interface Response {
+  statusCode: number;
+  headers: IncomingHttpHeaders;
+  body: IncomingMessage;
+  text(): Promise<string>;
+  dump(): Promise<void>;
+}
+
+export function urlFor(client: ApiClient, path: string, query?: RawRequest['query']): URL {
   const url = new URL(client.server + path);
   for (const [key, value] of Object.entries(query ?? {}))
     if (value !== undefined) url.searchParams.set(key, String(value));
-  return url.toString();
+  return url;
+}
+
+function wrap(res: IncomingMessage): Response {
+  return {
+    statusCode: res.statusCode ?? 0,
+    headers: res.headers,
+    body: res,
+    async text() {
+      res.setEncoding('utf8');
+      let text = '';
+      for await (const piece of res) text += piece as string;
+      return text;
+    },
+    async dump() {
+      if (res.readableEnded || res.destroyed) return;
+      res.resume();
+      await new Promise<void>((resolve) => {
+        res.once('end', resolve);
+        res.once('close', resolve);
+      });
+    },
+  };
+}
+
+/** One attempt: resolves with the response headers, the body still to be read. */
+function attempt(url: URL, req: RawRequest, headers: Record<string, string>): Promise<Response> {
+  const body = req.body?.();
+  const out = { ...headers };
+  if (typeof body === 'string' || Buffer.isBuffer(body)) {
+    if (typeof body === 'string') out['content-type'] ??= 'application/json';
+    out['content-length'] = String(Buffer.byteLength(body));
+  } else if (body) {
+    out['content-length'] = String(body.length);
+    if (body.type) out['content-type'] ??= body.type;
+  }
+  const secure = url.protocol === 'https:';
+  return new Promise((resolve, reject) => {
+    // The response keeps Node's small read buffer: with a larger one (tried: 1 MiB) a connection
+    // cut mid-download discards what was buffered, and --continue would fetch it again.
+    const request = (secure ? https : http).request(url, {
+      method: req.method,
+      headers: out,
+      agent: secure ? agents.https : agents.http,
+      signal: req.signal,
+    });
+    request.setTimeout(IDLE_TIMEOUT_MS, () =>
+      request.destroy(Object.assign(new Error('timed out'), { code: 'ETIMEDOUT' })),
+    );
+    request.once('error', reject);
+    request.once('response', (res) => {
+      res.setTimeout(IDLE_TIMEOUT_MS, () =>
+        res.destroy(Object.assign(new Error('timed out'), { code: 'ETIMEDOUT' })),
+      );
+      resolve(wrap(res));
+    });
+    if (body === undefined) request.end();
+    else if (typeof body === 'string' || Buffer.isBuffer(body)) request.end(body);
+    else {
+      const stream = body.stream();
+      stream.once('error', (err) => request.destroy(err));
+      stream.pipe(request);
+    }
+  });
 }
 
 /**
  * Sends one request, retrying transport failures (and 5xx when allowed) with backoff.
- * Returns the raw response, status unchecked; the caller must consume or dump its body.
+ * Returns the response with its body unread; the caller must read or dump it.
  */
-export async function send(client: ApiClient, req: RawRequest): Promise<Dispatcher.ResponseData> {
+export async function send(client: ApiClient, req: RawRequest): Promise<Response> {
   const url = urlFor(client, req.path, req.query);
   const headers: Record<string, string> = { ...req.headers };
   if (client.token) headers.authorization = `Bearer ${client.token}`;
-  for (let attempt = 1; ; attempt++) {
-    const body = req.body?.() ?? null;
-    const sendHeaders =
-      typeof body === 'string' ? { 'content-type': 'application/json', ...headers } : headers;
-    let res: Dispatcher.ResponseData;
+  for (let n = 1; ; n++) {
+    let res: Response;
     try {
-      res = await request(url, {
-        method: req.method,
-        headers: sendHeaders,
-        body,
-        dispatcher: client.dispatcher,
-        signal: req.signal,
-      });
+      res = await attempt(url, req, headers);
     } catch (err) {
+      if (req.signal?.aborted) throw req.signal.reason ?? err;
       if (!isTransportError(err)) throw err;
       const retryable = req.idempotent || isConnectError(err);
-      if (!retryable || attempt > client.retry.retries) {
-        const tries = attempt === 1 ? '' : ` (after ${attempt} attempts)`;
+      if (!retryable || n > client.retry.retries) {
+        const tries = n === 1 ? '' : ` (after ${n} attempts)`;
         throw new NetworkError(
           `cannot reach ${client.server}: ${describeTransportError(err)}${tries}`,
-          attempt,
+          n,
           { cause: err },
         );
       }
-      await sleep(backoffDelay(client.retry, attempt), undefined, { signal: req.signal });
+      await sleep(backoffDelay(client.retry, n), undefined, { signal: req.signal });
       continue;
     }
-    if (res.statusCode >= 500 && req.retryServerErrors && attempt <= client.retry.retries) {
-      await res.body.dump();
-      await sleep(backoffDelay(client.retry, attempt), undefined, { signal: req.signal });
+    if (res.statusCode >= 500 && req.retryServerErrors && n <= client.retry.retries) {
+      await res.dump();
+      await sleep(backoffDelay(client.retry, n), undefined, { signal: req.signal });
       continue;
     }
     return res;
@@ -151,8 +213,8 @@ export async function send(client: ApiClient, req: RawRequest): Promise<Dispatch
 }
 
 /** Reads an error response into an ApiError carrying the server's message. */
-export async function toApiError(res: Dispatcher.ResponseData): Promise<ApiError> {
-  const text = await res.body.text().catch(() => '');
+export async function toApiError(res: Response): Promise<ApiError> {
+  const text = await res.text().catch(() => '');
   let body: unknown;
   try {
     body = JSON.parse(text);
@@ -166,11 +228,11 @@ export async function toApiError(res: Dispatcher.ResponseData): Promise<ApiError
       ? (body as { message: string }).message
       : undefined;
   const fallback = STATUS_CODES[res.statusCode] ?? 'request failed';
-  return new ApiError(res.statusCode, fromServer || fallback, body);
+  return new ApiError(res.statusCode, fromServer || fallback, body, res.headers);
 }
 
 export interface JsonRequest {
-  method: Dispatcher.HttpMethod;
+  method: string;
   path: string;
   query?: RawRequest['query'];
   json?: unknown;
@@ -190,11 +252,17 @@ export async function callJson<T>(client: ApiClient, req: JsonRequest): Promise<
     retryServerErrors: idempotent,
   });
   if (res.statusCode >= 400) throw await toApiError(res);
-  const text = await res.body.text();
+  const text = await res.text();
   if (!text) return {} as T;
   try {
     return JSON.parse(text) as T;
   } catch {
     throw new ApiError(res.statusCode, 'the server sent a response that is not JSON');
   }
+}
+
+/** One header's value (the first, when the server sent several). */
+export function header(headers: IncomingHttpHeaders, name: string): string | undefined {
+  const value = headers[name];
+  return Array.isArray(value) ? value[0] : value;
 }

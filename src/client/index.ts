@@ -11,14 +11,14 @@ export * from './errors.js';
 export { filenameFromDisposition, sanitizeFileName } from './filename.js';
 export {
   DEFAULT_RETRY,
-  closeDefaultDispatcher,
+  closeConnections,
   createClient,
-  defaultDispatcher,
   normalizeServer,
   type ApiClient,
   type ClientOptions,
   type RetryPolicy,
 } from './http.js';
+export { hashFile } from './hashing.js';
 export { createLimiter, type Limiter } from './limit.js';
 export { parseShareRef, shareUrl, withServer, type ShareRef } from './refs.js';
 export * from './upload.js';

@@ -1,16 +1,19 @@
-import { randomUUID } from 'node:crypto';
-import { openAsBlob } from 'node:fs';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
-import { basename } from 'node:path';
-import { FormData } from 'undici';
-import { createFile, getFile, idFromUrl, lockFile } from './api.js';
-import { ClientInputError } from './errors.js';
-import { send, toApiError, type ApiClient } from './http.js';
+import { basename, resolve } from 'node:path';
+import { Readable } from 'node:stream';
+import { createFile, deleteFile, getFile, idFromUrl, lockFile, uploadState } from './api.js';
+import { ApiError, ClientInputError, VerificationError } from './errors.js';
+import { send, toApiError, type ApiClient, type Body } from './http.js';
+import { fileHasher } from './hashing.js';
 import { createLimiter, type Limiter } from './limit.js';
 import { sharePath, shareUrl } from './refs.js';
 
 export const DEFAULT_CHUNK_SIZE = 8 * 1024 * 1024;
 export const DEFAULT_PARALLEL = 4;
+/** File bytes are read in pieces of this size. */
+const READ_PIECE = 1024 * 1024;
 
 export interface ChunkOptions {
   /** Bytes per chunk; default 8 MiB. */
@@ -19,27 +22,71 @@ export interface ChunkOptions {
   parallel?: number;
   /** Shares one concurrency budget between several uploads. */
   limiter?: Limiter;
-  /** Called with the bytes confirmed by the server so far, after each chunk. */
+  /** Called with the bytes sent so far (of the chunks this run sends), and the file's size. */
   onProgress?: (sentBytes: number, totalBytes: number) => void;
+  /** Told what the upload decided on its way (resumed, started over, could not verify). */
+  onNotice?: (line: string) => void;
+  /** Where unfinished uploads are remembered, so that running the same upload again resumes. */
+  resume?: ResumeStore;
+  /** Start a fresh upload even if an unfinished one of this file is remembered. */
+  restart?: boolean;
   signal?: AbortSignal;
 }
 
-export interface ContentOptions extends ChunkOptions {
-  /** POST for a share that has no content yet, PUT to replace existing content. */
+/** An upload that did not finish, remembered so that the same command can resume it. */
+export interface UploadRecord {
+  server: string;
+  share_id: string;
+  dzuuid: string;
+  /** Absolute path of the file, and what identified its content when the upload began. */
+  path: string;
+  size: number;
+  mtimeMs: number;
+  ino: number;
+  chunk_size: number;
+  /** create: POST into a share this upload made; replace: PUT over a share's content. */
   mode: 'create' | 'replace';
+  file_name: string;
+  started: string;
 }
 
+export interface ResumeStore {
+  list(): Promise<UploadRecord[]>;
+  save(record: UploadRecord): Promise<void>;
+  remove(record: UploadRecord): Promise<void>;
+}
+
+/** How an upload ended, and what it proved. */
 export interface ContentResult {
   size: number;
   chunks: number;
+  /** The sha256 the client computed from the file while it read it. */
+  sha256: string;
+  /** True when the server's own sha256 of the stored content was compared and matched. */
+  verified: boolean;
+  /** Chunks this run did not send because the server already held them (a resumed upload). */
+  resumedChunks: number;
+  /** The bytes of those chunks. */
+  resumedBytes: number;
 }
 
 /** Size of a local regular file, with a clear error for a missing path or a directory. */
 export async function localFileSize(path: string): Promise<number> {
+  return (await localFile(path)).size;
+}
+
+interface LocalFile {
+  path: string;
+  size: number;
+  mtimeMs: number;
+  ino: number;
+}
+
+async function localFile(path: string): Promise<LocalFile> {
   try {
     const info = await stat(path);
     if (!info.isFile()) throw new ClientInputError(`not a regular file: ${path}`);
-    return info.size;
+    return { path: resolve(path), size: info.size, mtimeMs: info.mtimeMs, ino: info.ino };
   } catch (err) {
     if (err instanceof ClientInputError) throw err;
     const code = (err as { code?: string }).code;
@@ -49,9 +96,152 @@ export async function localFileSize(path: string): Promise<number> {
   }
 }
 
+/** The file changed while it was being uploaded: what was sent is not one version of it. */
+export class FileChangedError extends Error {
+  override readonly name = 'FileChangedError';
+  constructor(path: string) {
+    super(`${path} changed while it was uploading; run the command again`);
+  }
+}
+
 /**
- * Uploads a local file as the content of share `id` with the dz* chunk protocol.
- * Chunks are Blob slices of the file on disk, so memory stays flat whatever the size.
+ * One chunk's multipart body, written by hand: the fields, the file's bytes [start, end) read in
+ * 1 MiB pieces, and, last, `trailer` fields whose values may still be coming (the whole file's
+ * sha256 is known only once the file has been read). Its exact length is known up front.
+ */
+function chunkBody(
+  fields: Record<string, string>,
+  file: { path: string; start: number; end: number; name: string },
+  trailer: Record<string, Promise<string>>,
+  trailerLength: Record<string, number>,
+): Body {
+  const boundary = `----fshare${randomBytes(12).toString('hex')}`;
+  const part = (name: string) =>
+    `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n`;
+  const head = Buffer.from(
+    Object.entries(fields)
+      .map(([name, value]) => `${part(name)}${value}\r\n`)
+      .join('') +
+      `--${boundary}\r\nContent-Disposition: form-data; name="upload"; ` +
+      `filename="${file.name.replace(/["\\\r\n]/g, '_')}"\r\n` +
+      'Content-Type: application/octet-stream\r\n\r\n',
+  );
+  const end = `--${boundary}--\r\n`;
+  let tailLength = 2 + end.length;
+  for (const name of Object.keys(trailer))
+    tailLength += part(name).length + trailerLength[name]! + 2;
+  return {
+    length: head.length + (file.end - file.start) + tailLength,
+    type: `multipart/form-data; boundary=${boundary}`,
+    stream: () =>
+      Readable.from(
+        (async function* () {
+          yield head;
+          if (file.end > file.start)
+            yield* createReadStream(file.path, {
+              start: file.start,
+              end: file.end - 1,
+              highWaterMark: READ_PIECE,
+            });
+          let tail = '\r\n';
+          for (const [name, value] of Object.entries(trailer))
+            tail += `${part(name)}${await value}\r\n`;
+          yield Buffer.from(tail + end);
+        })(),
+        { objectMode: false },
+      ),
+  };
+}
+
+interface Plan {
+  uploadId: string;
+  chunkSize: number;
+  total: number;
+  /** Chunks the server already holds (a resumed upload). */
+  held: Set<number>;
+  record?: UploadRecord;
+}
+
+/**
+ * What to send: a fresh upload, or the rest of one this client began before (same server, share,
+ * file, size, modification time and inode), asking the server which chunks it holds.
+ */
+async function plan(
+  client: ApiClient,
+  id: string,
+  file: LocalFile,
+  mode: 'create' | 'replace',
+  chunkSize: number,
+  options: ChunkOptions,
+  fileName: string,
+): Promise<Plan> {
+  const fresh = (): Plan => ({
+    uploadId: randomUUID(),
+    chunkSize,
+    total: Math.max(1, Math.ceil(file.size / chunkSize)),
+    held: new Set(),
+  });
+  const remembered = (await options.resume?.list())?.find(
+    (r) =>
+      r.server === client.server && r.share_id === id && r.path === file.path && r.mode === mode,
+  );
+  let result = fresh();
+  if (remembered && !options.restart) {
+    const same =
+      remembered.size === file.size &&
+      remembered.mtimeMs === file.mtimeMs &&
+      remembered.ino === file.ino;
+    const state = same ? await uploadState(client, id, remembered.dzuuid).catch(() => null) : null;
+    if (state && state.total === Math.max(1, Math.ceil(file.size / remembered.chunk_size))) {
+      result = {
+        uploadId: remembered.dzuuid,
+        chunkSize: remembered.chunk_size,
+        total: state.total,
+        held: new Set(state.received),
+      };
+      options.onNotice?.(
+        `resuming the upload of ${file.path}: the server holds ${state.received.length} of ${state.total} chunks`,
+      );
+    } else
+      options.onNotice?.(
+        same
+          ? `the server cannot resume the earlier upload of ${file.path}; starting over`
+          : `${file.path} changed since the earlier upload began; starting over`,
+      );
+    if (!result.held.size) await options.resume?.remove(remembered);
+  }
+  if (options.resume && result.held.size === 0) {
+    result.record = {
+      server: client.server,
+      share_id: id,
+      dzuuid: result.uploadId,
+      path: file.path,
+      size: file.size,
+      mtimeMs: file.mtimeMs,
+      ino: file.ino,
+      chunk_size: result.chunkSize,
+      mode,
+      file_name: fileName,
+      started: new Date().toISOString(),
+    };
+    await options.resume.save(result.record);
+  } else if (remembered && result.held.size) result.record = remembered;
+  return result;
+}
+
+export interface ContentOptions extends ChunkOptions {
+  /** POST for a share that has no content yet, PUT to replace existing content. */
+  mode: 'create' | 'replace';
+  /** The name the upload is remembered under (the share's file name). */
+  fileName?: string;
+}
+
+/**
+ * Uploads a local file as the content of share `id` with the dz* chunk protocol, proving what
+ * was stored: the file is hashed (on another thread) while its chunks go up; the whole file's
+ * sha256 travels after the data of the last chunk sent (dzsha256), so fshare serve refuses a
+ * mismatch before it replaces anything; afterwards the server's own sha256 is compared. Against a
+ * server without digests the upload counts as done only when a chunk was answered 201.
  */
 export async function uploadContent(
   client: ApiClient,
@@ -62,79 +252,178 @@ export async function uploadContent(
   const chunkSize = options.chunkSize ?? DEFAULT_CHUNK_SIZE;
   if (!Number.isSafeInteger(chunkSize) || chunkSize < 1)
     throw new ClientInputError(`chunk size must be a positive number of bytes`);
-  const size = await localFileSize(path);
-  const blob = await openAsBlob(path);
-  const total = Math.max(1, Math.ceil(size / chunkSize));
-  const uploadId = randomUUID();
+  const file = await localFile(path);
+  const fileName = options.fileName ?? basename(path);
+  const p = await plan(client, id, file, options.mode, chunkSize, options, fileName);
+  const hash = fileHasher().create();
+  const digest = hash.updateFromFile(file.path, 0, file.size).then(() => hash.digest());
+  digest.catch(() => undefined);
+  let sha256: string;
+  let verified: boolean;
+  try {
+    const outcome = await sendChunks(client, id, file, p, digest, options);
+    sha256 = await digest;
+    const now = await stat(file.path).catch(() => null);
+    if (!now || now.size !== file.size || now.mtimeMs !== file.mtimeMs)
+      throw new FileChangedError(path);
+    verified = await confirm(client, id, path, sha256, file.size, outcome, options);
+  } catch (err) {
+    // Refused or disproved: nothing to resume. (An interruption keeps its record.)
+    const over =
+      refusedForGood(err) || err instanceof VerificationError || err instanceof FileChangedError;
+    if (over && p.record) await options.resume?.remove(p.record);
+    throw err;
+  }
+  if (p.record) await options.resume?.remove(p.record);
+  let resumedBytes = 0;
+  for (const i of p.held)
+    resumedBytes += Math.min(file.size, (i + 1) * p.chunkSize) - i * p.chunkSize;
+  return {
+    size: file.size,
+    chunks: p.total,
+    sha256,
+    verified,
+    resumedChunks: p.held.size,
+    resumedBytes,
+  };
+}
+
+interface Sent {
+  /** A chunk was answered 201: the upload completed. */
+  completed: boolean;
+  /** A chunk was refused because its upload had finished: maybe by a copy of ours whose 201 was lost. */
+  finished: boolean;
+}
+
+/** Sends every chunk the server does not hold yet, in parallel; the last one carries dzsha256. */
+async function sendChunks(
+  client: ApiClient,
+  id: string,
+  file: LocalFile,
+  p: Plan,
+  digest: Promise<string>,
+  options: ContentOptions,
+): Promise<Sent> {
   const method = options.mode === 'create' ? 'POST' : 'PUT';
   const limit = options.limiter ?? createLimiter(options.parallel ?? DEFAULT_PARALLEL);
-  const partName = basename(path) || 'upload';
   const abort = new AbortController();
   const onOuterAbort = () => abort.abort(options.signal?.reason);
   options.signal?.addEventListener('abort', onOuterAbort, { once: true });
+  const toSend = [...Array(p.total).keys()].filter((i) => !p.held.has(i));
+  const last = toSend[toSend.length - 1];
+  const sent: Sent = { completed: false, finished: false };
+  let bytes = file.size;
+  for (const i of toSend) bytes -= Math.min(file.size, (i + 1) * p.chunkSize) - i * p.chunkSize;
+  options.onProgress?.(bytes, file.size); // a resumed upload starts where it was
 
-  let sent = 0;
-  let completed = false;
-  options.onProgress?.(0, size);
-
-  const sendChunk = async (index: number): Promise<void> => {
-    const start = index * chunkSize;
-    const end = Math.min(size, start + chunkSize);
+  const sendChunk = async (index: number) => {
+    const start = index * p.chunkSize;
+    const end = Math.min(file.size, start + p.chunkSize);
+    const fields = {
+      dzuuid: p.uploadId,
+      dzchunkindex: String(index),
+      dztotalchunks: String(p.total),
+      // Dropzone's layout fields, before the data: fshare serve writes the chunk in place.
+      dzchunkbyteoffset: String(start),
+      dzchunksize: String(p.chunkSize),
+      dztotalfilesize: String(file.size),
+    };
+    const hashing = !fileHasher().disabled;
+    const trailer: Record<string, Promise<string>> = index === last && hashing
+      ? { dzsha256: digest }
+      : {};
     const res = await send(client, {
       method,
       path: `${sharePath(id)}/content`,
-      body: () => {
-        const form = new FormData();
-        form.append('dzuuid', uploadId);
-        form.append('dzchunkindex', String(index));
-        form.append('dztotalchunks', String(total));
-        // Dropzone's layout fields, before the data: fshare serve writes the chunk in place.
-        form.append('dzchunkbyteoffset', String(start));
-        form.append('dzchunksize', String(chunkSize));
-        form.append('dztotalfilesize', String(size));
-        form.append('upload', blob.slice(start, end), partName);
-        return form;
-      },
+      body: () =>
+        chunkBody(fields, { ...file, start, end, name: basename(file.path) }, trailer, {
+          dzsha256: 64,
+        }),
       idempotent: true, // the protocol replaces a re-sent index
       retryServerErrors: true,
       signal: abort.signal,
     });
-    if (res.statusCode >= 400) throw await toApiError(res);
-    await res.body.dump();
-    if (res.statusCode === 201) completed = true;
-    sent += end - start;
-    options.onProgress?.(sent, size);
+    if (res.statusCode === 409) {
+      await res.dump();
+      sent.finished = true;
+    } else if (res.statusCode >= 400) throw await toApiError(res);
+    else {
+      await res.dump();
+      if (res.statusCode === 201) sent.completed = true;
+    }
+    bytes += end - start;
+    options.onProgress?.(bytes, file.size);
   };
 
-  const tasks: Promise<void>[] = [];
-  for (let index = 0; index < total; index++) {
-    tasks.push(
-      limit(async () => {
-        if (abort.signal.aborted) return;
-        try {
-          await sendChunk(index);
-        } catch (err) {
-          abort.abort(err); // fail fast: no point sending the rest
-          throw err;
-        }
-      }),
-    );
+  const run = (index: number) =>
+    limit(async () => {
+      if (abort.signal.aborted) return;
+      try {
+        await sendChunk(index);
+      } catch (err) {
+        abort.abort(err); // fail fast: no point sending the rest
+        throw err;
+      }
+    });
+  // Every chunk but the last goes up at once (as many in flight as allowed); the last follows
+  // them, so that the file's sha256 travels with it. One chunk alone goes at once, its sha256
+  // right after its data, so hashing and sending overlap.
+  const first = toSend.slice(0, -1);
+  const results = await Promise.allSettled(first.map(run));
+  if (last !== undefined && !results.some((r) => r.status === 'rejected')) {
+    if (toSend.length > 1) await digest;
+    results.push(...(await Promise.allSettled([run(last)])));
   }
-  const results = await Promise.allSettled(tasks);
   options.signal?.removeEventListener('abort', onOuterAbort);
   const failure = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
   if (failure) throw abort.signal.reason ?? failure.reason;
+  return sent;
+}
 
-  // The 201 can be lost when a completing chunk's answer is cut and the chunk is re-sent.
-  if (!completed) {
-    const share = await getFile(client, id);
-    if (
-      !share.initialized ||
-      (share.size !== null && share.size !== undefined && share.size !== size)
-    )
-      throw new Error(`the server did not confirm the upload of ${path}`);
+/**
+ * Whether the upload is proved done: the server's sha256 of the share equals the file's; on a
+ * server without digests, a 201 is what it tells. Anything else is a VerificationError.
+ */
+async function confirm(
+  client: ApiClient,
+  id: string,
+  path: string,
+  sha256: string,
+  size: number,
+  sent: Sent,
+  options: ContentOptions,
+): Promise<boolean> {
+  if (sha256 === '') return false; // FSHARE_BENCH_NO_DIGEST: nothing was hashed to compare
+  const share = await getFile(client, id);
+  if (typeof share.sha256 === 'string') {
+    if (share.sha256 === sha256) return true;
+    throw new VerificationError(
+      sent.completed || sent.finished
+        ? `the server stored other bytes than ${path} (sha256 ${share.sha256}, the file's is ${sha256})`
+        : `the server did not confirm the upload of ${path}`,
+    );
   }
-  return { size, chunks: total };
+  if (!sent.completed)
+    throw new VerificationError(
+      `the server did not confirm the upload of ${path}: no chunk was answered 201 Created`,
+    );
+  // What such a server does tell: the length of the content it now serves.
+  const head = await send(client, {
+    method: 'HEAD',
+    path: `${sharePath(id)}/content`,
+    idempotent: true,
+    retryServerErrors: true,
+  });
+  await head.dump();
+  const length = Number(head.headers['content-length']);
+  if (head.statusCode === 200 && Number.isSafeInteger(length) && length !== size)
+    throw new VerificationError(
+      `the server holds ${length} bytes for ${path}, not the file's ${size}`,
+    );
+  options.onNotice?.(
+    `${path}: uploaded, but not verified (the server gives no sha256); the file's is ${sha256}`,
+  );
+  return false;
 }
 
 export interface UploadFileOptions extends ChunkOptions {
@@ -150,21 +439,105 @@ export interface UploadedShare {
   url: string;
   file_name: string;
   size: number;
+  sha256: string;
+  verified: boolean;
+  /** Bytes the server already held from an earlier run of the same upload. */
+  resumed_bytes: number;
 }
 
-/** Creates a share for a local file and uploads its content (and locks it if asked). */
+/** The upload was refused for good (a 4xx); the share it had created was deleted again. */
+export function refusedForGood(err: unknown): boolean {
+  return (
+    err instanceof ApiError &&
+    err.status >= 400 &&
+    err.status < 500 &&
+    err.status !== 408 &&
+    err.status !== 429
+  );
+}
+
+/**
+ * Creates a share for a local file and uploads its content (and locks it if asked). Running the
+ * same upload again after an interruption resumes it into the same share. An upload the server
+ * refuses for good deletes the share it created, so no empty share is left behind.
+ */
 export async function uploadFile(
   client: ApiClient,
   path: string,
   options: UploadFileOptions = {},
 ): Promise<UploadedShare> {
-  await localFileSize(path); // fail before creating an empty share
+  const file = await localFile(path); // fail before creating an empty share
   const fileName = options.name ?? basename(path);
-  const created = await createFile(client, fileName);
-  const id = idFromUrl(created.url);
-  const { size } = await uploadContent(client, id, path, { ...options, mode: 'create' });
+  if (options.restart) await abandonEarlier(client, file, options);
+  const earlier = options.restart ? undefined : await rememberedShare(client, file, options);
+  const id = earlier ?? idFromUrl((await createFile(client, fileName)).url);
+  let result: ContentResult;
+  try {
+    result = await uploadContent(client, id, path, { ...options, mode: 'create', fileName });
+  } catch (err) {
+    if (
+      refusedForGood(err) ||
+      err instanceof VerificationError ||
+      err instanceof FileChangedError
+    ) {
+      // Nothing to resume: the share this upload created goes too, and the line says whether
+      // it could (a user without DELETE cannot remove it).
+      const removed = await deleteFile(client, id).then(
+        () => null,
+        (e: unknown) => (e instanceof Error ? e.message : String(e)),
+      );
+      const records = (await options.resume?.list()) ?? [];
+      for (const r of records) if (r.share_id === id) await options.resume?.remove(r);
+      if (err instanceof Error)
+        err.message +=
+          removed === null
+            ? ' (the share it had created was deleted)'
+            : ` (the share it had created, ${id}, could not be deleted: ${removed})`;
+    }
+    throw err;
+  }
   if (options.lock) await lockFile(client, id);
-  return { share_id: id, url: shareUrl(client.server, id), file_name: fileName, size };
+  return {
+    share_id: id,
+    url: shareUrl(client.server, id),
+    file_name: fileName,
+    size: result.size,
+    sha256: result.sha256,
+    verified: result.verified,
+    resumed_bytes: result.resumedBytes,
+  };
+}
+
+/** --restart: the earlier, unfinished upload of this file is given up, its empty share deleted. */
+async function abandonEarlier(
+  client: ApiClient,
+  file: LocalFile,
+  options: UploadFileOptions,
+): Promise<void> {
+  const records = (await options.resume?.list()) ?? [];
+  for (const r of records) {
+    if (r.server !== client.server || r.path !== file.path || r.mode !== 'create') continue;
+    const share = await getFile(client, r.share_id).catch(() => undefined);
+    if (share && !share.initialized) await deleteFile(client, r.share_id).catch(() => undefined);
+    await options.resume?.remove(r);
+  }
+}
+
+/** The share an earlier, unfinished upload of this same file made, if it is still waiting. */
+async function rememberedShare(
+  client: ApiClient,
+  file: LocalFile,
+  options: UploadFileOptions,
+): Promise<string | undefined> {
+  const records = (await options.resume?.list()) ?? [];
+  const record = records.find(
+    (r) => r.server === client.server && r.path === file.path && r.mode === 'create',
+  );
+  if (!record) return undefined;
+  const share = await getFile(client, record.share_id).catch(() => undefined);
+  if (share && !share.initialized) return record.share_id;
+  await options.resume?.remove(record);
+  return undefined;
 }
 
 /** Replaces the content of an existing share with a local file (PUT content). */
@@ -174,12 +547,15 @@ export async function replaceFile(
   path: string,
   options: ChunkOptions = {},
 ): Promise<UploadedShare> {
-  const { size } = await uploadContent(client, id, path, { ...options, mode: 'replace' });
+  const result = await uploadContent(client, id, path, { ...options, mode: 'replace' });
   const share = await getFile(client, id).catch(() => undefined);
   return {
     share_id: id,
     url: shareUrl(client.server, id),
     file_name: share?.file_name ?? basename(path),
-    size,
+    size: result.size,
+    sha256: result.sha256,
+    verified: result.verified,
+    resumed_bytes: result.resumedBytes,
   };
 }

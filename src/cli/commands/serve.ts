@@ -1,6 +1,6 @@
 import { resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
-import { parseChunkSize } from './files.js';
+import { parseChunkSize } from '../args.js';
 
 interface ServeOptions {
   host: string;

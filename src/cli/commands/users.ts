@@ -12,7 +12,8 @@ import { formatSize, parseSize } from '../../shared/size.js';
 import { openSession } from '../context.js';
 import { readNewPassword } from '../input.js';
 import { UsageError, examples, printDetails, printJson, printLine, printTable } from '../output.js';
-import { addPageOptions, listPaged, shortDate } from './files.js';
+import { addPageOptions, listPaged, localIso, shortDate } from '../lists.js';
+import { userShape } from '../shapes.js';
 import { applyPermissionChanges, formatPermissions, parsePermissionList } from './perms.js';
 
 export function registerUsers(program: Command): void {
@@ -37,7 +38,13 @@ export function registerUsers(program: Command): void {
     const session = openSession(cmd);
     const client = await session.client();
     const { items, page } = await listPaged(options, (q) => listUsers(client, q));
-    if (session.opts.json) return printJson(page ?? items);
+    if (session.opts.json)
+      return printJson({
+        users: items.map(userShape),
+        page: page ? (options.page ? Number(options.page) : 1) : null,
+        pages: page?.pages ?? null,
+        next: page?.next ?? null,
+      });
     const tty = process.stdout.isTTY === true;
     const bytes = (n: number | null | undefined, none: string) =>
       n === null || n === undefined ? none : tty ? formatSize(n) : String(n);
@@ -48,7 +55,7 @@ export function registerUsers(program: Command): void {
         tty ? formatPermissions(u.permissions) : u.permissions.join(','),
         bytes(u.used, '-'),
         bytes(u.quota, u.quota === null ? 'none' : '-'),
-        tty ? shortDate(u.register_date) : u.register_date,
+        tty ? shortDate(u.register_date) : localIso(u.register_date),
       ]),
     );
   });
@@ -61,7 +68,7 @@ export function registerUsers(program: Command): void {
     .action(async (name: string, _options: object, cmd: Command) => {
       const session = openSession(cmd);
       const user = await getUser(await session.client(), name);
-      if (session.opts.json) return printJson(user);
+      if (session.opts.json) return printJson(userShape(user));
       printDetails([
         ['user', user.username],
         ['permissions', formatPermissions(user.permissions)],
@@ -74,7 +81,10 @@ export function registerUsers(program: Command): void {
               ? 'none'
               : `${formatSize(user.quota)} (${user.quota} bytes)`,
         ],
-        ['registered', user.register_date],
+        [
+          'registered',
+          process.stdout.isTTY ? shortDate(user.register_date) : localIso(user.register_date),
+        ],
       ]);
     });
 
@@ -101,12 +111,9 @@ export function registerUsers(program: Command): void {
         if (!name.trim()) throw new UsageError('the user name must not be empty');
         const permissions = parsePermissionList([options.perms]);
         const password = await readNewPassword(Boolean(options.passwordStdin), 'Password');
-        const res = await createUser(await session.client(), {
-          username: name,
-          password,
-          permissions,
-        });
-        if (session.opts.json) printJson(res);
+        const client = await session.client();
+        await createUser(client, { username: name, password, permissions });
+        if (session.opts.json) printJson(userShape(await getUser(client, name)));
         else printLine(`Created user ${name} (${formatPermissions(permissions)})`);
       },
     );
@@ -119,10 +126,10 @@ export function registerUsers(program: Command): void {
     .action(async (names: string[], _options: object, cmd: Command) => {
       const session = openSession(cmd);
       const client = await session.client();
-      const done: { username: string; status: string; message?: string }[] = [];
+      const done: { username: string; deleted: true }[] = [];
       for (const name of names) {
-        const res = await deleteUser(client, name);
-        done.push({ username: name, ...res });
+        await deleteUser(client, name);
+        done.push({ username: name, deleted: true });
         if (!session.opts.json) printLine(`Deleted user ${name}`);
       }
       if (session.opts.json) printJson(done);
@@ -156,7 +163,7 @@ export function registerUsers(program: Command): void {
           ? parsePermissionList([options.set])
           : applyPermissionChanges((await getUser(client, name)).permissions, changes);
       await patchUser(client, name, { permissions });
-      if (session.opts.json) printJson({ username: name, permissions });
+      if (session.opts.json) printJson(userShape(await getUser(client, name)));
       else printLine(`${name}: ${formatPermissions(permissions)}`);
     });
 
@@ -178,8 +185,9 @@ export function registerUsers(program: Command): void {
         Boolean(options.passwordStdin),
         `New password for ${name}`,
       );
-      const res = await patchUser(await session.client(), name, { password });
-      if (session.opts.json) printJson({ username: name, ...res });
+      const client = await session.client();
+      await patchUser(client, name, { password });
+      if (session.opts.json) printJson(userShape(await getUser(client, name)));
       else printLine(`Password of ${name} changed`);
     });
 
@@ -195,8 +203,9 @@ export function registerUsers(program: Command): void {
       const quota = none ? null : parseSize(size);
       if (!none && quota === null)
         throw new UsageError(`not a size: ${size} (try 10GiB, 500m, bytes or none)`);
-      const res = await setQuota(await session.client(), name, quota);
-      if (session.opts.json) printJson({ username: name, quota, ...res });
+      const client = await session.client();
+      await setQuota(client, name, quota);
+      if (session.opts.json) printJson(userShape(await getUser(client, name)));
       else printLine(`${name}: quota ${quota === null ? 'none' : formatSize(quota)}`);
     });
 
@@ -207,8 +216,8 @@ export function registerUsers(program: Command): void {
     .addHelpText('after', examples(['fshare users signout bob']))
     .action(async (name: string, _options: object, cmd: Command) => {
       const session = openSession(cmd);
-      const res = await revokeTokens(await session.client(), name);
-      if (session.opts.json) printJson({ username: name, ...res });
+      await revokeTokens(await session.client(), name);
+      if (session.opts.json) printJson({ username: name, signed_out: true });
       else printLine(`Every token of ${name} was revoked`);
     });
 }
