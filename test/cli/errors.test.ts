@@ -50,8 +50,8 @@ describe('bad input gives one clear line and the right exit code', () => {
     expect(res.exitCode).toBe(2);
     expectOneLine(res.stderr, /no such file: .*missing\.bin/);
     expect(res.stdout).toBe('');
-    const list = await cli.json<{ data: unknown[] }>(['ls']);
-    expect(list.data).toHaveLength(0);
+    const list = await cli.json<{ shares: unknown[] }>(['ls']);
+    expect(list.shares).toHaveLength(0);
   });
 
   it('bad id: exit 2; unknown id: exit 4', async () => {

@@ -70,11 +70,10 @@ describe('identity from the command line', () => {
     await addUser('gina', 'CREATE,READ,LIST', 'gina-pw');
     const set = await admin.run(['users', 'quota', 'gina', '1k']);
     expect(set.exitCode, set.stderr).toBe(0);
-    const listed = await admin.json<{ data: { username: string; quota: number; used: number }[] }>([
-      'users',
-      'ls',
-    ]);
-    expect(listed.data.find((u) => u.username === 'gina')).toMatchObject({ quota: 1024, used: 0 });
+    const listed = await admin.json<{ users: { username: string; quota: number; used: number }[] }>(
+      ['users', 'ls'],
+    );
+    expect(listed.users.find((u) => u.username === 'gina')).toMatchObject({ quota: 1024, used: 0 });
     const table = await admin.run(['users', 'ls']);
     expect(table.stdout).toMatch(/^gina\t.*\t0\t1024\t/m);
     const gina = await signedIn('gina', 'gina-pw');

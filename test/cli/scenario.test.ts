@@ -1,10 +1,16 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Page, Settings, Share, User, Whoami } from '../../src/shared/types.js';
 import { ADMIN, createCli, startServe, tempDir, type Cli, type Serve } from '../helpers/cli.js';
+
+interface ListShape {
+  shares: (Share & { url: string; sha256: string | null })[];
+  page: number | null;
+  pages: number | null;
+}
 
 interface Uploaded {
   share_id: string;
@@ -105,8 +111,8 @@ describe('fshare end to end against fshare serve', () => {
     const shown = await admin.json<User>(['users', 'show', 'alice']);
     expect(shown.username).toBe('alice');
     expect(shown.permissions).toEqual(['CREATE', 'MODIFY', 'DELETE', 'LOCK', 'LIST', 'READ']);
-    const list = await admin.json<Page<User>>(['users', 'ls']);
-    expect(list.data.map((u) => u.username)).toEqual(['admin', 'alice']);
+    const list = await admin.json<{ users: User[] }>(['users', 'ls']);
+    expect(list.users.map((u) => u.username)).toEqual(['admin', 'alice']);
     const again = await admin.run(['users', 'add', 'alice', '--password-stdin'], { input: 'x\n' });
     expect(again.exitCode).toBe(5); // 409
     expectErrorLine(again.stderr, 409);
@@ -169,16 +175,20 @@ describe('fshare end to end against fshare serve', () => {
       '-',
       expect.any(String),
     ]);
-    const page = await alice.json<Page<Share>>(['ls', '--per-page', '2']);
-    expect(page.data).toHaveLength(2);
-    expect(page.pages).toBe(2);
-    expect(page.data[0]).toMatchObject({
+    const page = await alice.json<ListShape>(['ls', '--per-page', '2']);
+    expect(page.shares).toHaveLength(2);
+    expect(page).toMatchObject({ page: 1, pages: 2 });
+    expect(page.shares[0]).toMatchObject({
       share_id: share.share_id,
+      url: share.url,
       initialized: true,
       locked: false,
+      sha256: createHash('sha256').update(original).digest('hex'),
     });
-    const all = await alice.json<Share[]>(['ls', '--all', '--per-page', '1']);
-    expect(all).toHaveLength(3);
+    // --all prints the same shape, every share in it
+    const all = await alice.json<ListShape>(['ls', '--all', '--per-page', '1']);
+    expect(all.shares).toHaveLength(3);
+    expect(Object.keys(all.shares[0]!).sort()).toEqual(Object.keys(page.shares[0]!).sort());
   });
 
   it('downloads the whole file, by id and by URL, byte for byte', async () => {
@@ -217,11 +227,11 @@ describe('fshare end to end against fshare serve', () => {
   it('resumes a truncated .part with --continue', async () => {
     const dir = await tempDir('resume');
     await writeFile(join(dir, 'random.bin.part'), original.subarray(0, 300_000));
-    const res = await alice.json<{ path: string; size: number; resumed_from: number }>(
+    const res = await alice.json<{ path: string; size: number; resumed_bytes: number }>(
       ['get', share.share_id, '--continue'],
       { cwd: dir },
     );
-    expect(res).toMatchObject({ size: original.length, resumed_from: 300_000 });
+    expect(res).toMatchObject({ size: original.length, resumed_bytes: 300_000, verified: true });
     expect((await readFile(join(dir, 'random.bin'))).equals(original)).toBe(true);
     expect(existsSync(join(dir, 'random.bin.part'))).toBe(false);
 

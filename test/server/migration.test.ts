@@ -141,11 +141,18 @@ for (const name of ['v0.1-clean', 'v0.1-crashed']) {
       await first.server.close();
       const db = JSON.parse(await readFile(join(dataDir, 'db.json'), 'utf8'));
       expect(db.version).toBe(2);
+      // alice's 0.1 hash (scrypt N=2^14) was replaced at her sign-in, with the same password;
+      // bob, who did not sign in, keeps his until he does.
+      const hashOf = (u: string) =>
+        db.users.find((x: { username: string }) => x.username === u).password_hash as string;
+      expect(hashOf('alice')).toMatch(/^scrypt\$32768\$8\$1\$/);
+      expect(hashOf('bob')).toMatch(/^scrypt\$16384\$8\$1\$/);
       expect(db.users.every((u: { id?: string }) => typeof u.id === 'string')).toBe(true);
       expect(await readFile(join(dataDir, 'db.journal'), 'utf8')).toBe('');
       const second = await start();
       try {
         expect((await get(second.url, '/whoami', { token })).body.username).toBe('alice');
+        await login(second.url, 'alice', 'alice-pw'); // the new hash verifies
         const again = JSON.parse(await readFile(join(dataDir, 'db.json'), 'utf8'));
         expect(again.users.map((u: { id: string }) => u.id)).toEqual(
           db.users.map((u: { id: string }) => u.id),

@@ -1,0 +1,573 @@
+// Transfers the client can prove (issue 10): the built binary against a real `fshare serve` and
+// against a stand-in that answers as the reference server does (no size, no digest, no
+// validators, zone-less times, multi-chunk uploads that never complete).
+import { createHash, randomBytes } from 'node:crypto';
+import { createWriteStream, existsSync } from 'node:fs';
+import { readdir, readFile, rm, writeFile, open } from 'node:fs/promises';
+import {
+  createServer,
+  request,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { execa } from 'execa';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  ADMIN,
+  BIN,
+  cleanEnv,
+  createCli,
+  startServe,
+  tempDir,
+  type Cli,
+  type Serve,
+} from '../helpers/cli.js';
+import { startStandIn, type StandIn } from '../helpers/standin.js';
+
+const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
+
+interface Transfer {
+  share_id: string;
+  url: string;
+  size: number;
+  sha256: string | null;
+  verified: boolean;
+  resumed_bytes: number;
+}
+
+/** A pass-through proxy that counts chunk requests (and can answer them 503 instead). */
+function chunkCounter(target: string) {
+  const upstream = new URL(target);
+  const state = {
+    chunks: 0,
+    chunkBytes: 0,
+    refuseAfter: Infinity,
+    delayMs: 0,
+    statuses: [] as (number | undefined)[],
+  };
+  const server: Server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    const isChunk =
+      /^\/files\/[^/]+\/content$/.test(req.url ?? '') &&
+      req.method !== 'GET' &&
+      req.method !== 'HEAD';
+    const go = () => {
+      if (isChunk) {
+        state.chunks++;
+        if (state.chunks > state.refuseAfter) {
+          req.resume();
+          req.on('end', () => {
+            res.writeHead(503, { 'content-type': 'application/json' });
+            res.end(JSON.stringify({ status: 'fail', message: 'injected failure' }));
+          });
+          return;
+        }
+        req.on('data', (d: Buffer) => (state.chunkBytes += d.length));
+      }
+      const forward = request(
+        {
+          host: upstream.hostname,
+          port: upstream.port,
+          method: req.method,
+          path: req.url,
+          headers: req.headers,
+        },
+        (up) => {
+          if (isChunk) state.statuses.push(up.statusCode);
+          res.writeHead(up.statusCode ?? 502, up.headers);
+          up.pipe(res);
+        },
+      );
+      forward.on('error', () => res.destroy());
+      req.on('error', () => forward.destroy());
+      req.pipe(forward);
+    };
+    if (isChunk && state.delayMs) setTimeout(go, state.delayMs);
+    else go();
+  });
+  return {
+    state,
+    async start(): Promise<string> {
+      await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+      return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    },
+    close: () =>
+      new Promise<void>((done) => {
+        server.closeAllConnections();
+        server.close(() => done());
+      }),
+  };
+}
+
+async function recordsOf(cli: Cli): Promise<{ share_id: string; dzuuid: string }[]> {
+  const dir = join(cli.configDir, 'uploads');
+  if (!existsSync(dir)) return [];
+  const names = (await readdir(dir)).filter((n) => n.endsWith('.json'));
+  return Promise.all(names.map(async (n) => JSON.parse(await readFile(join(dir, n), 'utf8'))));
+}
+
+describe('verified transfers against fshare serve', () => {
+  let serve: Serve;
+  let admin: Cli;
+  let work: string;
+  let token: string;
+
+  beforeAll(async () => {
+    serve = await startServe();
+    admin = await createCli();
+    work = await tempDir('verified');
+    const login = await admin.run(
+      ['--server', serve.url, 'login', '-u', ADMIN.username, '--password-stdin'],
+      {
+        input: `${ADMIN.password}\n`,
+      },
+    );
+    expect(login.exitCode, login.stderr).toBe(0);
+    token = (await admin.run(['token'])).stdout.trim();
+  });
+
+  afterAll(async () => {
+    await serve?.stop();
+    for (const dir of [admin?.configDir, work])
+      if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  /** `fshare upload` through `via` as a process of its own, to be stopped by a signal. */
+  const uploadInBackground = (via: string, path: string, args: string[]) =>
+    execa('node', [BIN, '--server', via, 'upload', path, ...args], {
+      env: cleanEnv({
+        FSHARE_CONFIG_DIR: admin.configDir,
+        FSHARE_KEYRING: 'off',
+        FSHARE_TOKEN: token,
+      }),
+      extendEnv: false,
+      reject: false,
+      stdin: 'ignore',
+    });
+
+  const state = async (shareId: string, dzuuid: string) => {
+    const res = await fetch(`${serve.url}/files/${shareId}/uploads/${dzuuid}`, {
+      headers: { authorization: `Bearer ${token}` },
+    });
+    return {
+      status: res.status,
+      body: (await res.json()) as { received?: number[]; total?: number },
+    };
+  };
+
+  it('get of content damaged on the server exits 7 and keeps the bytes only as .part', async () => {
+    const data = randomBytes(300_000);
+    await writeFile(join(work, 'damaged.bin'), data);
+    const [up] = await admin.json<Transfer[]>([
+      'upload',
+      join(work, 'damaged.bin'),
+      '--chunk-size',
+      '64k',
+    ]);
+    expect(up).toMatchObject({ verified: true, sha256: sha256(data), resumed_bytes: 0 });
+    // One byte flipped in the stored content, behind the server's back.
+    const blob = (await readdir(join(serve.dataDir, 'content'))).find((n) =>
+      n.startsWith(up!.share_id),
+    )!;
+    const handle = await open(join(serve.dataDir, 'content', blob), 'r+');
+    await handle.write(Buffer.from([data[1234]! ^ 0xff]), 0, 1, 1234);
+    await handle.close();
+
+    const out = join(work, 'out');
+    const res = await admin.run(['get', up!.share_id, '-o', out]);
+    expect(res.exitCode).toBe(7);
+    expect(res.stderr.trim().split('\n')).toHaveLength(1);
+    expect(res.stderr).toMatch(/sha256/);
+    expect(existsSync(out)).toBe(false);
+    expect(existsSync(`${out}.part`)).toBe(true);
+
+    // Undamaged content is verified and says so.
+    const [good] = await admin.json<Transfer[]>(['upload', join(work, 'damaged.bin')]);
+    const ok = await admin.json<Transfer>(['get', good!.share_id, '-o', join(work, 'good.bin')]);
+    expect(ok).toMatchObject({ verified: true, sha256: sha256(data) });
+    const verbose = await admin.run([
+      'get',
+      good!.share_id,
+      '-o',
+      join(work, 'good2.bin'),
+      '--verbose',
+    ]);
+    expect(verbose.stderr).toContain(`verified sha256 ${sha256(data)}`);
+  });
+
+  it('a client killed mid-upload resumes by sending only the chunks the server lacks', async () => {
+    const path = join(work, 'big.bin');
+    const hash = createHash('sha256');
+    const stream = createWriteStream(path);
+    for (let i = 0; i < 200; i++) {
+      const piece = randomBytes(1024 * 1024);
+      hash.update(piece);
+      if (!stream.write(piece))
+        await new Promise<void>((done) => stream.once('drain', () => done()));
+    }
+    await new Promise<void>((done) => stream.end(done));
+    const digest = hash.digest('hex');
+    const proxy = chunkCounter(serve.url);
+    const via = await proxy.start();
+    proxy.state.delayMs = 100; // slow enough to stop it in the middle
+    try {
+      const child = uploadInBackground(via, path, ['--chunk-size', '8m', '--parallel', '2']);
+      let record: { share_id: string; dzuuid: string } | undefined;
+      let held: number[] = [];
+      for (let i = 0; i < 600 && held.length < 4; i++) {
+        await sleep(50);
+        record ??= (await recordsOf(admin))[0];
+        if (record) held = (await state(record.share_id, record.dzuuid)).body.received ?? [];
+      }
+      child.kill('SIGKILL');
+      await child;
+      expect(record).toBeDefined();
+      const before = (await state(record!.share_id, record!.dzuuid)).body;
+      expect(before.total).toBe(25);
+      const kept = before.received!;
+      expect(kept.length).toBeGreaterThanOrEqual(4);
+      expect(kept.length).toBeLessThan(25);
+
+      await sleep(500); // requests the proxy was still holding back are gone too
+      proxy.state.chunks = 0;
+      proxy.state.statuses = [];
+      proxy.state.chunkBytes = 0;
+      proxy.state.delayMs = 0;
+      const rerun = await admin.run(
+        ['--server', via, '--json', 'upload', path, '--chunk-size', '8m'],
+        {
+          env: { FSHARE_TOKEN: token },
+        },
+      );
+      expect(rerun.exitCode, rerun.stderr).toBe(0);
+      expect(rerun.stderr).toMatch(/resuming the upload/);
+      const [done] = JSON.parse(rerun.stdout) as Transfer[];
+      expect(done).toMatchObject({ share_id: record!.share_id, sha256: digest, verified: true });
+      const keptBytes = kept.reduce(
+        (n, i) => n + Math.min(200 * 2 ** 20 - i * 8 * 2 ** 20, 8 * 2 ** 20),
+        0,
+      );
+      expect(done!.resumed_bytes).toBe(keptBytes);
+      // Only the missing chunks went over the wire again.
+      expect(proxy.state.chunks).toBe(25 - kept.length);
+      expect(proxy.state.statuses.filter((s) => s === 200)).toHaveLength(24 - kept.length);
+      expect(proxy.state.chunkBytes).toBeLessThan(200 * 2 ** 20 - keptBytes + 25 * 4096);
+      const info = await admin.json<{ sha256: string; size: number }>(['info', record!.share_id]);
+      expect(info).toMatchObject({ sha256: digest, size: 200 * 2 ** 20 });
+      expect(await recordsOf(admin)).toEqual([]);
+      // --restart would have started afresh: checked by the record being gone and a new share.
+    } finally {
+      await proxy.close();
+      await rm(path, { force: true });
+    }
+  });
+
+  it('Ctrl-C stops an upload with exit 130, keeps what was sent, and says how to resume', async () => {
+    const path = join(work, 'ctrl-c.bin');
+    await writeFile(path, randomBytes(8 * 1024 * 1024));
+    const proxy = chunkCounter(serve.url);
+    const via = await proxy.start();
+    proxy.state.delayMs = 200;
+    try {
+      const child = uploadInBackground(via, path, ['--chunk-size', '512k', '--parallel', '1']);
+      let record: { share_id: string; dzuuid: string } | undefined;
+      for (let i = 0; i < 400; i++) {
+        await sleep(25);
+        record ??= (await recordsOf(admin)).find((r) => r.share_id !== undefined);
+        if (
+          record &&
+          ((await state(record.share_id, record.dzuuid)).body.received ?? []).length > 0
+        )
+          break;
+      }
+      child.kill('SIGINT');
+      const res = await child;
+      expect(res.exitCode).toBe(130);
+      expect(String(res.stderr)).toContain(`to resume: fshare upload ${path}`);
+      expect((await recordsOf(admin)).map((r) => r.share_id)).toContain(record!.share_id);
+      // and it resumes: the same share, complete
+      proxy.state.delayMs = 0;
+      const again = await admin.run(
+        ['--server', via, '--json', 'upload', path, '--chunk-size', '512k'],
+        {
+          env: { FSHARE_TOKEN: token },
+        },
+      );
+      expect(again.exitCode, again.stderr).toBe(0);
+      const [done] = JSON.parse(again.stdout) as Transfer[];
+      expect(done!.share_id).toBe(record!.share_id);
+      expect(done!.resumed_bytes).toBeGreaterThan(0);
+      expect(done!.verified).toBe(true);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('an upload refused for good (413 over quota) leaves no share and no record', async () => {
+    const add = await admin.run(
+      ['users', 'add', 'quinn', '--password-stdin', '--perms', 'CREATE,READ,LIST,DELETE'],
+      {
+        input: 'quinn-password\n',
+      },
+    );
+    expect(add.exitCode, add.stderr).toBe(0);
+    expect((await admin.run(['users', 'quota', 'quinn', '100k'])).exitCode).toBe(0);
+    const quinn = await createCli();
+    await quinn.run(['--server', serve.url, 'login', '-u', 'quinn', '--password-stdin'], {
+      input: 'quinn-password\n',
+    });
+    await writeFile(join(work, 'large.bin'), randomBytes(300_000));
+    const res = await quinn.run(['upload', join(work, 'large.bin'), '--chunk-size', '64k']);
+    expect(res.exitCode).toBe(1);
+    expect(res.stderr).toMatch(/quota/);
+    expect(res.stderr).toMatch(/deleted/);
+    const listed = await quinn.json<{ shares: { owner_name: string }[] }>(['ls', '--all']);
+    expect(listed.shares.filter((s) => s.owner_name === 'quinn')).toEqual([]);
+    expect(await recordsOf(quinn)).toEqual([]);
+    await rm(quinn.configDir, { recursive: true, force: true });
+
+    // Without DELETE the share cannot go: the line says so, never that it was deleted.
+    await admin.run(['users', 'add', 'rae', '--password-stdin', '--perms', 'CREATE,READ,LIST'], {
+      input: 'rae-password\n',
+    });
+    await admin.run(['users', 'quota', 'rae', '100k']);
+    const rae = await createCli();
+    await rae.run(['--server', serve.url, 'login', '-u', 'rae', '--password-stdin'], {
+      input: 'rae-password\n',
+    });
+    const refused = await rae.run(['upload', join(work, 'large.bin'), '--chunk-size', '64k']);
+    expect(refused.exitCode).toBe(1);
+    expect(refused.stderr).toMatch(/could not be deleted/);
+    expect(refused.stderr).not.toMatch(/was deleted/);
+    await rm(rae.configDir, { recursive: true, force: true });
+  });
+
+  it('an interrupted upload keeps its share, says how to resume or remove it, and uploads clean removes it', async () => {
+    const proxy = chunkCounter(serve.url);
+    const via = await proxy.start();
+    proxy.state.refuseAfter = 1; // the first chunk is stored, every later one fails with 503
+    try {
+      await writeFile(join(work, 'cut.bin'), randomBytes(200_000));
+      const res = await admin.run(
+        [
+          '--server',
+          via,
+          'upload',
+          join(work, 'cut.bin'),
+          '--chunk-size',
+          '64k',
+          '--parallel',
+          '1',
+        ],
+        {
+          env: { FSHARE_TOKEN: token },
+        },
+      );
+      expect(res.exitCode).toBe(1); // a server error (503) after every retry
+      expect(res.stderr).toContain(`fshare upload ${join(work, 'cut.bin')}`);
+      expect(res.stderr).toContain('fshare uploads clean');
+      const listed = await admin.json<{ share_id: string; path: string }[]>(['uploads']);
+      expect(listed).toHaveLength(1);
+      expect(listed[0]!.path).toBe(join(work, 'cut.bin'));
+      const shareId = listed[0]!.share_id;
+      expect((await admin.run(['info', shareId])).exitCode).toBe(0);
+
+      // Without a token for that server it cannot check the share: it says so and forgets nothing.
+      const refused = await admin.run(['uploads', 'clean']);
+      expect(refused.exitCode).toBe(3);
+      expect(await recordsOf(admin)).toHaveLength(1);
+      const cleaned = await admin.run(['uploads', 'clean'], { env: { FSHARE_TOKEN: token } });
+      expect(cleaned.exitCode, cleaned.stderr).toBe(0);
+      expect((await admin.run(['info', shareId])).exitCode).toBe(4);
+      expect(await admin.json<unknown[]>(['uploads'])).toEqual([]);
+
+      // Interrupted again: `rm` of its share forgets it; --restart gives an earlier one up.
+      const args = [
+        '--server',
+        via,
+        'upload',
+        join(work, 'cut.bin'),
+        '--chunk-size',
+        '64k',
+        '--parallel',
+        '1',
+      ];
+      proxy.state.chunks = 0;
+      expect((await admin.run(args, { env: { FSHARE_TOKEN: token } })).exitCode).toBe(1);
+      const [second] = await recordsOf(admin);
+      expect(
+        (
+          await admin.run(['--server', via, 'rm', second!.share_id], {
+            env: { FSHARE_TOKEN: token },
+          })
+        ).exitCode,
+      ).toBe(0);
+      expect(await recordsOf(admin)).toEqual([]);
+      proxy.state.chunks = 0;
+      expect((await admin.run(args, { env: { FSHARE_TOKEN: token } })).exitCode).toBe(1);
+      const [third] = await recordsOf(admin);
+      proxy.state.refuseAfter = Infinity;
+      const restarted = await admin.run(['--json', ...args, '--restart'], {
+        env: { FSHARE_TOKEN: token },
+      });
+      expect(restarted.exitCode, restarted.stderr).toBe(0);
+      const [fresh] = JSON.parse(restarted.stdout) as Transfer[];
+      expect(fresh).toMatchObject({ verified: true, resumed_bytes: 0 });
+      expect(fresh!.share_id).not.toBe(third!.share_id);
+      expect((await admin.run(['info', third!.share_id])).exitCode).toBe(4);
+      expect(await recordsOf(admin)).toEqual([]);
+    } finally {
+      await proxy.close();
+    }
+  });
+});
+
+/** A share on the stand-in, made the way any client makes one. */
+async function createShareOn(standIn: StandIn, fileName: string): Promise<{ share_id: string }> {
+  const res = await fetch(`${standIn.url}/files`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ file_name: fileName }),
+  });
+  const { url } = (await res.json()) as { url: string };
+  return { share_id: url.split('/').pop()! };
+}
+
+describe('against a server without our extensions (the reference stand-in)', () => {
+  let standIn: StandIn;
+  let cli: Cli;
+  let work: string;
+  const run = (args: string[], env: Record<string, string> = {}) =>
+    cli.run(['--server', standIn.url, ...args], { env: { FSHARE_TOKEN: 'any-token', ...env } });
+
+  beforeAll(async () => {
+    standIn = await startStandIn();
+    cli = await createCli();
+    work = await tempDir('standin');
+  });
+  afterAll(async () => {
+    await standIn?.close();
+    for (const dir of [cli?.configDir, work])
+      if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it('a multi-chunk upload that never completes fails (exit 7) and leaves no share', async () => {
+    await writeFile(join(work, 'multi.bin'), randomBytes(200_000));
+    const res = await run(['upload', join(work, 'multi.bin'), '--chunk-size', '64k']);
+    expect(res.exitCode).toBe(7);
+    expect(res.stderr).toMatch(/did not confirm/);
+    expect(res.stdout).toBe('');
+    expect(standIn.shares.size).toBe(0);
+  });
+
+  it('a completed single-chunk upload says in one line that it could not be verified', async () => {
+    const data = randomBytes(10_000);
+    await writeFile(join(work, 'one.bin'), data);
+    const res = await run(['--json', 'upload', join(work, 'one.bin')]);
+    expect(res.exitCode, res.stderr).toBe(0);
+    expect(res.stderr.trim().split('\n')).toHaveLength(1);
+    expect(res.stderr).toMatch(/not verified/);
+    const [up] = JSON.parse(res.stdout) as Transfer[];
+    expect(up).toMatchObject({ verified: false, sha256: sha256(data) });
+    expect(standIn.shares.get(up!.share_id)?.content.equals(data)).toBe(true);
+  });
+
+  it('replace of a multi-chunk file reports failure (exit 7) and the old content stays', async () => {
+    const old = randomBytes(1000);
+    await writeFile(join(work, 'old.bin'), old);
+    const [up] = JSON.parse(
+      (await run(['--json', 'upload', join(work, 'old.bin')])).stdout,
+    ) as Transfer[];
+    await writeFile(join(work, 'new.bin'), randomBytes(300_000));
+    const res = await run(['replace', up!.share_id, join(work, 'new.bin'), '--chunk-size', '64k']);
+    expect(res.exitCode).toBe(7);
+    expect(standIn.shares.get(up!.share_id)?.content.equals(old)).toBe(true);
+    expect(standIn.shares.has(up!.share_id)).toBe(true); // a replace never deletes the share
+  });
+
+  it('get --continue without a validator starts over from byte 0 and says so', async () => {
+    const data = randomBytes(100_000);
+    await writeFile(join(work, 'src.bin'), data);
+    const [up] = JSON.parse(
+      (await run(['--json', 'upload', join(work, 'src.bin'), '--name', 'resume.bin'])).stdout,
+    ) as Transfer[];
+    const dir = join(work, 'dl');
+    await rm(dir, { recursive: true, force: true });
+    await import('node:fs/promises').then((fs) => fs.mkdir(dir));
+    // A .part of other bytes: appending to it would make a mixed file.
+    await writeFile(join(dir, 'resume.bin.part'), randomBytes(40_000));
+    const res = await cli.run(
+      ['--server', standIn.url, '--json', 'get', up!.share_id, '--continue'],
+      {
+        cwd: dir,
+        env: { FSHARE_TOKEN: 'any-token' },
+      },
+    );
+    expect(res.exitCode, res.stderr).toBe(0);
+    expect(res.stderr).toMatch(/starting over from byte 0/);
+    expect((await readFile(join(dir, 'resume.bin'))).equals(data)).toBe(true);
+    expect(JSON.parse(res.stdout)).toMatchObject({ resumed_bytes: 0, verified: false });
+  });
+
+  it('resume falls back to a fresh upload, and says so, on a server without upload state', async () => {
+    const data = randomBytes(5000);
+    const path = join(work, 'again.bin');
+    await writeFile(path, data);
+    const share = JSON.parse(
+      (await run(['--json', 'info', (await createShareOn(standIn, 'again.bin')).share_id])).stdout,
+    ) as { share_id: string };
+    // The record an interrupted `fshare upload again.bin` would have left behind.
+    const { stat, mkdir } = await import('node:fs/promises');
+    const st = await stat(path);
+    await mkdir(join(cli.configDir, 'uploads'), { recursive: true });
+    await writeFile(
+      // named as the client names it: by server, share, path and kind
+      join(
+        cli.configDir,
+        'uploads',
+        `${createHash('sha256').update(`${standIn.url}\0${share.share_id}\0${path}\0create`).digest('hex').slice(0, 32)}.json`,
+      ),
+      JSON.stringify({
+        server: standIn.url,
+        share_id: share.share_id,
+        dzuuid: 'earlier-upload',
+        path,
+        size: st.size,
+        mtimeMs: st.mtimeMs,
+        ino: st.ino,
+        chunk_size: 8 * 1024 * 1024,
+        mode: 'create',
+        file_name: 'again.bin',
+        started: new Date().toISOString(),
+      }),
+    );
+    const res = await run(['--json', 'upload', path]);
+    expect(res.exitCode, res.stderr).toBe(0);
+    expect(res.stderr).toMatch(/cannot resume the earlier upload .*; starting over/);
+    const [up] = JSON.parse(res.stdout) as Transfer[];
+    expect(up).toMatchObject({ share_id: share.share_id, resumed_bytes: 0 }); // the same share
+    expect(standIn.shares.get(share.share_id)?.content.equals(data)).toBe(true);
+    expect(await recordsOf(cli)).toEqual([]);
+  });
+
+  it('zone-less times are read as UTC: ISO with offset in --json, local time in tables', async () => {
+    const [up] = JSON.parse(
+      (await run(['--json', 'upload', join(work, 'one.bin'), '--name', 'time.bin'])).stdout,
+    ) as Transfer[];
+    const info = JSON.parse((await run(['--json', 'info', up!.share_id])).stdout) as {
+      create_date: string;
+    };
+    expect(info.create_date).toBe('2026-11-20T10:00:00.123Z');
+    const table = await run(['ls'], { TZ: 'Asia/Tokyo' });
+    expect(table.stdout).toMatch(
+      new RegExp(`^${up!.share_id}\\t.*\\t2026-11-20T19:00:00\\+09:00$`, 'm'),
+    );
+    const ny = await run(['ls'], { TZ: 'America/New_York' });
+    expect(ny.stdout).toMatch(
+      new RegExp(`^${up!.share_id}\\t.*\\t2026-11-20T05:00:00-05:00$`, 'm'),
+    );
+  });
+});
