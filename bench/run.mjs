@@ -195,6 +195,8 @@ async function run(cmd, args, { env, input, measureRss = false } = {}) {
     measureRss && !rssFile
       ? setInterval(() => (polled = Math.max(polled, peakRss(child.pid) ?? 0)), 20)
       : null;
+  // A command that exits before reading its input (sync) must not crash the bench with EPIPE.
+  child.stdin.on('error', () => {});
   child.stdin.end(input ?? '');
   const code = await new Promise((resolve, reject) => {
     child.once('error', reject);

@@ -16,6 +16,7 @@ import {
 } from './errors.js';
 import { filenameFromDisposition, sanitizeFileName } from './filename.js';
 import { backoffDelay, header, send, toApiError, type ApiClient, type Response } from './http.js';
+import type { BodyTarget } from './rawhttp.js';
 import { sharePath } from './refs.js';
 import { fileHasher } from './hashing.js';
 
@@ -171,21 +172,21 @@ async function headFailure(client: ApiClient, id: string, status: number): Promi
 }
 
 /**
- * Writes a response into a file at a position in 1 MiB pieces taken in turn from a ring of
- * RING_SLOTS pieces that the hashing thread shares: a piece is written to the file, then hashed
- * by that thread straight from the shared memory (no copy, no reading back), while the next
- * pieces fill. A piece is refilled only once it is hashed, so the download waits for the hash
- * rather than buffering without bound, and memory stays at the ring's 8 MiB.
+ * Writes a response into a file at a position through a ring of RING_SLOTS 1 MiB pieces that the
+ * hashing thread shares. The socket reads straight into the free part of the current piece
+ * (rawhttp.ts); a full piece is handed to a positional write and, at once and in order, to the
+ * hashing thread, which hashes it from the shared memory (no copy, no reading back) while the next
+ * pieces fill. A piece is refilled only once it is both written and hashed, so the download waits
+ * for the disk or the hash rather than buffering without bound: memory stays at the ring's 8 MiB.
  */
-class FileSink {
-  private readonly ring = new SharedArrayBuffer(RING_SLOTS * PIECE);
-  private readonly busy: (Promise<void> | undefined)[] = new Array<Promise<void> | undefined>(
-    RING_SLOTS,
-  );
+class FileSink implements BodyTarget {
+  private readonly ring: Buffer;
+  /** Per slot: its write and hash, while they run. */
+  private readonly busy: ({ done: boolean; promise: Promise<void> } | undefined)[];
   private slot = 0;
-  private piece: Buffer;
   private fill = 0;
-  private writing: Promise<void> | null = null;
+  private failure: unknown = null;
+  /** Bytes handed to writes so far (the file holds them once close() returns). */
   written = 0;
 
   constructor(
@@ -193,58 +194,111 @@ class FileSink {
     private readonly start: number,
     private readonly hash: RunningHash | undefined,
   ) {
-    hash?.useRing(this.ring);
-    this.piece = Buffer.from(this.ring, 0, PIECE);
+    const shared = new SharedArrayBuffer(RING_SLOTS * PIECE);
+    hash?.useRing(shared);
+    this.ring = Buffer.from(shared);
+    this.busy = new Array<undefined>(RING_SLOTS).fill(undefined);
+  }
+
+  space(): Buffer {
+    return this.ring.subarray(this.slot * PIECE + this.fill, (this.slot + 1) * PIECE);
+  }
+
+  filled(n: number): Promise<void> | undefined {
+    this.fill += n;
+    return this.fill === PIECE ? this.next() : undefined;
   }
 
   async write(data: Buffer): Promise<void> {
     for (let off = 0; off < data.length;) {
-      const n = Math.min(data.length - off, PIECE - this.fill);
-      data.copy(this.piece, this.fill, off, off + n);
-      this.fill += n;
+      const space = this.space();
+      const n = Math.min(space.length, data.length - off);
+      data.copy(space, 0, off, off + n);
       off += n;
-      if (this.fill === PIECE) await this.flush();
+      await this.filled(n);
     }
   }
 
-  /** Starts writing what is buffered (after the previous write is done). */
-  async flush(): Promise<void> {
-    await this.writing;
+  /** Hands the current piece on and moves to the next; a promise when that one is still busy. */
+  private next(): Promise<void> | undefined {
+    this.dispatch();
+    this.slot = (this.slot + 1) % RING_SLOTS;
+    const busy = this.busy[this.slot];
+    if (this.failure) return Promise.reject(this.failure);
+    return busy && !busy.done ? busy.promise : undefined;
+  }
+
+  private dispatch(): void {
     if (this.fill === 0) return;
-    const bytes = this.piece.subarray(0, this.fill);
     const slot = this.slot;
+    const bytes = this.ring.subarray(slot * PIECE, slot * PIECE + this.fill);
     const at = this.start + this.written;
     this.written += this.fill;
     this.fill = 0;
-    this.writing = (async () => {
-      for (let done = 0; done < bytes.length;) {
-        const { bytesWritten } = await this.handle.write(
-          bytes,
-          done,
-          bytes.length - done,
-          at + done,
-        );
-        done += bytesWritten;
-      }
-      if (this.hash)
-        this.busy[slot] = this.hash
-          .updateFromRing(slot * PIECE, bytes.length)
-          .catch(() => undefined);
-    })();
-    this.writing.catch(() => undefined);
-    this.slot = (slot + 1) % RING_SLOTS;
-    await this.busy[this.slot]; // not refilled before the thread has hashed it
-    this.piece = Buffer.from(this.ring, this.slot * PIECE, PIECE);
+    const hashed = this.hash?.updateFromRing(slot * PIECE, bytes.length).catch(() => undefined);
+    const entry = { done: false, promise: Promise.resolve() };
+    entry.promise = Promise.all([writeFully(this.handle, bytes, at), hashed]).then(
+      () => {
+        entry.done = true;
+      },
+      (err: unknown) => {
+        entry.done = true;
+        this.failure ??= err;
+        throw err;
+      },
+    );
+    entry.promise.catch(() => undefined); // reported through `failure`
+    this.busy[slot] = entry;
   }
 
   /** Writes the rest and waits for every write; throws the first write error. */
   async close(): Promise<void> {
     try {
-      await this.flush();
-      await this.writing;
+      this.dispatch();
+      await Promise.all(this.busy.map((b) => b?.promise.catch(() => undefined)));
+      if (this.failure) throw this.failure;
     } finally {
       await this.handle.close();
     }
+  }
+}
+
+/** Writes all of `bytes` at `at`, however many writes that takes. */
+async function writeFully(handle: FileHandle, bytes: Buffer, at: number): Promise<void> {
+  for (let done = 0; done < bytes.length;) {
+    const { bytesWritten } = await handle.write(bytes, done, bytes.length - done, at + done);
+    done += bytesWritten;
+  }
+}
+
+/** Writes a response to a stream (standard output), hashing it on the way when asked. */
+class StreamSink implements BodyTarget {
+  private readonly scratch = Buffer.allocUnsafe(PIECE);
+  written = 0;
+
+  constructor(
+    private readonly out: Writable,
+    private readonly hash: ReturnType<typeof createHash> | undefined,
+  ) {}
+
+  space(): Buffer {
+    return this.scratch;
+  }
+
+  filled(n: number): Promise<void> | undefined {
+    // The scratch memory is read into again at once: the stream gets a copy.
+    return this.push(Buffer.from(this.scratch.subarray(0, n)));
+  }
+
+  write(data: Buffer): Promise<void> {
+    return this.push(data) ?? Promise.resolve();
+  }
+
+  private push(data: Buffer): Promise<void> | undefined {
+    this.hash?.update(data);
+    this.written += data.length;
+    if (this.out.write(data)) return undefined;
+    return new Promise((resolve) => this.out.once('drain', resolve));
   }
 }
 
@@ -440,6 +494,7 @@ async function transfer(
       headers,
       idempotent: true,
       retryServerErrors: true,
+      download: true,
       signal: options.signal,
     }).catch(async (err: unknown) => {
       throw await resumeHint(state, err);
@@ -561,30 +616,35 @@ async function writeBody(
   if (part && (state.offset === 0 || !state.hash)) await startHash(state, part);
   const sink = part
     ? new FileSink(await open(part, state.offset > 0 ? 'r+' : 'w', 0o600), state.offset, state.hash)
-    : undefined;
-  const out = options.stdout ?? process.stdout;
+    : new StreamSink(options.stdout ?? process.stdout, state.streamHash);
   let received = 0;
+  const progress = (n: number) => {
+    received += n;
+    options.onProgress?.(state.offset + received, state.expected);
+  };
   let cut: unknown = null;
   try {
-    for await (const data of res.body as AsyncIterable<Buffer>) {
-      received += data.length;
-      options.onProgress?.(state.offset + received, state.expected);
-      if (sink) await sink.write(data);
-      else {
-        state.streamHash?.update(data);
-        if (!out.write(data)) await new Promise((r) => out.once('drain', r));
-      }
-    }
+    await res.readInto({
+      space: () => sink.space(),
+      filled: (n) => {
+        progress(n);
+        return sink.filled(n);
+      },
+      write: (data) => {
+        progress(data.length);
+        return sink.write(data);
+      },
+    });
   } catch (err) {
     if (!isTransportError(err)) {
-      await sink?.close().catch(() => undefined);
+      if (sink instanceof FileSink) await sink.close().catch(() => undefined);
       throw err;
     }
     cut = err;
   }
   // Every byte received before a cut is kept: the next attempt goes on from there.
-  if (sink) await sink.close();
-  state.offset += sink ? sink.written : received;
+  if (sink instanceof FileSink) await sink.close();
+  state.offset += sink.written;
   return cut;
 }
 

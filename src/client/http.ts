@@ -1,6 +1,7 @@
 import http, { STATUS_CODES, type IncomingHttpHeaders, type IncomingMessage } from 'node:http';
 import https from 'node:https';
 import type { Readable } from 'node:stream';
+import { rawRequest, type BodyTarget } from './rawhttp.js';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
   ApiError,
@@ -94,14 +95,20 @@ export interface RawRequest {
   idempotent: boolean;
   /** Also retry 5xx answers (only sensible when idempotent). */
   retryServerErrors?: boolean;
+  /**
+   * A download: over plain HTTP its body is read straight into the taker's memory (rawhttp.ts).
+   * Only for GET and HEAD without a body.
+   */
+  download?: boolean;
   signal?: AbortSignal;
 }
 
-/** A response whose body has not been read yet: read it (text/json) or drop it (dump). */
+/** A response whose body has not been read yet: read it (readInto, text) or drop it (dump). */
 export interface Response {
   statusCode: number;
   headers: IncomingHttpHeaders;
-  body: IncomingMessage;
+  /** Reads the whole body into `target`; rejects with a transport error if the connection breaks. */
+  readInto(target: BodyTarget): Promise<void>;
   text(): Promise<string>;
   dump(): Promise<void>;
 }
@@ -117,7 +124,9 @@ function wrap(res: IncomingMessage): Response {
   return {
     statusCode: res.statusCode ?? 0,
     headers: res.headers,
-    body: res,
+    async readInto(target) {
+      for await (const data of res as AsyncIterable<Buffer>) await target.write(data);
+    },
     async text() {
       res.setEncoding('utf8');
       let text = '';
@@ -137,6 +146,13 @@ function wrap(res: IncomingMessage): Response {
 
 /** One attempt: resolves with the response headers, the body still to be read. */
 function attempt(url: URL, req: RawRequest, headers: Record<string, string>): Promise<Response> {
+  if (req.download && url.protocol === 'http:' && !req.body)
+    return rawRequest(url, {
+      method: req.method === 'HEAD' ? 'HEAD' : 'GET',
+      headers,
+      idleTimeoutMs: IDLE_TIMEOUT_MS,
+      signal: req.signal,
+    });
   const body = req.body?.();
   const out = { ...headers };
   if (typeof body === 'string' || Buffer.isBuffer(body)) {
