@@ -957,23 +957,34 @@ async function main() {
       continue;
     }
 
-    note(`curl GET content${tag}`);
+    // Twice, the faster kept, like fshare get below (every other file written is slower here).
     const curlOut = join(tmpRoot, 'curl.bin');
-    await settle();
-    const curl = await serverPhase(peaks, 'curl_get', async () =>
-      checked(
-        'curl',
-        await run(
+    for (let i = 0; i < 2; i++) {
+      note(`curl GET content${tag}`);
+      await settle();
+      const curl = await serverPhase(peaks, 'curl_get', async () =>
+        checked(
           'curl',
-          ['-sS', '-f', '-o', curlOut, '-H', `@${headerFile}`, `${server.url}/files/${id}/content`],
-          { measureRss: true },
+          await run(
+            'curl',
+            [
+              '-sS',
+              '-f',
+              '-o',
+              curlOut,
+              '-H',
+              `@${headerFile}`,
+              `${server.url}/files/${id}/content`,
+            ],
+            { measureRss: true },
+          ),
         ),
-      ),
-    );
-    rd.curl_get_mb_s = mbps(size, curl.seconds);
-    rd.curl_rss = curl.rss;
-    await verify(curlOut, digest, 'curl');
-    await rm(curlOut, { force: true });
+      );
+      rd.curl_get_mb_s = Math.max(rd.curl_get_mb_s ?? 0, mbps(size, curl.seconds));
+      rd.curl_rss = curl.rss;
+      await verify(curlOut, digest, 'curl');
+      await rm(curlOut, { force: true });
+    }
 
     if (nginx) {
       note(`curl GET from nginx${tag}`);
@@ -987,8 +998,10 @@ async function main() {
       await rm(curlOut, { force: true });
     }
 
-    // fshare get with and without hashing, in alternating order from round to round: the first
-    // 512 MiB download written after an upload runs up to a third slower here whichever it is.
+    // fshare get with and without hashing, twice each per round in ABBA order, keeping each
+    // one's faster run: on this VM every other 512 MiB file written runs up to 2× slower in the
+    // kernel whichever command writes it (bench/README.md, "Order matters"), so each variant gets
+    // one run on either side of that alternation.
     const getOut = join(tmpRoot, 'get.bin');
     const timedGet = async () => {
       note(`fshare get${tag}`);
@@ -999,9 +1012,12 @@ async function main() {
           await fshare(['get', id, '-o', getOut, '--no-progress'], { measureRss: true }),
         ),
       );
-      rd.get_mb_s = mbps(size, get.seconds);
-      rd.get_cpu_s = get.cpu;
-      rd.get_rss = get.rss;
+      const rate = mbps(size, get.seconds);
+      if (!(rd.get_mb_s >= rate)) {
+        rd.get_mb_s = rate;
+        rd.get_cpu_s = get.cpu;
+      }
+      rd.get_rss = Math.max(rd.get_rss ?? 0, get.rss ?? 0) || get.rss;
       note('verifying the downloaded bytes');
       await verify(getOut, digest, 'fshare get');
       await rm(getOut, { force: true });
@@ -1017,16 +1033,14 @@ async function main() {
           { env: { ...cliEnv, FSHARE_BENCH_NO_DIGEST: '1' } },
         ),
       );
-      rd.get_nohash_mb_s = mbps(size, plain.seconds);
+      rd.get_nohash_mb_s = Math.max(rd.get_nohash_mb_s ?? 0, mbps(size, plain.seconds));
       await rm(getOut, { force: true });
     };
-    if (r % 2 === 1) {
-      await timedGet();
-      await unhashedGet();
-    } else {
-      await unhashedGet();
-      await timedGet();
-    }
+    const [first, second] = r % 2 === 1 ? [timedGet, unhashedGet] : [unhashedGet, timedGet];
+    await first();
+    await second();
+    await second();
+    await first();
     rd.get_vs_digest_bound = rd.get_mb_s / Math.min(shaRate, rd.get_nohash_mb_s);
     // Each round uploads a new share: drop this one so the disk holds one copy at a time.
     checked('fshare rm', await fshare(['rm', id]));
