@@ -1,5 +1,11 @@
 import { CommanderError } from 'commander';
-import { ApiError, ClientInputError, NetworkError, VerificationError } from '../client/errors.js';
+import {
+  ApiError,
+  ClientInputError,
+  NetworkError,
+  TlsError,
+  VerificationError,
+} from '../client/errors.js';
 import { FileExistsError } from '../client/download.js';
 
 /** CLI.md's exit codes. */
@@ -39,7 +45,7 @@ export function exitCodeFor(err: unknown): number {
     return EXIT.failure;
   }
   if (err instanceof VerificationError) return EXIT.verification;
-  if (err instanceof NetworkError) return EXIT.network;
+  if (err instanceof NetworkError || err instanceof TlsError) return EXIT.network;
   if (err instanceof UsageError || err instanceof ClientInputError) return EXIT.usage;
   if (err instanceof AuthError) return EXIT.auth;
   if (err instanceof InterruptedError) return EXIT.interrupted;
@@ -50,17 +56,80 @@ export function exitCodeFor(err: unknown): number {
   return EXIT.failure;
 }
 
-/** The one line CLI.md asks for: `fshare: <the server's message> (HTTP 403)`. */
-export function errorLine(err: unknown): string {
-  const message = err instanceof Error ? err.message : String(err);
-  const oneLine = printable(message.replace(/\s*[\r\n]+\s*/g, ' ').trim()) || 'failed';
-  return err instanceof ApiError ? `fshare: ${oneLine} (HTTP ${err.status})` : `fshare: ${oneLine}`;
+/**
+ * A failure of the local system (a file that is missing, a directory, no permission, a full
+ * disk) in words that name the path; undefined for anything else.
+ */
+export function systemErrorText(err: unknown): string | undefined {
+  const e = err as NodeJS.ErrnoException | null;
+  if (!e || typeof e !== 'object' || typeof e.code !== 'string' || typeof e.syscall !== 'string')
+    return undefined;
+  const path = e.path ?? (e as { dest?: string }).dest;
+  const where = path ? `: ${path}` : '';
+  switch (e.code) {
+    case 'ENOENT':
+      return `no such file or directory${where}`;
+    case 'EACCES':
+    case 'EPERM':
+      return `permission denied${where}`;
+    case 'EISDIR':
+      return `is a directory, not a file${where}`;
+    case 'ENOTDIR':
+      return `not a directory${where}`;
+    case 'EEXIST':
+      return `already exists${where}`;
+    case 'ENOSPC':
+    case 'EDQUOT':
+      return `no space left on the device${where}`;
+    case 'EROFS':
+      return `read-only file system${where}`;
+    case 'EMFILE':
+    case 'ENFILE':
+      return 'too many open files (raise the limit with ulimit -n)';
+    case 'EIO':
+      return `input/output error${where}`;
+    default:
+      return undefined;
+  }
 }
 
-/** Prints the error line on stderr and returns the exit code to use. */
+/** What to do next, for errors where there is one obvious step. */
+function nextStep(err: unknown): string | undefined {
+  if (err instanceof ApiError && err.status === 401 && err.hint !== null)
+    return err.hint ?? 'run `fshare login` (or set FSHARE_TOKEN)';
+  return undefined;
+}
+
+/** The one line CLI.md asks for: `fshare: <the server's message> (HTTP 403)`. */
+export function errorLine(err: unknown): string {
+  const message = systemErrorText(err) ?? (err instanceof Error ? err.message : String(err));
+  let oneLine = printable(message.replace(/\s*[\r\n]+\s*/g, ' ').trim()) || 'failed';
+  if (err instanceof ApiError) oneLine += ` (HTTP ${err.status})`;
+  const step = nextStep(err);
+  return step ? `fshare: ${oneLine}; ${step}` : `fshare: ${oneLine}`;
+}
+
+/** `--debug` or FSHARE_DEBUG=1: errors show what lies under them, with their stacks. */
+export function debugEnabled(): boolean {
+  return process.env.FSHARE_DEBUG === '1' || process.argv.includes('--debug');
+}
+
+/** Prints the error line on stderr (and, when debugging, the error itself) and returns the exit code. */
 export function reportError(err: unknown): number {
   process.stderr.write(`${errorLine(err)}\n`);
+  if (debugEnabled()) process.stderr.write(`${debugText(err)}\n`);
   return exitCodeFor(err);
+}
+
+/** The error and every cause under it, with stacks. */
+export function debugText(err: unknown): string {
+  const parts: string[] = [];
+  for (let e: unknown = err, depth = 0; e !== undefined && depth < 8; depth++) {
+    parts.push(e instanceof Error ? (e.stack ?? `${e.name}: ${e.message}`) : String(e));
+    e = e instanceof Error ? e.cause : undefined;
+    if (e !== undefined) parts.push('caused by:');
+  }
+  return parts.join('\n');
 }
 
 /** A one-line warning on stderr (never stdout, which belongs to the command's output). */

@@ -94,6 +94,10 @@ export function createProgress(enabled: boolean): ProgressDisplay {
       if (stopped) return;
       stopped = true;
       multi.stop();
+      // cli-progress writes logged lines only at its next redraw, and stop() does not redraw: a
+      // line logged just before (the error of a failed upload) would never be seen.
+      const pending = (multi as unknown as { loggingBuffer?: string[] }).loggingBuffer ?? [];
+      for (const line of pending.splice(0)) process.stderr.write(line);
       for (const line of held.splice(0)) printNow(line);
     },
   };

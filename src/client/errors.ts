@@ -1,6 +1,8 @@
 /** The server answered with an error status; `message` is the server's own sentence. */
 export class ApiError extends Error {
   override readonly name = 'ApiError';
+  /** The next step to suggest (undefined: the usual one for the status; null: none). */
+  hint?: string | null;
   constructor(
     readonly status: number,
     message: string,
@@ -107,4 +109,41 @@ export function describeTransportError(err: unknown): string {
     default:
       return err instanceof Error && err.message ? err.message : 'network error';
   }
+}
+
+/** The server's TLS certificate could not be trusted, or the server does not speak TLS. */
+export class TlsError extends Error {
+  override readonly name = 'TlsError';
+}
+
+const TLS_REASONS: Record<string, string> = {
+  DEPTH_ZERO_SELF_SIGNED_CERT: 'its TLS certificate is self-signed',
+  SELF_SIGNED_CERT_IN_CHAIN: 'its TLS certificate chain ends in a self-signed certificate',
+  UNABLE_TO_GET_ISSUER_CERT_LOCALLY: 'its TLS certificate is signed by an unknown authority',
+  UNABLE_TO_GET_ISSUER_CERT: 'its TLS certificate is signed by an unknown authority',
+  UNABLE_TO_VERIFY_LEAF_SIGNATURE: 'its TLS certificate cannot be verified',
+  CERT_HAS_EXPIRED: 'its TLS certificate has expired',
+  CERT_NOT_YET_VALID: 'its TLS certificate is not valid yet',
+  ERR_TLS_CERT_ALTNAME_INVALID: 'its TLS certificate is for another host name',
+  CERT_REVOKED: 'its TLS certificate was revoked',
+};
+
+/**
+ * A TLS failure in words, with the way on; undefined for other errors. `server` is the URL the
+ * client was talking to.
+ */
+export function tlsError(server: string, err: unknown): TlsError | undefined {
+  const code = codeOf(err);
+  const message = err instanceof Error ? err.message : '';
+  if (code && TLS_REASONS[code])
+    return new TlsError(
+      `cannot trust ${server}: ${TLS_REASONS[code]} (to trust its authority, set NODE_EXTRA_CA_CERTS to its CA certificate file)`,
+      { cause: err },
+    );
+  if (code === 'EPROTO' || code === 'ERR_SSL_WRONG_VERSION_NUMBER' || /wrong version number/.test(message))
+    return new TlsError(
+      `${server} does not speak TLS there (try http:// instead of https://, or another port)`,
+      { cause: err },
+    );
+  return undefined;
 }

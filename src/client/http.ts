@@ -10,6 +10,7 @@ import {
   describeTransportError,
   isConnectError,
   isTransportError,
+  tlsError,
 } from './errors.js';
 
 export interface RetryPolicy {
@@ -206,7 +207,7 @@ export async function send(client: ApiClient, req: RawRequest): Promise<Response
       res = await attempt(url, req, headers);
     } catch (err) {
       if (req.signal?.aborted) throw req.signal.reason ?? err;
-      if (!isTransportError(err)) throw err;
+      if (!isTransportError(err)) throw tlsError(client.server, err) ?? err;
       const retryable = req.idempotent || isConnectError(err);
       if (!retryable || n > client.retry.retries) {
         const tries = n === 1 ? '' : ` (after ${n} attempts)`;

@@ -99,8 +99,8 @@ async function localFile(path: string): Promise<LocalFile> {
 /** The file changed while it was being uploaded: what was sent is not one version of it. */
 export class FileChangedError extends Error {
   override readonly name = 'FileChangedError';
-  constructor(path: string) {
-    super(`${path} changed while it was uploading; run the command again`);
+  constructor(path: string, options?: { cause?: unknown }) {
+    super(`${path} changed while it was uploading; run the command again`, options);
   }
 }
 
@@ -137,12 +137,7 @@ function chunkBody(
       Readable.from(
         (async function* () {
           yield head;
-          if (file.end > file.start)
-            yield* createReadStream(file.path, {
-              start: file.start,
-              end: file.end - 1,
-              highWaterMark: READ_PIECE,
-            });
+          yield* fileRange(file.path, file.start, file.end);
           let tail = '\r\n';
           for (const [name, value] of Object.entries(trailer))
             tail += `${part(name)}${await value}\r\n`;
@@ -151,6 +146,29 @@ function chunkBody(
         { objectMode: false },
       ),
   };
+}
+
+/**
+ * Bytes [start, end) of a file, read in 1 MiB pieces. A file that is shorter than it was, or
+ * gone, was changed while uploading: that is said in those words (and the request is cut, so the
+ * server never waits for bytes that will not come).
+ */
+async function* fileRange(path: string, start: number, end: number): AsyncGenerator<Buffer> {
+  if (end <= start) return;
+  let read = 0;
+  try {
+    for await (const piece of createReadStream(path, {
+      start,
+      end: end - 1,
+      highWaterMark: READ_PIECE,
+    })) {
+      read += (piece as Buffer).length;
+      yield piece as Buffer;
+    }
+  } catch (err) {
+    throw new FileChangedError(path, { cause: err });
+  }
+  if (read !== end - start) throw new FileChangedError(path);
 }
 
 interface Plan {

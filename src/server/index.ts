@@ -1,6 +1,6 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
-import type { Server } from 'node:http';
+import type { RequestListener, Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import express, { type Express, type RequestHandler } from 'express';
@@ -12,7 +12,11 @@ import type { Context } from './context.js';
 import { errorHandler, notFound } from './errors.js';
 import { HashWorker } from '../shared/hasher.js';
 import { LIMITS, type Limits } from './limits.js';
-import { DEFAULT_TOKEN_LIFETIME_SECONDS, type ServerOptions } from './options.js';
+import {
+  DEFAULT_TOKEN_LIFETIME_SECONDS,
+  type RequestEntry,
+  type ServerOptions,
+} from './options.js';
 import { PasswordHasher } from './passwords.js';
 import { LoginThrottle } from './throttle.js';
 import { authRoutes } from './routes/auth.js';
@@ -27,16 +31,19 @@ import { blobOf, type MetadataStore } from './store/index.js';
 import { LowdbStore } from './store/lowdb.js';
 import { UNPARSABLE } from './validate.js';
 
-export type { ServerOptions } from './options.js';
+export type { RequestEntry, ServerOptions } from './options.js';
 
 export interface FshareServer {
   app: Express;
   /** Starts listening; port 0 picks a free port. */
   listen(port: number, host: string): Promise<{ url: string; port: number }>;
-  /** Stops accepting, lets in-flight requests finish, flushes metadata. */
-  close(): Promise<void>;
+  /**
+   * Stops accepting, lets in-flight requests finish (for at most `graceMs`, when given, then
+   * cuts them), flushes metadata.
+   */
+  close(options?: { graceMs?: number }): Promise<void>;
   /** Set on the first start when the administrator's password was generated (print it once). */
-  generatedAdmin?: { username: string; password: string };
+  generatedAdmin?: { username: string; password: string; file: string };
 }
 
 /** API.md "CORS": the reference server's browser client must work against us. */
@@ -70,15 +77,32 @@ const deferredJson: RequestHandler = (req, res, next) => {
   });
 };
 
-function requestLog(log: (line: string) => void): RequestHandler {
+/** One entry per request, when the response is done or the client went away. */
+function requestLog(log: (entry: RequestEntry) => void): RequestHandler {
   return (req, res, next) => {
     const started = process.hrtime.bigint();
+    const socket = req.socket;
+    const sentBefore = socket.bytesWritten;
     res.on('close', () => {
-      const ms = Number(process.hrtime.bigint() - started) / 1e6;
-      log(`${req.method} ${req.originalUrl} ${res.statusCode} ${ms.toFixed(1)}ms`);
+      log({
+        time: new Date().toISOString(),
+        remote: socket.remoteAddress ?? '-',
+        method: req.method,
+        // Never the query string: it is where a secret would go.
+        path: req.originalUrl.replace(/\?.*$/s, ''),
+        status: res.headersSent ? res.statusCode : 0, // 0: no answer was sent
+        bytes: Math.max(0, socket.bytesWritten - sentBefore),
+        ms: Number(process.hrtime.bigint() - started) / 1e6,
+        aborted: !res.writableFinished,
+      });
     });
     next();
   };
+}
+
+/** The plain one-line form of a request entry. */
+export function requestLine(e: RequestEntry): string {
+  return `${e.method} ${e.path} ${e.status} ${e.ms.toFixed(1)}ms${e.aborted ? ' (cut short)' : ''}`;
 }
 
 async function loadSecret(dataDir: string): Promise<string> {
@@ -123,15 +147,57 @@ export async function createServer(options: ServerOptions): Promise<FshareServer
   const { dataDir } = options;
   const log =
     options.notice ?? options.log ?? ((line: string) => process.stderr.write(`${line}\n`));
-  await mkdir(dataDir, { recursive: true, mode: 0o700 });
-  await chmod(dataDir, 0o700);
-
   const limits: Limits = {
     ...LIMITS,
     ...options.limits,
     maxChunkBytes: options.maxChunkBytes ?? options.limits?.maxChunkBytes ?? LIMITS.maxChunkBytes,
     minFreeBytes: options.minFreeBytes ?? options.limits?.minFreeBytes ?? LIMITS.minFreeBytes,
   };
+  // Until the data is open, every request is told to come back (the port may be bound first).
+  let handler: RequestListener = (_req, res) => {
+    res.writeHead(503, { 'Content-Type': 'application/json', 'Retry-After': '1' });
+    res.end(JSON.stringify({ status: 'fail', message: 'The server is starting; try again' }));
+  };
+  let bound: { server: Server; url: string; port: number } | undefined;
+  if (options.bind)
+    bound = await bindHttp((req, res) => handler(req, res), limits, log, options.bind);
+  try {
+    return await openServer(options, dataDir, limits, log, bound, (app) => (handler = app));
+  } catch (err) {
+    if (bound) await new Promise((resolve) => bound!.server.close(resolve));
+    throw err;
+  }
+}
+
+/** Listens on `port` and `host`; rejects (EADDRINUSE, EACCES…) with nothing else done. */
+function bindHttp(
+  listener: RequestListener,
+  limits: Limits,
+  log: (line: string) => void,
+  { port, host }: { port: number; host: string },
+): Promise<{ server: Server; url: string; port: number }> {
+  return new Promise((resolve, reject) => {
+    const s = createHttpServer(listener, limits, log);
+    s.once('error', reject);
+    s.listen(port, host, () => {
+      s.off('error', reject);
+      const { port: actual } = s.address() as AddressInfo;
+      const shownHost = host.includes(':') ? `[${host}]` : host;
+      resolve({ server: s, url: `http://${shownHost}:${actual}`, port: actual });
+    });
+  });
+}
+
+async function openServer(
+  options: ServerOptions,
+  dataDir: string,
+  limits: Limits,
+  log: (line: string) => void,
+  bound: { server: Server; url: string; port: number } | undefined,
+  ready: (app: Express) => void,
+): Promise<FshareServer> {
+  await mkdir(dataDir, { recursive: true, mode: 0o700 });
+  await chmod(dataDir, 0o700);
   const store = await LowdbStore.open(dataDir, { repair: options.repair, log });
   const noDigest = process.env.FSHARE_BENCH_NO_DIGEST === '1';
   if (noDigest) log('FSHARE_BENCH_NO_DIGEST=1: new content gets no sha256 (for benchmarks only)');
@@ -168,7 +234,14 @@ export async function createServer(options: ServerOptions): Promise<FshareServer
   if ((await store.userCount()) === 0) {
     const username = options.adminUser ?? 'admin';
     const password = options.adminPassword ?? randomBytes(12).toString('base64url');
-    if (!options.adminPassword) generatedAdmin = { username, password };
+    if (!options.adminPassword) {
+      generatedAdmin = { username, password, file: join(dataDir, 'admin-password') };
+      // Also kept where only this account can read it: a printed password is easily lost.
+      await writeFile(generatedAdmin.file, `${username}\n${password}\n`, {
+        mode: 0o600,
+        flag: 'w',
+      });
+    }
     await store.addUser({
       id: randomUUID(),
       username,
@@ -192,7 +265,11 @@ export async function createServer(options: ServerOptions): Promise<FshareServer
   app.disable('x-powered-by');
   app.set('etag', false);
   app.set('query parser', 'simple');
-  if (options.log) app.use(requestLog(options.log));
+  if (options.requestLog) app.use(requestLog(options.requestLog));
+  else if (options.log) {
+    const line = options.log;
+    app.use(requestLog((e) => line(requestLine(e))));
+  }
   app.use(cors);
   app.use(deferredJson);
   app.use(identify(tokens, store));
@@ -205,30 +282,35 @@ export async function createServer(options: ServerOptions): Promise<FshareServer
   app.use(notFound);
   app.use(errorHandler(log));
 
-  let server: Server | undefined;
+  let server: Server | undefined = bound?.server;
+  ready(app);
   return {
     app,
     generatedAdmin,
-    listen(port, host) {
-      return new Promise((resolve, reject) => {
-        const s = createHttpServer(app, limits, log);
-        s.listen(port, host);
-        s.once('error', reject);
-        s.once('listening', () => {
-          server = s;
-          const { port: actual } = s.address() as AddressInfo;
-          const shownHost = host.includes(':') ? `[${host}]` : host;
-          resolve({ url: `http://${shownHost}:${actual}`, port: actual });
-        });
-      });
+    async listen(port, host) {
+      if (bound) return { url: bound.url, port: bound.port }; // bound before the data was opened
+      const b = await bindHttp(app, limits, log, { port, host });
+      server = b.server;
+      return { url: b.url, port: b.port };
     },
-    async close() {
+    async close({ graceMs }: { graceMs?: number } = {}) {
       clearInterval(sweeper);
       stopped = true;
       if (server) {
-        const closed = new Promise<void>((resolve) => server!.close(() => resolve()));
-        server.closeIdleConnections();
-        await closed;
+        const s = server;
+        const closed = new Promise<void>((resolve) => s.close(() => resolve()));
+        // Connections close as soon as they are idle; past the grace period, whatever is still
+        // transferring is cut.
+        const idle = setInterval(() => s.closeIdleConnections(), 250);
+        s.closeIdleConnections();
+        const cut =
+          graceMs === undefined ? undefined : setTimeout(() => s.closeAllConnections(), graceMs);
+        try {
+          await closed;
+        } finally {
+          clearInterval(idle);
+          clearTimeout(cut);
+        }
       }
       await digesting;
       await storage.close();

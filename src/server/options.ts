@@ -22,9 +22,31 @@ export interface ServerOptions {
   limits?: Partial<Limits>;
   /** Receives one line per request (method, path, status, ms); absent: no request log. */
   log?: (line: string) => void;
+  /** Receives one entry per request, for structured logs; used instead of `log` when given. */
+  requestLog?: (entry: RequestEntry) => void;
+  /**
+   * Binds this address before the data directory is touched, so a port in use fails with
+   * nothing created; requests that come while the server opens its data get 503.
+   */
+  bind?: { port: number; host: string };
   /** Receives notices (a dropped torn journal entry, a repair, a failed background task);
    * default: `log`, else stderr. */
   notice?: (line: string) => void;
 }
 
 export const DEFAULT_TOKEN_LIFETIME_SECONDS = 7 * 24 * 3600;
+
+/** One request, as the request log sees it. Paths never carry the query string. */
+export interface RequestEntry {
+  time: string;
+  remote: string;
+  method: string;
+  path: string;
+  /** 0 when no answer was sent (the client went away first). */
+  status: number;
+  /** Bytes sent to the client for this request (headers and body). */
+  bytes: number;
+  ms: number;
+  /** The client went away before the response was complete. */
+  aborted: boolean;
+}

@@ -40,7 +40,12 @@ export function registerAuth(program: Command): void {
       const password = options.passwordStdin
         ? (await readStdinLines(1, 'the password'))[0]!
         : await promptHidden(`Password for ${username} on ${session.server}: `);
-      const res = await login(session.anonymousClient(), username, password);
+      const res = await login(session.anonymousClient(), username, password).catch(
+        (err: unknown) => {
+          if (err instanceof ApiError && err.status === 401) err.hint = null; // this was the login
+          throw err;
+        },
+      );
       const where = await remember(session, res);
       if (session.opts.json)
         printJson({ server: session.server, username: res.username, stored: where });

@@ -1,6 +1,7 @@
 import { resolve } from 'node:path';
-import { Command, InvalidArgumentError } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import { parseChunkSize } from '../args.js';
+import type { RequestEntry } from '../../server/options.js';
 
 interface ServeOptions {
   host: string;
@@ -18,6 +19,8 @@ interface ServeOptions {
   tokenLifetime: number;
   quiet?: boolean;
   repair?: boolean;
+  logFormat: 'pretty' | 'json';
+  grace: number;
 }
 
 function port(value: string): number {
@@ -87,18 +90,37 @@ export function registerServe(program: Command): void {
       'open connections from one client address (default 128)',
       count,
     )
-    .option(
-      '--min-free <size>',
-      "free space kept on the data directory's disk: uploads that would use it get 507",
-      sizeOrZero,
-      256 * 1024 * 1024,
+    .addOption(
+      new Option(
+        '--min-free <size>',
+        "free space kept on the data directory's disk: uploads that would use it get 507",
+      )
+        .argParser(sizeOrZero)
+        .default(256 * 1024 * 1024, '256m'),
     )
-    .option('--token-lifetime <duration>', 'how long issued tokens stay valid', duration, 7 * 86400)
+    .addOption(
+      new Option('--token-lifetime <duration>', 'how long issued tokens stay valid')
+        .argParser(duration)
+        .default(7 * 86400, '7d'),
+    )
     .option(
       '--repair',
       'start even if the metadata journal is damaged: keep every valid entry, move the journal aside',
     )
     .option('-q, --quiet', 'no request log')
+    .addOption(
+      new Option('--log-format <format>', 'request log: one line per request, or one JSON object')
+        .choices(['pretty', 'json'])
+        .default('pretty'),
+    )
+    .addOption(
+      new Option(
+        '--grace <duration>',
+        'on SIGINT/SIGTERM, how long transfers in progress may finish before they are cut',
+      )
+        .argParser(duration)
+        .default(10, '10s'),
+    )
     .addHelpText(
       'after',
       `
@@ -112,13 +134,14 @@ Examples:
     )
     .action(async (opts: ServeOptions) => {
       const dataDir = resolve(opts.dataDir);
-      const log = opts.quiet ? undefined : (line: string) => process.stderr.write(`${line}\n`);
       const notice = (line: string) => process.stderr.write(`${line}\n`);
       // Loaded on demand, so client commands do not pay for express, multer and lowdb.
       const { createServer } = await import('../../server/index.js');
       const { DamagedMetadataError } = await import('../../server/store/index.js');
       const server = await createServer({
         dataDir,
+        // The port first: when it is taken, nothing is created (no data directory, no admin).
+        bind: { port: opts.port, host: opts.host },
         secret: process.env.FSHARE_SECRET || undefined,
         adminUser: opts.adminUser ?? process.env.FSHARE_ADMIN_USER ?? undefined,
         adminPassword: opts.adminPassword ?? process.env.FSHARE_ADMIN_PASSWORD ?? undefined,
@@ -135,19 +158,20 @@ Examples:
         },
         tokenLifetimeSeconds: opts.tokenLifetime,
         repair: opts.repair,
-        log,
+        requestLog: opts.quiet ? undefined : requestLogger(opts.logFormat),
         notice,
       }).catch((err: unknown) => {
         // Damaged metadata is one clear message with the way out (exit 1), not a stack trace.
         if (err instanceof DamagedMetadataError) throw new Error(err.message);
-        throw err;
+        throw bindError(err, opts);
       });
       const { url } = await server.listen(opts.port, opts.host);
       if (server.generatedAdmin) {
-        const { username, password } = server.generatedAdmin;
+        const { username, password, file } = server.generatedAdmin;
         process.stdout.write(
           `Created administrator "${username}" with password: ${password}\n` +
-            `(shown only this once; change it with: fshare passwd)\n`,
+            `(also kept in ${file}, readable only by you; change it with fshare passwd,\n` +
+            ` then delete that file)\n`,
         );
       }
       process.stdout.write(`Listening on ${url}  (data: ${dataDir})\n`);
@@ -156,13 +180,13 @@ Examples:
       const stop = (signal: string) => {
         if (stopping) return;
         stopping = true;
-        process.stderr.write(`${signal}: finishing in-flight requests…\n`);
-        // A stuck client must not keep the process alive forever.
-        setTimeout(() => process.exit(1), 10_000).unref();
-        server.close().then(
+        notice(
+          `${signal}: no new connections; transfers in progress have ${opts.grace}s to finish`,
+        );
+        server.close({ graceMs: opts.grace * 1000 }).then(
           () => process.exit(0),
           (err: unknown) => {
-            process.stderr.write(`fshare serve: ${(err as Error).message}\n`);
+            notice(`fshare serve: ${(err as Error).message}`);
             process.exit(1);
           },
         );
@@ -170,4 +194,28 @@ Examples:
       process.on('SIGINT', () => stop('SIGINT'));
       process.on('SIGTERM', () => stop('SIGTERM'));
     });
+}
+
+/** The request log: `pretty` (one readable line) or `json` (one object per line). */
+function requestLogger(format: 'pretty' | 'json') {
+  return (e: RequestEntry) => {
+    const line =
+      format === 'json'
+        ? JSON.stringify({ ...e, ms: Math.round(e.ms * 10) / 10 })
+        : `${e.time} ${e.remote} ${e.method} ${e.path} ${e.status || '-'} ${e.bytes}B ${e.ms.toFixed(1)}ms` +
+          (e.aborted ? ' cut short' : '');
+    process.stderr.write(`${line}\n`);
+  };
+}
+
+/** A port that cannot be had, in words (no stack trace). */
+function bindError(err: unknown, opts: ServeOptions): unknown {
+  const code = (err as NodeJS.ErrnoException | null)?.code;
+  const where = `${opts.host}:${opts.port}`;
+  if (code === 'EADDRINUSE')
+    return new Error(`${where} is already in use (pick another with --port, or stop what uses it)`);
+  if (code === 'EACCES')
+    return new Error(`not allowed to listen on ${where} (ports below 1024 need privileges)`);
+  if (code === 'EADDRNOTAVAIL') return new Error(`${opts.host} is not an address of this machine`);
+  return err;
 }

@@ -7,7 +7,11 @@ import {
   patchUser,
   revokeTokens,
   setQuota,
+  whoami,
 } from '../../client/api.js';
+import { ApiError } from '../../client/errors.js';
+import type { ApiClient } from '../../client/http.js';
+import type { User } from '../../shared/types.js';
 import { formatSize, parseSize } from '../../shared/size.js';
 import { openSession } from '../context.js';
 import { readNewPassword } from '../input.js';
@@ -15,6 +19,21 @@ import { UsageError, examples, printDetails, printJson, printLine, printTable } 
 import { addPageOptions, listPaged, localIso, shortDate } from '../lists.js';
 import { userShape } from '../shapes.js';
 import { applyPermissionChanges, formatPermissions, parsePermissionList } from './perms.js';
+
+/**
+ * GET /users/<name>. The protocol answers 403 both for "not yours" and for "no such user"; an
+ * administrator may see every user, so for one a 403 can only mean the second, and says so.
+ */
+async function findUser(client: ApiClient, name: string): Promise<User> {
+  try {
+    return await getUser(client, name);
+  } catch (err) {
+    if (!(err instanceof ApiError) || err.status !== 403) throw err;
+    const me = await whoami(client).catch(() => undefined);
+    if (me?.permissions.includes('ADMIN')) throw new ApiError(404, `no such user: ${name}`);
+    throw err;
+  }
+}
 
 export function registerUsers(program: Command): void {
   const users = program
@@ -67,7 +86,7 @@ export function registerUsers(program: Command): void {
     .addHelpText('after', examples(['fshare users show bob', 'fshare users show bob --json']))
     .action(async (name: string, _options: object, cmd: Command) => {
       const session = openSession(cmd);
-      const user = await getUser(await session.client(), name);
+      const user = await findUser(await session.client(), name);
       if (session.opts.json) return printJson(userShape(user));
       printDetails([
         ['user', user.username],
@@ -161,7 +180,7 @@ export function registerUsers(program: Command): void {
       const permissions =
         options.set !== undefined
           ? parsePermissionList([options.set])
-          : applyPermissionChanges((await getUser(client, name)).permissions, changes);
+          : applyPermissionChanges((await findUser(client, name)).permissions, changes);
       await patchUser(client, name, { permissions });
       if (session.opts.json) printJson(userShape(await getUser(client, name)));
       else printLine(`${name}: ${formatPermissions(permissions)}`);

@@ -1,0 +1,207 @@
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { readFile, rm, stat, writeFile } from 'node:fs/promises';
+import http from 'node:http';
+import { createServer, type AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { execa, type ResultPromise } from 'execa';
+import { afterAll, describe, expect, it } from 'vitest';
+import { BIN, cleanEnv, createCli, tempDir } from '../helpers/cli.js';
+
+/** `fshare serve` as an operator meets it: the port, the first start, the log, the stop. */
+
+const cleanup: (() => Promise<unknown>)[] = [];
+afterAll(async () => {
+  for (const task of cleanup.reverse()) await task().catch(() => undefined);
+});
+
+interface Running {
+  child: ResultPromise;
+  url: string;
+  stdout(): string;
+  stderr(): string;
+}
+
+async function serve(args: string[], env: Record<string, string> = {}): Promise<Running> {
+  const child = execa('node', [BIN, 'serve', '--port', '0', '--min-free', '16m', ...args], {
+    env: cleanEnv(env),
+    extendEnv: false,
+    stdin: 'ignore',
+    reject: false,
+    buffer: false,
+  });
+  let out = '';
+  let err = '';
+  child.stdout?.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr?.on('data', (d: Buffer) => (err += d.toString()));
+  const url = await new Promise<string>((resolve, reject) => {
+    const check = setInterval(() => {
+      const m = /Listening on (http:\/\/\S+)/.exec(out);
+      if (m) {
+        clearInterval(check);
+        resolve(m[1]!);
+      }
+    }, 20);
+    void child.then((r) => {
+      clearInterval(check);
+      reject(new Error(`serve exited ${r.exitCode}: ${err}`));
+    });
+  });
+  cleanup.push(async () => {
+    child.kill('SIGKILL');
+    await child;
+  });
+  return { child, url, stdout: () => out, stderr: () => err };
+}
+
+/** Waits until `test` holds for the server's stderr (the log is written after the response). */
+async function logged(running: Running, test: (text: string) => boolean): Promise<string> {
+  for (let i = 0; i < 200 && !test(running.stderr()); i++)
+    await new Promise((r) => setTimeout(r, 25));
+  return running.stderr();
+}
+
+describe('fshare serve, as an operator meets it', () => {
+  it('a port in use: one clear line, exit 1, and nothing created (no data directory, no admin)', async () => {
+    const blocker = createServer();
+    await new Promise<void>((r) => blocker.listen(0, '127.0.0.1', r));
+    cleanup.push(() => new Promise((r) => blocker.close(r)));
+    const port = (blocker.address() as AddressInfo).port;
+    const dir = await tempDir('inuse');
+    const data = join(dir, 'data');
+    const res = await execa('node', [BIN, 'serve', '--port', String(port), '--data-dir', data], {
+      env: cleanEnv(),
+      extendEnv: false,
+      reject: false,
+      stdin: 'ignore',
+    });
+    expect(res.exitCode).toBe(1);
+    expect(res.stderr.trim().split('\n')).toHaveLength(1);
+    expect(res.stderr).toMatch(new RegExp(`127\\.0\\.0\\.1:${port} is already in use`));
+    expect(res.stdout).not.toMatch(/password/);
+    expect(existsSync(data)).toBe(false);
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('the first start keeps the generated admin password in a 0600 file that signs in', async () => {
+    const dir = await tempDir('first');
+    cleanup.push(() => rm(dir, { recursive: true, force: true }));
+    const running = await serve(['--data-dir', join(dir, 'data'), '--quiet']);
+    const printed = /password: (\S+)/.exec(running.stdout())![1]!;
+    const file = join(dir, 'data', 'admin-password');
+    expect(running.stdout()).toContain(file);
+    expect((await stat(file)).mode & 0o777).toBe(0o600);
+    expect(await readFile(file, 'utf8')).toBe(`admin\n${printed}\n`);
+    const cli = await createCli();
+    const login = await cli.run(
+      ['--server', running.url, 'login', '-u', 'admin', '--password-stdin'],
+      {
+        input: `${(await readFile(file, 'utf8')).split('\n')[1]}\n`,
+      },
+    );
+    expect(login.exitCode).toBe(0);
+  });
+
+  it('--help shows defaults in human units', async () => {
+    const res = await execa('node', [BIN, 'serve', '--help'], {
+      env: cleanEnv(),
+      extendEnv: false,
+    });
+    expect(res.stdout).toMatch(/--min-free <size>[\s\S]*default:\s+256m/);
+    expect(res.stdout).toMatch(/--token-lifetime <duration>[\s\S]*default:\s+7d/);
+    expect(res.stdout).toMatch(/--grace <duration>[\s\S]*default:\s+10s/);
+    expect(res.stdout).not.toMatch(/268435456|604800/);
+  });
+
+  it('the JSON request log: ISO time, client address, path without its query, status, bytes, duration', async () => {
+    const dir = await tempDir('log');
+    cleanup.push(() => rm(dir, { recursive: true, force: true }));
+    const running = await serve(['--data-dir', join(dir, 'data'), '--log-format', 'json']);
+    await fetch(`${running.url}/whoami?token=SECRET-IN-QUERY`);
+    const text = await logged(running, (t) => t.includes('"/whoami"'));
+    expect(text).not.toContain('SECRET-IN-QUERY');
+    const line = text.split('\n').find((l) => l.includes('"/whoami"'))!;
+    const entry = JSON.parse(line) as Record<string, unknown>;
+    expect(entry).toMatchObject({
+      remote: '127.0.0.1',
+      method: 'GET',
+      path: '/whoami',
+      status: 200,
+      aborted: false,
+    });
+    expect(new Date(entry.time as string).toISOString()).toBe(entry.time);
+    expect(entry.bytes).toBeGreaterThan(0);
+    expect(typeof entry.ms).toBe('number');
+  });
+
+  it('a client that goes away mid-download is one log line, never a stack trace', async () => {
+    const dir = await tempDir('gone');
+    cleanup.push(() => rm(dir, { recursive: true, force: true }));
+    const running = await serve(['--data-dir', join(dir, 'data')], {
+      FSHARE_ADMIN_USER: 'admin',
+      FSHARE_ADMIN_PASSWORD: 'admin-password-123',
+    });
+    const { id, token } = await bigShare(running.url, dir);
+    await new Promise<void>((resolve) => {
+      const req = http.get(
+        `${running.url}/files/${id}/content`,
+        { headers: { authorization: `Bearer ${token}` } },
+        (res) => {
+          res.once('data', () => {
+            req.destroy();
+            resolve();
+          });
+        },
+      );
+      req.on('error', () => undefined);
+    });
+    const text = await logged(running, (t) =>
+      / \/files\/\S+\/content 200 \d+B \S+ cut short/.test(t),
+    );
+    expect(text).toMatch(/GET \/files\/\S+\/content 200 \d+B \S+ cut short/);
+    expect(text).not.toMatch(/\n\s+at /);
+  });
+
+  it('SIGTERM while a download stalls: the transfer gets its grace, then the server exits 0', async () => {
+    const dir = await tempDir('grace');
+    cleanup.push(() => rm(dir, { recursive: true, force: true }));
+    const running = await serve(['--data-dir', join(dir, 'data'), '--grace', '1s'], {
+      FSHARE_ADMIN_USER: 'admin',
+      FSHARE_ADMIN_PASSWORD: 'admin-password-123',
+    });
+    const { id, token } = await bigShare(running.url, dir);
+    // A reader that takes the first bytes and then reads nothing more: the download stalls.
+    const stalled = await new Promise<http.IncomingMessage>((resolve) =>
+      http.get(
+        `${running.url}/files/${id}/content`,
+        { headers: { authorization: `Bearer ${token}` } },
+        (res) => {
+          res.pause();
+          resolve(res);
+        },
+      ),
+    );
+    stalled.on('error', () => undefined);
+    running.child.kill('SIGTERM');
+    const result = await running.child;
+    expect(result.exitCode).toBe(0);
+    expect(running.stderr()).toMatch(
+      /SIGTERM: no new connections; transfers in progress have 1s to finish/,
+    );
+    expect(running.stderr()).toMatch(/GET \/files\/\S+\/content 200 \d+B \S+ cut short/);
+  });
+});
+
+/** A 64 MiB share (larger than any socket buffer), uploaded with the CLI; its id and a token. */
+async function bigShare(url: string, dir: string): Promise<{ id: string; token: string }> {
+  const cli = await createCli();
+  const login = await cli.run(['--server', url, 'login', '-u', 'admin', '--password-stdin'], {
+    input: 'admin-password-123\n',
+  });
+  expect(login.exitCode).toBe(0);
+  const file = join(dir, 'big.bin');
+  await writeFile(file, randomBytes(64 * 1024 * 1024));
+  const [share] = await cli.json<{ share_id: string }[]>(['--server', url, 'upload', file]);
+  const token = (await cli.run(['--server', url, 'token'])).stdout.trim();
+  return { id: share!.share_id, token };
+}
