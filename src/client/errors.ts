@@ -140,7 +140,11 @@ export function tlsError(server: string, err: unknown): TlsError | undefined {
       `cannot trust ${server}: ${TLS_REASONS[code]} (to trust its authority, set NODE_EXTRA_CA_CERTS to its CA certificate file)`,
       { cause: err },
     );
-  if (code === 'EPROTO' || code === 'ERR_SSL_WRONG_VERSION_NUMBER' || /wrong version number/.test(message))
+  if (
+    code === 'EPROTO' ||
+    code === 'ERR_SSL_WRONG_VERSION_NUMBER' ||
+    /wrong version number/.test(message)
+  )
     return new TlsError(
       `${server} does not speak TLS there (try http:// instead of https://, or another port)`,
       { cause: err },

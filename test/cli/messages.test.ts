@@ -1,0 +1,181 @@
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { chmod, mkdir, rm, writeFile } from 'node:fs/promises';
+import https from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { execa } from 'execa';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  ADMIN,
+  BIN,
+  ROOT,
+  cleanEnv,
+  createCli,
+  startServe,
+  tempDir,
+  type Cli,
+  type Serve,
+} from '../helpers/cli.js';
+
+/**
+ * The CLI says what happened: one line, naming what went wrong and the next step, visible even
+ * when a progress bar was on the screen, never a raw Node error.
+ */
+
+let serve: Serve;
+let admin: Cli;
+let work: string;
+
+beforeAll(async () => {
+  serve = await startServe();
+  admin = await createCli();
+  const login = await admin.run(
+    ['--server', serve.url, 'login', '-u', ADMIN.username, '--password-stdin'],
+    {
+      input: `${ADMIN.password}\n`,
+    },
+  );
+  expect(login.exitCode).toBe(0);
+  work = await tempDir('messages');
+});
+
+afterAll(async () => {
+  await serve?.stop();
+  await rm(work, { recursive: true, force: true });
+});
+
+/** One line on stderr, starting with "fshare: ". */
+function oneLine(stderr: string): string {
+  const lines = stderr.trim().split('\n');
+  expect(lines).toHaveLength(1);
+  expect(lines[0]).toMatch(/^fshare: /);
+  expect(stderr).not.toMatch(/\n\s+at |Error:|ENOENT|EISDIR|EACCES/);
+  return lines[0]!;
+}
+
+describe('errors say what happened', () => {
+  it('on a terminal, the error of a failed upload stays visible after its progress bar', async () => {
+    const file = join(work, 'tty.bin');
+    await writeFile(file, randomBytes(100_000));
+    const cfg = await tempDir('tty');
+    // `script` gives the command a pseudo-terminal, so the progress bars are drawn.
+    const res = await execa(
+      'script',
+      ['-qec', `node ${BIN} --server ${serve.url} upload ${file}`, '/dev/null'],
+      {
+        env: cleanEnv({
+          FSHARE_CONFIG_DIR: cfg,
+          FSHARE_KEYRING: 'off',
+          TERM: 'xterm',
+          COLUMNS: '100',
+        }),
+        extendEnv: false,
+        reject: false,
+        stdin: 'ignore',
+      },
+    );
+    expect(res.exitCode).toBe(3);
+    expect(res.stdout).toMatch(/tty\.bin/); // the bar was drawn
+    expect(res.stdout).toMatch(/fshare: .*\(HTTP 401\); run `fshare login`/);
+  });
+
+  it('local files: missing, a directory, unreadable, each named, exit 2, no share left', async () => {
+    const dir = join(work, 'adir');
+    await mkdir(dir, { recursive: true });
+    const locked = join(work, 'locked.bin');
+    await writeFile(locked, 'x');
+    await chmod(locked, 0o000);
+    const before = await admin.json<{ shares: unknown[] }>(['--server', serve.url, 'ls', '--all']);
+    const missing = await admin.run(['--server', serve.url, 'upload', join(work, 'nope.bin')]);
+    expect(missing.exitCode).toBe(2);
+    expect(oneLine(missing.stderr)).toContain(join(work, 'nope.bin'));
+    const isDir = await admin.run(['--server', serve.url, 'upload', dir]);
+    expect(isDir.exitCode).toBe(2);
+    expect(oneLine(isDir.stderr)).toMatch(new RegExp(`not a regular file: ${dir}`));
+    if (process.getuid?.() !== 0) {
+      // root reads any file: the check only means something for other users
+      const unreadable = await admin.run(['--server', serve.url, 'upload', locked]);
+      expect(oneLine(unreadable.stderr)).toContain(locked);
+    }
+    const after = await admin.json<{ shares: unknown[] }>(['--server', serve.url, 'ls', '--all']);
+    expect(after.shares).toHaveLength(before.shares.length);
+  });
+
+  it('get into a directory that does not exist names it; nothing raw leaks', async () => {
+    const file = join(work, 'small.bin');
+    await writeFile(file, 'hello');
+    const [share] = await admin.json<{ share_id: string }[]>([
+      '--server',
+      serve.url,
+      'upload',
+      file,
+    ]);
+    const target = join(work, 'no', 'such', 'dir', 'out.bin');
+    const res = await admin.run(['--server', serve.url, 'get', share!.share_id, '-o', target]);
+    expect(res.exitCode).toBe(1);
+    expect(oneLine(res.stderr)).toMatch(/no such file or directory: .*no\/such\/dir\/out\.bin/);
+  });
+
+  it('not signed in: the 401 says to run fshare login; a wrong password at login does not', async () => {
+    const anon = await createCli();
+    const res = await anon.run(['--server', serve.url, 'ls']);
+    expect(res.exitCode).toBe(3);
+    expect(oneLine(res.stderr)).toMatch(/\(HTTP 401\); run `fshare login`/);
+    const bad = await anon.run(
+      ['--server', serve.url, 'login', '-u', 'admin', '--password-stdin'],
+      {
+        input: 'wrong\n',
+      },
+    );
+    expect(bad.exitCode).toBe(3);
+    expect(oneLine(bad.stderr)).not.toMatch(/run `fshare login`/);
+  });
+
+  it('an administrator asking for a user who does not exist: "no such user", exit 4', async () => {
+    const res = await admin.run(['--server', serve.url, 'users', 'show', 'ghost']);
+    expect(res.exitCode).toBe(4);
+    expect(oneLine(res.stderr)).toMatch(/no such user: ghost/);
+  });
+
+  it('a server whose TLS certificate cannot be trusted: said in words with the way on, exit 6', async () => {
+    const tls = https.createServer(
+      {
+        key: readFileSync(join(ROOT, 'test/fixtures/tls/key.pem')),
+        cert: readFileSync(join(ROOT, 'test/fixtures/tls/cert.pem')),
+      },
+      (_req, res) => res.end('{}'),
+    );
+    await new Promise<void>((r) => tls.listen(0, '127.0.0.1', r));
+    const url = `https://127.0.0.1:${(tls.address() as AddressInfo).port}`;
+    try {
+      const res = await admin.run(['--server', url, 'whoami']);
+      expect(res.exitCode).toBe(6);
+      expect(oneLine(res.stderr)).toMatch(
+        /cannot trust https:\/\/127\.0\.0\.1:\d+: its TLS certificate is self-signed .*NODE_EXTRA_CA_CERTS/,
+      );
+      // https:// to a server that speaks plain HTTP
+      const plain = await admin.run(['--server', serve.url.replace('http:', 'https:'), 'whoami']);
+      expect(plain.exitCode).toBe(6);
+      expect(oneLine(plain.stderr)).toMatch(/does not speak TLS there \(try http:\/\//);
+    } finally {
+      tls.close();
+    }
+  });
+
+  it('--debug (or FSHARE_DEBUG=1) shows the error underneath, with its stack', async () => {
+    const res = await admin.run([
+      '--server',
+      serve.url,
+      'upload',
+      join(work, 'nope.bin'),
+      '--debug',
+    ]);
+    expect(res.stderr.split('\n')[0]).toMatch(/^fshare: no such file: /);
+    expect(res.stderr).toMatch(/\n\s+at /);
+    const env = await admin.run(['--server', serve.url, 'users', 'show', 'ghost'], {
+      env: { FSHARE_DEBUG: '1' },
+    });
+    expect(env.stderr).toMatch(/ApiError/);
+  });
+});
