@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { rm, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ADMIN, createCli, startServe, tempDir, type Cli, type Serve } from '../helpers/cli.js';
@@ -128,6 +129,15 @@ describe('--json: one documented shape per kind of object', () => {
       TRANSFER,
       'get --range',
     );
+    // A slice without -o is never saved under the whole file's name.
+    const slice = await json<{ path: string; size: number }>(['get', id, '--range', '5-14']);
+    expect(slice).toMatchObject({ path: join(work, 'renamed.bin.5-14'), size: 10 });
+    expect(
+      (await readFile(join(work, 'renamed.bin.5-14'))).equals(
+        (await readFile(file)).subarray(5, 15),
+      ),
+    ).toBe(true);
+    expect(existsSync(join(work, 'renamed.bin'))).toBe(false);
     const removed = await json<unknown[]>(['rm', id]);
     expectShape(removed[0], { share_id: 'string', deleted: 'boolean' }, 'rm[0]');
   });
