@@ -9,7 +9,7 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createShare, del, expectStatus, sendChunk } from '../helpers/http.js';
+import { createShare, del, expectStatus, sendChunk, sendParts } from '../helpers/http.js';
 import { BIN, ROOT, ensureBuilt } from '../helpers/serve.js';
 import { ADMIN, login } from '../helpers/server.js';
 
@@ -87,51 +87,57 @@ function syncOf(calls: Call[], fd: string, after: number): number {
   return c ? c.line : Infinity;
 }
 
+/** Starts `fshare serve` under strace; the log holds every traced call, in order. */
+async function startTraced(): Promise<{ url: string; log: string; dataDir: string }> {
+  await ensureBuilt();
+  root ??= await mkdtemp(join(tmpdir(), 'fshare-strace-'));
+  const dataDir = join(root, `data-${randomBytes(4).toString('hex')}`);
+  const log = join(root, `strace-${randomBytes(4).toString('hex')}.log`);
+  child = spawn(
+    'strace',
+    [
+      '-f',
+      '-qq',
+      '-o',
+      log,
+      '-e',
+      'trace=openat,link,linkat,rename,renameat,renameat2,unlink,unlinkat,fsync,fdatasync',
+      process.execPath,
+      BIN,
+      'serve',
+      '--port',
+      '0',
+      '--data-dir',
+      dataDir,
+      '--quiet',
+      '--min-free',
+      '16m',
+    ],
+    {
+      cwd: ROOT,
+      env: {
+        ...process.env,
+        FSHARE_ADMIN_USER: ADMIN.username,
+        FSHARE_ADMIN_PASSWORD: ADMIN.password,
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
+  const url = await new Promise<string>((resolve, reject) => {
+    let out = '';
+    child!.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+      const m = /Listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(out);
+      if (m) resolve(m[1]!);
+    });
+    child!.once('exit', (code) => reject(new Error(`server exited ${code}`)));
+  });
+  return { url, log, dataDir };
+}
+
 describe.skipIf(Boolean(unavailable))('durable steps, in order', () => {
   it('content: synced, linked, directory synced, then recorded; delete: recorded, then removed', async () => {
-    await ensureBuilt();
-    root = await mkdtemp(join(tmpdir(), 'fshare-strace-'));
-    const dataDir = join(root, 'data');
-    const log = join(root, 'strace.log');
-    child = spawn(
-      'strace',
-      [
-        '-f',
-        '-qq',
-        '-o',
-        log,
-        '-e',
-        'trace=openat,link,linkat,rename,renameat,renameat2,unlink,unlinkat,fsync,fdatasync',
-        process.execPath,
-        BIN,
-        'serve',
-        '--port',
-        '0',
-        '--data-dir',
-        dataDir,
-        '--quiet',
-        '--min-free',
-        '16m',
-      ],
-      {
-        cwd: ROOT,
-        env: {
-          ...process.env,
-          FSHARE_ADMIN_USER: ADMIN.username,
-          FSHARE_ADMIN_PASSWORD: ADMIN.password,
-        },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      },
-    );
-    const url = await new Promise<string>((resolve, reject) => {
-      let out = '';
-      child!.stdout!.on('data', (d: Buffer) => {
-        out += d.toString();
-        const m = /Listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(out);
-        if (m) resolve(m[1]!);
-      });
-      child!.once('exit', (code) => reject(new Error(`server exited ${code}`)));
-    });
+    const { url, log } = await startTraced();
     const token = await login(url, ADMIN.username, ADMIN.password);
     const id = await createShare(url, token, 'traced.bin');
     expectStatus(
@@ -141,7 +147,7 @@ describe.skipIf(Boolean(unavailable))('durable steps, in order', () => {
     const uploadAnswered = (await readFile(log, 'utf8')).split('\n').length;
     expectStatus(await del(url, `/files/${id}`, { token }), 200);
     const deleteAnswered = (await readFile(log, 'utf8')).split('\n').length;
-    child.kill('SIGKILL');
+    child!.kill('SIGKILL');
     await new Promise((r) => child!.once('exit', r));
     const calls = parse(await readFile(log, 'utf8'));
 
@@ -167,5 +173,42 @@ describe.skipIf(Boolean(unavailable))('durable steps, in order', () => {
       (c) => c.name === 'fdatasync' && c.args === journal.fd && c.line > recordSync,
     )!;
     expect(deleteSync.line).toBeLessThan(unlink.line);
+  });
+
+  it('a chunk is answered only after its bytes and then its log line are durable (group commit)', async () => {
+    const { url, log } = await startTraced();
+    const token = await login(url, ADMIN.username, ADMIN.password);
+    const id = await createShare(url, token, 'placed.bin');
+    const data = randomBytes(10_000);
+    // Chunk 0 of 2, placed (Dropzone's layout fields): answered 200, not yet complete.
+    const res = await sendParts(url, token, id, [
+      { name: 'dzuuid', value: 'placed' },
+      { name: 'dzchunkindex', value: '0' },
+      { name: 'dztotalchunks', value: '2' },
+      { name: 'dzchunkbyteoffset', value: '0' },
+      { name: 'dzchunksize', value: '6000' },
+      { name: 'dztotalfilesize', value: String(data.length) },
+      { name: 'upload', filename: 'blob', data: data.subarray(0, 6000) },
+    ]);
+    expectStatus(res, 200);
+    const answered = (await readFile(log, 'utf8')).split('\n').length;
+    child!.kill('SIGKILL');
+    await new Promise((r) => child!.once('exit', r));
+    const calls = parse(await readFile(log, 'utf8'));
+    const dataSyncs = opens(calls, /\/uploads\/[^"]+\/data"/).map((o) =>
+      syncOf(calls, o.fd, o.line),
+    );
+    const dataSync = Math.min(...dataSyncs);
+    const append = opens(calls, /\/uploads\/[^"]+\/log", O_WRONLY\|O_CREAT\|O_APPEND/).at(-1)!;
+    expect(append, 'the log line is appended').toBeDefined();
+    const logSync = Math.min(
+      ...opens(calls, /\/uploads\/[^"]+\/log"/)
+        .filter((o) => o.line >= append.line)
+        .map((o) => syncOf(calls, o.fd, o.line)),
+    );
+    // The bytes are durable before the line that counts them is written …
+    expect(dataSync).toBeLessThan(append.line);
+    // … and that line is durable before the answer.
+    expect(logSync).toBeLessThan(answered);
   });
 });

@@ -152,6 +152,35 @@ interface Source {
   end: number;
 }
 
+/**
+ * Group commit: `sync()` resolves after an fsync that started after it was called. Callers that
+ * come while one runs share the next one, so N chunks finishing together cost about two fsyncs.
+ */
+class GroupSync {
+  private running: Promise<void> | null = null;
+  private queued: Promise<void> | null = null;
+
+  constructor(private readonly syncOnce: () => Promise<void>) {}
+
+  sync(): Promise<void> {
+    if (this.queued) return this.queued;
+    const before = this.running ?? Promise.resolve();
+    const next: Promise<void> = before
+      .catch(() => undefined)
+      .then(async () => {
+        this.queued = null;
+        this.running = next;
+        try {
+          await this.syncOnce();
+        } finally {
+          if (this.running === next) this.running = null;
+        }
+      });
+    this.queued = next;
+    return next;
+  }
+}
+
 class Upload {
   state: 'open' | 'done' = 'open';
   /** False until the first chunk is committed: a refused first chunk leaves no upload behind. */
@@ -163,6 +192,27 @@ class Upload {
   readonly writers = new Map<number, Writer>();
   sha256?: string;
   lastActivity = Date.now();
+  /** Makes the log's appended lines durable, one fsync for every chunk waiting on it. */
+  readonly logSync = new GroupSync(async () => {
+    if (this.state !== 'open') return; // finished: its log is gone, and no longer needed
+    const handle = await open(join(this.dir, 'log'), 'r');
+    try {
+      await handle.datasync();
+    } finally {
+      await handle.close();
+    }
+  });
+
+  /** The same for the `data` file of placed chunks. */
+  readonly dataSync = new GroupSync(async () => {
+    if (this.state !== 'open') return;
+    const handle = await open(this.dataPath, 'r');
+    try {
+      await handle.datasync();
+    } finally {
+      await handle.close();
+    }
+  });
 
   constructor(
     readonly name: string,
@@ -386,10 +436,11 @@ export class FileStorage implements ContentStorage {
     const handle = await open(received.path, constants.O_WRONLY | constants.O_CREAT, 0o600);
     try {
       await this.pump(body, received, handle, start, length);
-      if (!received.writer!.aborted) await handle.datasync();
     } finally {
       await handle.close();
     }
+    // Durable before it is recorded; chunks written together share the fsync of the file.
+    if (!received.writer!.aborted) await received.upload!.dataSync.sync();
   }
 
   /**
@@ -502,8 +553,9 @@ export class FileStorage implements ContentStorage {
     // The hashing thread reads a chunk file of its own back as it arrives; that file is renamed
     // or removed below, so those reads must be done first.
     if (received.kind !== 'inplace') await received.spec?.hash.settled().catch(() => undefined);
+    let stored: Upload | undefined;
     try {
-      return await this.withUpload(shareId, fields, true, async (upload) => {
+      const outcome = await this.withUpload(shareId, fields, true, async (upload) => {
         if (received.upload && received.upload !== upload)
           throw new ChunkRefusedError('finished', 'This upload has already finished');
         if (
@@ -525,15 +577,22 @@ export class FileStorage implements ContentStorage {
           (i) => upload.committed.has(i),
           (i) => upload.source(i),
         );
-        if (upload.committed.size < upload.meta.total) return 'stored';
+        if (upload.committed.size < upload.meta.total) {
+          stored = upload;
+          return 'stored';
+        }
         return this.complete(shareId, upload, publish);
       });
+      // Its log line is made durable before the chunk is acknowledged, outside the lock, so the
+      // chunks of an upload that arrive together share the fsync.
+      if (stored) await stored.logSync.sync();
+      return outcome;
     } finally {
       await this.discard(received);
     }
   }
 
-  /** Checks a received chunk against its upload and makes it part of it, durably. */
+  /** Checks a received chunk against its upload and makes it part of it (commit makes its log line durable). */
   private async record(upload: Upload, fields: ChunkFields, received: Received): Promise<void> {
     const { index } = fields;
     if (!upload.persisted) {
@@ -545,7 +604,7 @@ export class FileStorage implements ContentStorage {
       if (upload.sha256 && upload.sha256 !== fields.sha256)
         throw new ChunkRefusedError('invalid', 'dzsha256 differs from the one earlier chunks sent');
       if (!upload.sha256) {
-        await this.appendLog(upload, `h ${fields.sha256}\n`);
+        await this.appendLog(upload, `h ${fields.sha256}\n`, false);
         upload.sha256 = fields.sha256;
       }
     }
@@ -559,7 +618,7 @@ export class FileStorage implements ContentStorage {
       if (received.kind !== 'inplace')
         await this.copyIntoPlace(upload, index, received, start, length);
       await fault('chunk.before-record');
-      await this.appendLog(upload, `c ${index} ${length} -\n`);
+      await this.appendLog(upload, `c ${index} ${length} -\n`, false);
       upload.committed.set(index, { length });
       if (received.kind === 'inplace') upload.writers.delete(index);
       return;
@@ -574,7 +633,7 @@ export class FileStorage implements ContentStorage {
     await fsyncDir(upload.dir);
     await fault('chunk.before-record');
     const offset = fields.offset ?? '-';
-    await this.appendLog(upload, `c ${index} ${received.bytes} ${offset}\n`);
+    await this.appendLog(upload, `c ${index} ${received.bytes} ${offset}\n`, false);
     upload.committed.set(index, { length: received.bytes, offset: fields.offset });
   }
 
@@ -725,11 +784,17 @@ export class FileStorage implements ContentStorage {
     this.uploads.delete(upload.name);
   }
 
-  private async appendLog(upload: Upload, line: string): Promise<void> {
+  /**
+   * Appends a line to the upload's log. `durable`: fsynced before this returns (a line that must
+   * be on disk before the next step, such as `d` before its region is overwritten); otherwise
+   * the caller makes it durable with `upload.logSync.sync()` before it acknowledges anything, so
+   * that chunks arriving together share one fsync (group commit) and the lock is not held for it.
+   */
+  private async appendLog(upload: Upload, line: string, durable = true): Promise<void> {
     const handle = await open(join(upload.dir, 'log'), 'a', 0o600);
     try {
       await writeFully(handle, Buffer.from(line), null);
-      await handle.datasync();
+      if (durable) await handle.datasync();
     } finally {
       await handle.close();
     }
