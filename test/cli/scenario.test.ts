@@ -24,7 +24,8 @@ function expectErrorLine(stderr: string, status?: number): void {
   const lines = stderr.trimEnd().split('\n');
   expect(lines).toHaveLength(1);
   expect(lines[0]).toMatch(/^fshare: \S/);
-  if (status !== undefined) expect(lines[0]).toMatch(new RegExp(`\\(HTTP ${status}\\)$`));
+  // The status ends the server's words; a next step may follow it ("; run `fshare login`").
+  if (status !== undefined) expect(lines[0]).toMatch(new RegExp(`\\(HTTP ${status}\\)(; .+)?$`));
 }
 
 describe('fshare end to end against fshare serve', () => {
