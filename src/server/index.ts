@@ -53,7 +53,7 @@ const cors: RequestHandler = (req, res, next) => {
     'Access-Control-Allow-Headers': 'Authorization, Content-Type, Range, If-Range, If-None-Match',
     'Access-Control-Allow-Methods': 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS',
     'Access-Control-Expose-Headers':
-      'Content-Disposition, Content-Range, Content-Length, Location, ETag, Accept-Ranges',
+      'Content-Disposition, Content-Range, Content-Length, Location, ETag, Accept-Ranges, Repr-Digest',
     'Access-Control-Max-Age': '600',
   });
   if (req.method === 'OPTIONS') {

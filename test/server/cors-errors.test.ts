@@ -30,7 +30,14 @@ function expectAllowsOrigin(res: Res): void {
 
 function expectExposes(res: Res): void {
   const exposed = list(res.headers['access-control-expose-headers']);
-  for (const h of ['content-disposition', 'content-range', 'content-length', 'location']) {
+  for (const h of [
+    'content-disposition',
+    'content-range',
+    'content-length',
+    'location',
+    'etag',
+    'repr-digest',
+  ]) {
     expect(exposed, `Access-Control-Expose-Headers lists ${h}`).toContain(h);
   }
 }
