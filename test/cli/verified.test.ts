@@ -306,6 +306,33 @@ describe('verified transfers against fshare serve', () => {
     }
   });
 
+  it('a file that shrinks while it uploads: one line saying it changed, exit 1, no share left', async () => {
+    const path = join(work, 'shrinks.bin');
+    await writeFile(path, randomBytes(4 * 1024 * 1024));
+    const proxy = chunkCounter(serve.url);
+    const via = await proxy.start();
+    proxy.state.delayMs = 150;
+    try {
+      const before = await admin.json<{ shares: unknown[] }>(['ls', '--all']);
+      const child = uploadInBackground(via, path, ['--chunk-size', '512k', '--parallel', '1']);
+      for (let i = 0; i < 400 && proxy.state.statuses.length === 0; i++) await sleep(10);
+      const handle = await open(path, 'r+');
+      await handle.truncate(1024 * 1024 + 100); // chunks past here can no longer be read
+      await handle.close();
+      const res = await child;
+      expect(res.exitCode).toBe(1);
+      const lines = String(res.stderr).trim().split('\n');
+      expect(lines).toHaveLength(1);
+      expect(lines[0]).toMatch(/changed while it was uploading; run the command again/);
+      expect(lines[0]).toContain(path);
+      expect(String(res.stderr)).not.toMatch(/blob|ERR_|\n\s+at /);
+      const after = await admin.json<{ shares: unknown[] }>(['ls', '--all']);
+      expect(after.shares).toHaveLength(before.shares.length);
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it('an upload refused for good (413 over quota) leaves no share and no record', async () => {
     const add = await admin.run(
       ['users', 'add', 'quinn', '--password-stdin', '--perms', 'CREATE,READ,LIST,DELETE'],
