@@ -1,6 +1,6 @@
 import http, { STATUS_CODES, type IncomingHttpHeaders, type IncomingMessage } from 'node:http';
 import https from 'node:https';
-import type { Readable } from 'node:stream';
+import type { Writable } from 'node:stream';
 import { rawRequest, type BodyTarget } from './rawhttp.js';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
@@ -81,8 +81,13 @@ export function backoffDelay(policy: RetryPolicy, attempt: number): number {
   return Math.round(exp * (0.75 + Math.random() * 0.5));
 }
 
-/** A request body: bytes, or a stream made afresh for every attempt, with its exact length. */
-export type Body = string | Buffer | { length: number; type?: string; stream: () => Readable };
+/**
+ * A request body: bytes, or a writer called afresh for every attempt, with its exact length. The
+ * writer writes the body to the request (awaiting each write, so it can reuse its buffers) and
+ * resolves when it has written all of it.
+ */
+export type Body =
+  string | Buffer | { length: number; type?: string; write: (out: Writable) => Promise<void> };
 
 export interface RawRequest {
   method: string;
@@ -185,11 +190,11 @@ function attempt(url: URL, req: RawRequest, headers: Record<string, string>): Pr
     });
     if (body === undefined) request.end();
     else if (typeof body === 'string' || Buffer.isBuffer(body)) request.end(body);
-    else {
-      const stream = body.stream();
-      stream.once('error', (err) => request.destroy(err));
-      stream.pipe(request);
-    }
+    else
+      body.write(request).then(
+        () => request.end(),
+        (err: unknown) => request.destroy(err as Error),
+      );
   });
 }
 

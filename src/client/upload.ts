@@ -1,8 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import { createReadStream } from 'node:fs';
-import { stat } from 'node:fs/promises';
+import { open, stat, type FileHandle } from 'node:fs/promises';
 import { basename, resolve } from 'node:path';
-import { Readable } from 'node:stream';
+import type { Writable } from 'node:stream';
 import { createFile, deleteFile, getFile, idFromUrl, lockFile, uploadState } from './api.js';
 import { ApiError, ClientInputError, VerificationError } from './errors.js';
 import { send, toApiError, type ApiClient, type Body } from './http.js';
@@ -133,42 +132,59 @@ function chunkBody(
   return {
     length: head.length + (file.end - file.start) + tailLength,
     type: `multipart/form-data; boundary=${boundary}`,
-    stream: () =>
-      Readable.from(
-        (async function* () {
-          yield head;
-          yield* fileRange(file.path, file.start, file.end);
-          let tail = '\r\n';
-          for (const [name, value] of Object.entries(trailer))
-            tail += `${part(name)}${await value}\r\n`;
-          yield Buffer.from(tail + end);
-        })(),
-        { objectMode: false },
-      ),
+    async write(out: Writable) {
+      await writeTo(out, head);
+      await writeFileRange(out, file.path, file.start, file.end);
+      let tail = '\r\n';
+      for (const [name, value] of Object.entries(trailer))
+        tail += `${part(name)}${await value}\r\n`;
+      await writeTo(out, Buffer.from(tail + end));
+    },
   };
 }
 
+/** Writes and resolves once the bytes are handed on (the buffer may then be used again). */
+function writeTo(out: Writable, data: Buffer): Promise<void> {
+  return new Promise((resolve, reject) =>
+    out.write(data, (err) => (err ? reject(err) : resolve())),
+  );
+}
+
+/** Read buffers, used again from chunk to chunk: memory stays at a few MiB whatever the file. */
+const spare: Buffer[] = [];
+
 /**
- * Bytes [start, end) of a file, read in 1 MiB pieces. A file that is shorter than it was, or
- * gone, was changed while uploading: that is said in those words (and the request is cut, so the
- * server never waits for bytes that will not come).
+ * Writes bytes [start, end) of a file, read in 1 MiB pieces into two buffers used in turn (one is
+ * read into while the other is written). A file that is shorter than it was, or gone, was changed
+ * while uploading: that is said in those words (and the request is cut, so the server never waits
+ * for bytes that will not come).
  */
-async function* fileRange(path: string, start: number, end: number): AsyncGenerator<Buffer> {
+async function writeFileRange(out: Writable, path: string, start: number, end: number) {
   if (end <= start) return;
-  let read = 0;
+  const buffers = [
+    spare.pop() ?? Buffer.allocUnsafeSlow(READ_PIECE),
+    spare.pop() ?? Buffer.allocUnsafeSlow(READ_PIECE),
+  ];
+  let handle: FileHandle | undefined;
+  let writing: Promise<void> | undefined;
   try {
-    for await (const piece of createReadStream(path, {
-      start,
-      end: end - 1,
-      highWaterMark: READ_PIECE,
-    })) {
-      read += (piece as Buffer).length;
-      yield piece as Buffer;
+    handle = await open(path, 'r').catch((err: unknown) => {
+      throw new FileChangedError(path, { cause: err });
+    });
+    for (let at = start, turn = 0; at < end; turn ^= 1) {
+      const buffer = buffers[turn]!;
+      const { bytesRead } = await handle.read(buffer, 0, Math.min(READ_PIECE, end - at), at);
+      if (bytesRead === 0) throw new FileChangedError(path);
+      await writing; // the other buffer's write: at most one in flight, and this one is free
+      writing = writeTo(out, buffer.subarray(0, bytesRead));
+      at += bytesRead;
     }
-  } catch (err) {
-    throw new FileChangedError(path, { cause: err });
+    await writing;
+    spare.push(...buffers);
+  } finally {
+    writing?.catch(() => undefined);
+    await handle?.close();
   }
-  if (read !== end - start) throw new FileChangedError(path);
 }
 
 interface Plan {
