@@ -177,6 +177,7 @@ async function writeFileRange(out: Writable, path: string, start: number, end: n
       if (bytesRead === 0) throw new FileChangedError(path);
       await writing; // the other buffer's write: at most one in flight, and this one is free
       writing = writeTo(out, buffer.subarray(0, bytesRead));
+      writing.catch(() => undefined); // awaited at the next turn; never an unhandled rejection
       at += bytesRead;
     }
     await writing;

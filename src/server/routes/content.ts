@@ -364,6 +364,15 @@ async function sendContent(
       return;
     }
     streaming = true;
+    if (reader.writeTo) {
+      // A failure here is the client going away (or the disk failing mid-answer): the answer
+      // cannot be changed any more, so the connection is cut and the request log says so.
+      reader.writeTo(res, start, end).then(
+        () => res.end(),
+        () => res.destroy(),
+      );
+      return;
+    }
     const body = reader.stream(start, end);
     body.on('error', () => res.destroy());
     res.on('close', () => body.destroy());

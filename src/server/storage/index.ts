@@ -1,4 +1,4 @@
-import type { Readable } from 'node:stream';
+import type { Readable, Writable } from 'node:stream';
 
 /**
  * Content storage: the bytes of shares and of unfinished chunked uploads. One implementation
@@ -124,6 +124,12 @@ export interface ContentReader {
   mtimeMs: number;
   /** Streams bytes [start, end] (inclusive); the stream closes the reader when it ends. */
   stream(start: number, end: number): Readable;
+  /**
+   * Optional, and preferred when present: writes bytes [start, end] (inclusive) to `out` from a
+   * few buffers used again and again (each write awaited), then closes the reader. Rejects when
+   * `out` fails (the client went away); the reader is closed either way.
+   */
+  writeTo?(out: Writable, start: number, end: number): Promise<void>;
   close(): Promise<void>;
 }
 
