@@ -22,8 +22,8 @@ import { fileHasher } from './hashing.js';
 
 /** Bytes are written in pieces of this size: few system calls, flat memory. */
 const PIECE = 1024 * 1024;
-/** Pieces in the ring shared with the hashing thread (8 MiB). */
-const RING_SLOTS = 8;
+/** Pieces in the ring shared with the hashing thread (16 MiB: with 8, a hashing thread that lost its core for a moment stalled the socket, and the stalls cost more system time than the copy). */
+const RING_SLOTS = 16;
 
 /** `A-B` (inclusive), `A-` (from A to the end) or `-N` (the last N bytes). */
 export type ByteRange = { start: number; end?: number } | { suffix: number };
@@ -177,7 +177,7 @@ async function headFailure(client: ApiClient, id: string, status: number): Promi
  * (rawhttp.ts); a full piece is handed to a positional write and, at once and in order, to the
  * hashing thread, which hashes it from the shared memory (no copy, no reading back) while the next
  * pieces fill. A piece is refilled only once it is both written and hashed, so the download waits
- * for the disk or the hash rather than buffering without bound: memory stays at the ring's 8 MiB.
+ * for the disk or the hash rather than buffering without bound: memory stays at the ring's 16 MiB.
  */
 class FileSink implements BodyTarget {
   private readonly ring: Buffer;
