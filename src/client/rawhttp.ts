@@ -18,7 +18,10 @@ export interface BodyTarget {
   space(): Buffer;
   /** `n` bytes were read into the last `space()`; a promise when the target must be waited for. */
   filled(n: number): Promise<void> | undefined;
-  /** Bytes that arrived elsewhere (with the headers, or inside chunked framing): copied in. */
+  /**
+   * Bytes that arrived elsewhere (with the headers, or inside chunked framing): copied in. The
+   * buffer is the target's to keep: it is never written into again.
+   */
   write(data: Buffer): Promise<void>;
 }
 
@@ -256,8 +259,11 @@ export function rawRequest(url: URL, options: RawRequestOptions): Promise<RawRes
           if (!settleBody) return false;
           let pending: Promise<void> | undefined;
           // The read that follows the head still used the scratch memory (the next read's
-          // memory is chosen when a read ends): those bytes are copied in.
-          if (chunked || buf.buffer === scratch.buffer) pending = take(buf.subarray(0, n));
+          // memory is chosen when a read ends): those bytes are copied in, from a copy of their
+          // own, since the scratch is read into again at once and a taker may keep what it is
+          // given (an asynchronous stdout did, and wrote later bytes in their place).
+          if (chunked || buf.buffer === scratch.buffer)
+            pending = take(Buffer.from(buf.subarray(0, n)));
           else {
             // Read into the target's own memory; bytes past the body are not counted.
             const counted = remaining < 0 ? n : Math.min(remaining, n);

@@ -1,5 +1,5 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import { open, stat, type FileHandle } from 'node:fs/promises';
+import { open, stat } from 'node:fs/promises';
 import { basename, resolve } from 'node:path';
 import type { Writable } from 'node:stream';
 import { createFile, deleteFile, getFile, idFromUrl, lockFile, uploadState } from './api.js';
@@ -8,6 +8,7 @@ import { send, toApiError, type ApiClient, type Body } from './http.js';
 import { fileHasher } from './hashing.js';
 import { createLimiter, type Limiter } from './limit.js';
 import { sharePath, shareUrl } from './refs.js';
+import { ShortFileError, writeFileRange } from '../shared/copy.js';
 
 export const DEFAULT_CHUNK_SIZE = 8 * 1024 * 1024;
 export const DEFAULT_PARALLEL = 4;
@@ -134,7 +135,7 @@ function chunkBody(
     type: `multipart/form-data; boundary=${boundary}`,
     async write(out: Writable) {
       await writeTo(out, head);
-      await writeFileRange(out, file.path, file.start, file.end);
+      await writeFileRangeOf(out, file.path, file.start, file.end);
       let tail = '\r\n';
       for (const [name, value] of Object.entries(trailer))
         tail += `${part(name)}${await value}\r\n`;
@@ -150,41 +151,22 @@ function writeTo(out: Writable, data: Buffer): Promise<void> {
   );
 }
 
-/** Read buffers, used again from chunk to chunk: memory stays at a few MiB whatever the file. */
-const spare: Buffer[] = [];
-
 /**
- * Writes bytes [start, end) of a file, read in 1 MiB pieces into two buffers used in turn (one is
- * read into while the other is written). A file that is shorter than it was, or gone, was changed
- * while uploading: that is said in those words (and the request is cut, so the server never waits
- * for bytes that will not come).
+ * Writes bytes [start, end) of a file (shared/copy.ts). A file that is shorter than it was, or
+ * gone, was changed while uploading: that is said in those words (and the request is cut, so the
+ * server never waits for bytes that will not come).
  */
-async function writeFileRange(out: Writable, path: string, start: number, end: number) {
+async function writeFileRangeOf(out: Writable, path: string, start: number, end: number) {
   if (end <= start) return;
-  const buffers = [
-    spare.pop() ?? Buffer.allocUnsafeSlow(READ_PIECE),
-    spare.pop() ?? Buffer.allocUnsafeSlow(READ_PIECE),
-  ];
-  let handle: FileHandle | undefined;
-  let writing: Promise<void> | undefined;
+  const handle = await open(path, 'r').catch((err: unknown) => {
+    throw new FileChangedError(path, { cause: err });
+  });
   try {
-    handle = await open(path, 'r').catch((err: unknown) => {
-      throw new FileChangedError(path, { cause: err });
-    });
-    for (let at = start, turn = 0; at < end; turn ^= 1) {
-      const buffer = buffers[turn]!;
-      const { bytesRead } = await handle.read(buffer, 0, Math.min(READ_PIECE, end - at), at);
-      if (bytesRead === 0) throw new FileChangedError(path);
-      await writing; // the other buffer's write: at most one in flight, and this one is free
-      writing = writeTo(out, buffer.subarray(0, bytesRead));
-      writing.catch(() => undefined); // awaited at the next turn; never an unhandled rejection
-      at += bytesRead;
-    }
-    await writing;
-    spare.push(...buffers);
+    await writeFileRange(handle, out, start, end);
+  } catch (err) {
+    throw err instanceof ShortFileError ? new FileChangedError(path, { cause: err }) : err;
   } finally {
-    writing?.catch(() => undefined);
-    await handle?.close();
+    await handle.close();
   }
 }
 

@@ -28,6 +28,19 @@ function expectErrorLine(stderr: string, status?: number): void {
   if (status !== undefined) expect(lines[0]).toMatch(new RegExp(`\\(HTTP ${status}\\)(; .+)?$`));
 }
 
+/**
+ * Bytes written to stdout equal the expected ones; on a mismatch, says how (length, first
+ * differing offset, stderr) rather than only "false".
+ */
+function expectSameBytes(got: { stdout: Buffer; stderr: string; exitCode: number }, want: Buffer) {
+  if (got.stdout.equals(want)) return;
+  let at = 0;
+  while (at < Math.min(got.stdout.length, want.length) && got.stdout[at] === want[at]) at++;
+  expect.fail(
+    `stdout has ${got.stdout.length} bytes, expected ${want.length}; first difference at ${at}; exit ${got.exitCode}; stderr: ${got.stderr}`,
+  );
+}
+
 describe('fshare end to end against fshare serve', () => {
   let serve: Serve;
   let admin: Cli;
@@ -218,11 +231,11 @@ describe('fshare end to end against fshare serve', () => {
   it('downloads a byte range to stdout', async () => {
     const slice = await alice.runBinary(['get', share.share_id, '--range', '100-199', '-o', '-']);
     expect(slice.exitCode).toBe(0);
-    expect(slice.stdout.equals(original.subarray(100, 200))).toBe(true);
+    expectSameBytes(slice, original.subarray(100, 200));
     const tail = await alice.runBinary(['get', share.share_id, '--range', '-10', '-o', '-']);
-    expect(tail.stdout.equals(original.subarray(original.length - 10))).toBe(true);
+    expectSameBytes(tail, original.subarray(original.length - 10));
     const from = await alice.runBinary(['get', share.share_id, '--range', '999990-', '-o', '-']);
-    expect(from.stdout.equals(original.subarray(999_990))).toBe(true);
+    expectSameBytes(from, original.subarray(999_990));
   });
 
   it('resumes a truncated .part with --continue', async () => {
@@ -322,7 +335,7 @@ describe('fshare end to end against fshare serve', () => {
       file_name: 'renamed.bin',
     });
     const got = await alice.runBinary(['get', share.share_id, '-o', '-']);
-    expect(got.stdout.equals(replacement)).toBe(true);
+    expectSameBytes(got, replacement);
   });
 
   it('lets anonymous users read only once the admin allows READ', async () => {
@@ -339,7 +352,7 @@ describe('fshare end to end against fshare serve', () => {
     expect(me).toEqual({ username: null, permissions: ['READ'] });
     const got = await anonymous.runBinary(['get', share.url, '-o', '-']);
     expect(got.exitCode).toBe(0);
-    expect(got.stdout.equals(replacement)).toBe(true);
+    expectSameBytes(got, replacement);
 
     expect((await admin.run(['settings', 'anon', '--none'])).exitCode).toBe(0);
     expect((await admin.json<Settings>(['settings', 'show'])).default_permissions).toEqual([]);

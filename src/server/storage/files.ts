@@ -14,9 +14,10 @@ import {
   type FileHandle,
 } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { Readable, Writable } from 'node:stream';
+import type { Readable } from 'node:stream';
 import { fault } from '../faults.js';
 import { fsyncDir, writeFully } from '../fsutil.js';
+import { writeFileRange } from '../../shared/copy.js';
 import type { HashWorker, RunningHash } from '../../shared/hasher.js';
 import { KeyedMutex } from '../mutex.js';
 import {
@@ -979,7 +980,7 @@ export class FileStorage implements ContentStorage {
       async writeTo(out, start, end) {
         streaming = true;
         try {
-          await writeRange(handle, out, start, end + 1);
+          await writeFileRange(handle, out, start, end + 1);
         } finally {
           await handle.close();
         }
@@ -1172,46 +1173,5 @@ async function sameBytes(
     return true;
   } finally {
     await Promise.all([ha.close(), hb.close()]);
-  }
-}
-
-/** Read buffers of downloads, used again from one download to the next. */
-const spareReads: Buffer[] = [];
-
-/**
- * Writes bytes [start, end) of a file to `out` through two 1 MiB buffers used in turn: one is
- * read into while the other is written, and a buffer is read into again only once its write is
- * done. A fresh Buffer per read (createReadStream) left up to ~40 MB of garbage per transfer.
- */
-async function writeRange(handle: FileHandle, out: Writable, start: number, end: number) {
-  const buffers = [
-    spareReads.pop() ?? Buffer.allocUnsafeSlow(PIECE),
-    spareReads.pop() ?? Buffer.allocUnsafeSlow(PIECE),
-  ];
-  let writing: Promise<void> | undefined;
-  // A connection that closes may leave a write's callback uncalled: its close ends the wait.
-  let cut: ((err: Error) => void) | undefined;
-  const onClose = () => cut?.(new Error('the connection closed'));
-  out.once('close', onClose);
-  try {
-    for (let at = start, turn = 0; at < end; turn ^= 1) {
-      const buffer = buffers[turn]!;
-      const { bytesRead } = await handle.read(buffer, 0, Math.min(PIECE, end - at), at);
-      if (bytesRead === 0) throw new Error(`the content ended at byte ${at} of ${end}`);
-      await writing;
-      if (out.destroyed) throw new Error('the connection closed');
-      const piece = buffer.subarray(0, bytesRead);
-      writing = new Promise<void>((resolve, reject) => {
-        cut = reject;
-        out.write(piece, (err) => (err ? reject(err) : resolve()));
-      });
-      writing.catch(() => undefined); // awaited at the next turn; never an unhandled rejection
-      at += bytesRead;
-    }
-    await writing;
-    spareReads.push(...buffers);
-  } finally {
-    out.off('close', onClose);
-    writing?.catch(() => undefined);
   }
 }

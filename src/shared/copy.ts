@@ -1,0 +1,58 @@
+import type { FileHandle } from 'node:fs/promises';
+import type { Writable } from 'node:stream';
+
+/** Pieces are read and written in this size. */
+const PIECE = 1024 * 1024;
+
+/** Read buffers, used again from one transfer to the next: memory stays flat. */
+const spare: Buffer[] = [];
+
+/** The file ended before the range did: it is shorter than it was (changed, or damaged). */
+export class ShortFileError extends Error {
+  override readonly name = 'ShortFileError';
+}
+
+/**
+ * Writes bytes [start, end) of an open file to `out` through two 1 MiB buffers used in turn: one
+ * is read into while the other is written, and a buffer is read into again only once its write
+ * is done (each write's callback awaited). A fresh Buffer per read, as createReadStream makes,
+ * left tens of MB of garbage per transfer. Rejects when `out` fails or closes (the peer went
+ * away) and when the file ends early (ShortFileError); the handle stays the caller's.
+ */
+export async function writeFileRange(
+  handle: FileHandle,
+  out: Writable,
+  start: number,
+  end: number,
+): Promise<void> {
+  if (end <= start) return;
+  const buffers = [
+    spare.pop() ?? Buffer.allocUnsafeSlow(PIECE),
+    spare.pop() ?? Buffer.allocUnsafeSlow(PIECE),
+  ];
+  let writing: Promise<void> | undefined;
+  // A connection that closes may leave a write's callback uncalled: its close ends the wait.
+  let cut: ((err: Error) => void) | undefined;
+  const onClose = () => cut?.(new Error('the connection closed'));
+  out.once('close', onClose);
+  try {
+    for (let at = start, turn = 0; at < end; turn ^= 1) {
+      const buffer = buffers[turn]!;
+      const { bytesRead } = await handle.read(buffer, 0, Math.min(PIECE, end - at), at);
+      if (bytesRead === 0) throw new ShortFileError(`the file ended at byte ${at} of ${end}`);
+      await writing; // the other buffer's write: at most one in flight, and this one is free
+      if (out.destroyed) throw new Error('the connection closed');
+      const piece = buffer.subarray(0, bytesRead);
+      writing = new Promise<void>((resolve, reject) => {
+        cut = reject;
+        out.write(piece, (err) => (err ? reject(err) : resolve()));
+      });
+      writing.catch(() => undefined); // awaited at the next turn; never an unhandled rejection
+      at += bytesRead;
+    }
+    await writing;
+    spare.push(...buffers);
+  } finally {
+    out.off('close', onClose);
+  }
+}
