@@ -294,6 +294,14 @@ class StreamSink implements BodyTarget {
     return this.push(data) ?? Promise.resolve();
   }
 
+  /**
+   * Resolves once everything written so far has been handed to the system: a process that ends
+   * right after must not leave the tail of a download in a stream buffer.
+   */
+  flushed(): Promise<void> {
+    return new Promise((resolve) => this.out.write(Buffer.alloc(0), () => resolve()));
+  }
+
   private push(data: Buffer): Promise<void> | undefined {
     this.hash?.update(data);
     this.written += data.length;
@@ -644,6 +652,7 @@ async function writeBody(
   }
   // Every byte received before a cut is kept: the next attempt goes on from there.
   if (sink instanceof FileSink) await sink.close();
+  else await sink.flushed();
   state.offset += sink.written;
   return cut;
 }
