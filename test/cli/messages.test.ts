@@ -7,10 +7,10 @@ import { join } from 'node:path';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  ADMIN,
   BIN,
   ROOT,
   cleanEnv,
+  signIn,
   createCli,
   startServe,
   tempDir,
@@ -30,13 +30,7 @@ let work: string;
 beforeAll(async () => {
   serve = await startServe();
   admin = await createCli();
-  const login = await admin.run(
-    ['--server', serve.url, 'login', '-u', ADMIN.username, '--password-stdin'],
-    {
-      input: `${ADMIN.password}\n`,
-    },
-  );
-  expect(login.exitCode).toBe(0);
+  await signIn(admin, serve.url);
   work = await tempDir('messages');
 });
 

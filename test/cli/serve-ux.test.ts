@@ -6,7 +6,7 @@ import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { execa, type ResultPromise } from 'execa';
 import { afterAll, describe, expect, it } from 'vitest';
-import { BIN, cleanEnv, createCli, tempDir } from '../helpers/cli.js';
+import { ADMIN, BIN, cleanEnv, createCli, signIn, tempDir } from '../helpers/cli.js';
 
 /** `fshare serve` as an operator meets it: the port, the first start, the log, the stop. */
 
@@ -138,8 +138,8 @@ describe('fshare serve, as an operator meets it', () => {
     const dir = await tempDir('gone');
     cleanup.push(() => rm(dir, { recursive: true, force: true }));
     const running = await serve(['--data-dir', join(dir, 'data')], {
-      FSHARE_ADMIN_USER: 'admin',
-      FSHARE_ADMIN_PASSWORD: 'admin-password-123',
+      FSHARE_ADMIN_USER: ADMIN.username,
+      FSHARE_ADMIN_PASSWORD: ADMIN.password,
     });
     const { id, token } = await bigShare(running.url, dir);
     await new Promise<void>((resolve) => {
@@ -166,8 +166,8 @@ describe('fshare serve, as an operator meets it', () => {
     const dir = await tempDir('grace');
     cleanup.push(() => rm(dir, { recursive: true, force: true }));
     const running = await serve(['--data-dir', join(dir, 'data'), '--grace', '1s'], {
-      FSHARE_ADMIN_USER: 'admin',
-      FSHARE_ADMIN_PASSWORD: 'admin-password-123',
+      FSHARE_ADMIN_USER: ADMIN.username,
+      FSHARE_ADMIN_PASSWORD: ADMIN.password,
     });
     const { id, token } = await bigShare(running.url, dir);
     // A reader that takes the first bytes and then reads nothing more: the download stalls.
@@ -195,10 +195,7 @@ describe('fshare serve, as an operator meets it', () => {
 /** A 64 MiB share (larger than any socket buffer), uploaded with the CLI; its id and a token. */
 async function bigShare(url: string, dir: string): Promise<{ id: string; token: string }> {
   const cli = await createCli();
-  const login = await cli.run(['--server', url, 'login', '-u', 'admin', '--password-stdin'], {
-    input: 'admin-password-123\n',
-  });
-  expect(login.exitCode).toBe(0);
+  await signIn(cli, url);
   const file = join(dir, 'big.bin');
   await writeFile(file, randomBytes(64 * 1024 * 1024));
   const [share] = await cli.json<{ share_id: string }[]>(['--server', url, 'upload', file]);

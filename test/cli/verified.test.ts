@@ -17,10 +17,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  ADMIN,
   BIN,
   cleanEnv,
   createCli,
+  signIn,
   startServe,
   tempDir,
   type Cli,
@@ -119,13 +119,7 @@ describe('verified transfers against fshare serve', () => {
     serve = await startServe();
     admin = await createCli();
     work = await tempDir('verified');
-    const login = await admin.run(
-      ['--server', serve.url, 'login', '-u', ADMIN.username, '--password-stdin'],
-      {
-        input: `${ADMIN.password}\n`,
-      },
-    );
-    expect(login.exitCode, login.stderr).toBe(0);
+    await signIn(admin, serve.url);
     token = (await admin.run(['token'])).stdout.trim();
   });
 

@@ -172,3 +172,15 @@ export async function closedPort(): Promise<number> {
   if (typeof address !== 'object' || address === null) throw new Error('no port');
   return address.port;
 }
+
+/** Signs `cli` in to `url` (the administrator unless told), and fails loudly if it cannot. */
+export async function signIn(
+  cli: Cli,
+  url: string,
+  user: { username: string; password: string } = ADMIN,
+): Promise<void> {
+  const res = await cli.run(['--server', url, 'login', '-u', user.username, '--password-stdin'], {
+    input: `${user.password}\n`,
+  });
+  if (res.exitCode !== 0) throw new Error(`login as ${user.username} failed: ${res.stderr}`);
+}
