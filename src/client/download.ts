@@ -4,6 +4,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { join } from 'node:path';
 import type { Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { writeFully } from '../shared/copy.js';
 import type { RunningHash } from '../shared/hasher.js';
 import { getFile } from './api.js';
 import {
@@ -260,14 +261,6 @@ class FileSink implements BodyTarget {
     } finally {
       await this.handle.close();
     }
-  }
-}
-
-/** Writes all of `bytes` at `at`, however many writes that takes. */
-async function writeFully(handle: FileHandle, bytes: Buffer, at: number): Promise<void> {
-  for (let done = 0; done < bytes.length;) {
-    const { bytesWritten } = await handle.write(bytes, done, bytes.length - done, at + done);
-    done += bytesWritten;
   }
 }
 

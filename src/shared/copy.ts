@@ -1,6 +1,29 @@
 import type { FileHandle } from 'node:fs/promises';
 import type { Writable } from 'node:stream';
 
+/**
+ * Writes every byte or throws: a short write (a disk filling up) is continued, and one that
+ * makes no progress is an error, never a silent loss. `position` null appends at the file's end.
+ */
+export async function writeFully(
+  handle: FileHandle,
+  bytes: Uint8Array,
+  position: number | null,
+): Promise<void> {
+  let done = 0;
+  while (done < bytes.length) {
+    const { bytesWritten } = await handle.write(
+      bytes,
+      done,
+      bytes.length - done,
+      position === null ? null : position + done,
+    );
+    if (bytesWritten <= 0)
+      throw Object.assign(new Error('write made no progress'), { code: 'EIO' });
+    done += bytesWritten;
+  }
+}
+
 /** Pieces are read and written in this size. */
 const PIECE = 1024 * 1024;
 

@@ -16,8 +16,8 @@ import {
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { fault } from '../faults.js';
-import { fsyncDir, writeFully } from '../fsutil.js';
-import { writeFileRange } from '../../shared/copy.js';
+import { fsyncDir } from '../fsutil.js';
+import { writeFileRange, writeFully } from '../../shared/copy.js';
 import type { HashWorker, RunningHash } from '../../shared/hasher.js';
 import { KeyedMutex } from '../mutex.js';
 import {

@@ -3,7 +3,8 @@ import { open, readFile, rename, rm, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Low, type Adapter } from 'lowdb';
 import { fault } from '../faults.js';
-import { fsyncDir, writeFully } from '../fsutil.js';
+import { fsyncDir } from '../fsutil.js';
+import { writeFully } from '../../shared/copy.js';
 import { KeyedMutex } from '../mutex.js';
 import { encodeLine, readJournal, type Entry } from './journal.js';
 import {
