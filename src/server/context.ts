@@ -1,4 +1,5 @@
 import type { Tokens } from './auth.js';
+import type { ShareExpiry } from './expiry.js';
 import type { Limits } from './limits.js';
 import type { PasswordHasher } from './passwords.js';
 import type { ContentStorage } from './storage/index.js';
@@ -13,4 +14,11 @@ export interface Context {
   passwords: PasswordHasher;
   throttle: LoginThrottle;
   limits: Limits;
+  /** Milliseconds since the epoch: expiry of shares and links (injectable for tests). */
+  clock: () => number;
+  expiry: ShareExpiry;
+  /** Signs the short-lived grants a link's password form hands out. */
+  linkKey: Buffer;
+  /** The base of link URLs when the server is reached through a proxy (`--public-url`). */
+  publicUrl?: string;
 }

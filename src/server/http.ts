@@ -42,6 +42,7 @@ export function shareJson(s: ShareRecord): Share {
     create_date: s.create_date,
     size: s.size,
     sha256: s.initialized ? (s.sha256 ?? null) : null,
+    expires: s.expires ?? null,
   };
 }
 

@@ -1,4 +1,4 @@
-import { randomBytes, randomUUID } from 'node:crypto';
+import { createHmac, randomBytes, randomUUID } from 'node:crypto';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import type { RequestListener, Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -10,6 +10,7 @@ import { identify, Tokens } from './auth.js';
 import { createHttpServer } from './connections.js';
 import type { Context } from './context.js';
 import { errorHandler, notFound } from './errors.js';
+import { ShareExpiry } from './expiry.js';
 import { HashWorker } from '../shared/hasher.js';
 import { LIMITS, type Limits } from './limits.js';
 import {
@@ -22,6 +23,7 @@ import { LoginThrottle } from './throttle.js';
 import { authRoutes } from './routes/auth.js';
 import { contentRoutes } from './routes/content.js';
 import { fileRoutes } from './routes/files.js';
+import { linkRoutes, redactLinkPath } from './routes/links.js';
 import { settingsRoutes } from './routes/settings.js';
 import { userRoutes } from './routes/users.js';
 import { whoamiRoutes } from './routes/whoami.js';
@@ -88,8 +90,8 @@ function requestLog(log: (entry: RequestEntry) => void): RequestHandler {
         time: new Date().toISOString(),
         remote: socket.remoteAddress ?? '-',
         method: req.method,
-        // Never the query string: it is where a secret would go.
-        path: req.originalUrl.replace(/\?.*$/s, ''),
+        // Never the query string (where a secret would go), never a link's token.
+        path: redactLinkPath(req.originalUrl.replace(/\?.*$/s, ''), res.locals.linkId),
         status: res.headersSent ? res.statusCode : 0, // 0: no answer was sent
         bytes: Math.max(0, socket.bytesWritten - sentBefore),
         ms: Number(process.hrtime.bigint() - started) / 1e6,
@@ -221,12 +223,17 @@ async function openServer(
     ? Promise.resolve()
     : digestOldContent(store, storage, () => stopped, log);
 
+  const clock = options.clock ?? Date.now;
+  const expiry = new ShareExpiry(store, storage, clock, log);
+  // Shares that expired while the server was down go first.
+  await expiry.sweepDue();
+
   const secret = options.secret ?? (await loadSecret(dataDir));
   const tokens = new Tokens(
     secret,
     options.tokenLifetimeSeconds ?? DEFAULT_TOKEN_LIFETIME_SECONDS,
     store,
-    options.clock,
+    clock,
   );
 
   const passwords = new PasswordHasher(limits.passwordQueue);
@@ -260,6 +267,10 @@ async function openServer(
     passwords,
     throttle: new LoginThrottle(),
     limits,
+    clock,
+    expiry,
+    linkKey: createHmac('sha256', secret).update('fshare link grants').digest(),
+    publicUrl: options.publicUrl,
   };
   const app = express();
   app.disable('x-powered-by');
@@ -277,6 +288,7 @@ async function openServer(
   app.use(userRoutes(ctx));
   app.use(settingsRoutes(ctx));
   app.use(whoamiRoutes(ctx));
+  app.use(linkRoutes(ctx));
   app.use(contentRoutes(ctx));
   app.use(fileRoutes(ctx));
   app.use(notFound);
@@ -296,6 +308,7 @@ async function openServer(
     async close({ graceMs }: { graceMs?: number } = {}) {
       clearInterval(sweeper);
       stopped = true;
+      await expiry.stop();
       if (server) {
         const s = server;
         const closed = new Promise<void>((resolve) => s.close(() => resolve()));

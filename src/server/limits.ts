@@ -22,6 +22,16 @@ export const LIMITS = {
   /** The record of a finished upload (which refuses its late chunks) is kept this long. */
   finishedUploadKeepMs: 48 * 3600 * 1000,
 
+  /** Longest expiry a share or link may be given (10 years); settings may lower it for users. */
+  maxExpirySeconds: 10 * 366 * 24 * 3600,
+  /**
+   * A ranged request that starts after byte 0, from the address that made a link's last counted
+   * download within this time, continues that download and is not counted again.
+   */
+  linkResumeWindowMs: 30 * 60 * 1000,
+  /** Failed link passwords per link and client address, per window. */
+  linkPasswordFailures: { points: 10, seconds: 300 },
+
   /** Failed sign-ins per account and client address, per window. */
   loginFailuresPerAccountAndAddress: { points: 10, seconds: 300 },
   /** Failed sign-ins per account from anywhere: the longest a third party can lock it is 5 min. */

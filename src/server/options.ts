@@ -16,7 +16,15 @@ export interface ServerOptions {
   minFreeBytes?: number;
   /** Start even if the metadata journal is damaged: keep every valid entry, move it aside. */
   repair?: boolean;
-  /** The time, in ms since the epoch, for tokens (issue and expiry); injectable for tests. */
+  /**
+   * The base of the share-link URLs the server hands out (`https://files.example.com`), when
+   * clients reach it through a proxy; default: the scheme and Host of the request.
+   */
+  publicUrl?: string;
+  /**
+   * The time, in ms since the epoch, for tokens and for the expiry of shares and links;
+   * injectable for tests.
+   */
   clock?: () => number;
   /** Any of the limits of limits.ts, to change its default. */
   limits?: Partial<Limits>;

@@ -119,3 +119,81 @@ export function queryInt(value: unknown, name: string, fallback: number, max?: n
   if (max !== undefined && n > max) throw Errors.badRequest(`"${name}" must be at most ${max}`);
   return n;
 }
+
+/**
+ * An expiry in a body (docs/API.md "Expiry"): `expires_in` (whole seconds from now) or
+ * `expires` (an ISO 8601 time with a zone, or null for never). Undefined when neither is given.
+ * `cap` is the longest expiry this caller may give (settings.max_expiry for users without ADMIN).
+ */
+export function expiryField(
+  body: Body,
+  now: number,
+  cap: number | null,
+): string | null | undefined {
+  const hasIn = 'expires_in' in body;
+  const hasAt = 'expires' in body;
+  if (hasIn && hasAt) throw Errors.badRequest('Give "expires" or "expires_in", not both');
+  let at: number | null;
+  if (hasIn) {
+    const value = body.expires_in;
+    if (value === null) at = null;
+    else if (
+      typeof value !== 'number' ||
+      !Number.isSafeInteger(value) ||
+      value < 1 ||
+      value > LIMITS.maxExpirySeconds
+    )
+      throw Errors.badRequest(
+        `Field "expires_in" must be a number of seconds from 1 to ${LIMITS.maxExpirySeconds}, or null`,
+      );
+    else at = now + value * 1000;
+  } else if (hasAt) {
+    const value = body.expires;
+    if (value === null) at = null;
+    else {
+      const parsed =
+        typeof value === 'string' &&
+        /^\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d{1,9})?)?(Z|[+-]\d\d:\d\d)$/i.test(value)
+          ? Date.parse(value)
+          : NaN;
+      if (Number.isNaN(parsed))
+        throw Errors.badRequest(
+          'Field "expires" must be an ISO 8601 time with a zone (2026-12-01T12:00:00Z), or null',
+        );
+      if (parsed <= now) throw Errors.badRequest('Field "expires" is in the past');
+      if (parsed > now + LIMITS.maxExpirySeconds * 1000)
+        throw Errors.badRequest(`Field "expires" is more than ${LIMITS.maxExpirySeconds} s away`);
+      at = parsed;
+    }
+  } else return undefined;
+  if (cap !== null && (at === null || at > now + cap * 1000))
+    throw Errors.badRequest(
+      `The server allows an expiry of at most ${cap} s (${describeSeconds(cap)}) from now; ${at === null ? '"never" is' : 'this is'} beyond it`,
+    );
+  return at === null ? null : new Date(at).toISOString();
+}
+
+/** A download limit in a body: a positive whole number, or null for none. */
+export function maxDownloadsField(body: Body, cap: number | null): number | null | undefined {
+  if (!('max_downloads' in body)) return undefined;
+  const value = body.max_downloads;
+  if (value !== null && (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1))
+    throw Errors.badRequest('Field "max_downloads" must be a whole number of 1 or more, or null');
+  if (cap !== null && (value === null || value > cap))
+    throw Errors.badRequest(`The server allows at most ${cap} downloads per link`);
+  return value;
+}
+
+/** "7 days", "3 hours", "90 seconds": for messages. */
+export function describeSeconds(seconds: number): string {
+  for (const [unit, size] of [
+    ['day', 86400],
+    ['hour', 3600],
+    ['minute', 60],
+  ] as const)
+    if (seconds >= size && seconds % size === 0) {
+      const n = seconds / size;
+      return `${n} ${unit}${n === 1 ? '' : 's'}`;
+    }
+  return `${seconds} second${seconds === 1 ? '' : 's'}`;
+}

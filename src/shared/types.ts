@@ -16,6 +16,30 @@ export interface Share {
    * content stored by fshare 0.1, until the server has computed it after an upgrade).
    */
   sha256?: string | null;
+  /**
+   * fshare extension: when the server deletes the share (ISO 8601 UTC with a Z), null for
+   * never. Absent from servers without expiry.
+   */
+  expires?: string | null;
+}
+
+/** fshare extension: a share link as its owner sees it (never its token, except at creation). */
+export interface Link {
+  id: string;
+  share_id: string;
+  /** The page anyone can open; only in the answer that created the link. */
+  url?: string;
+  /** The bytes themselves (`url` + `?download`); only in the answer that created the link. */
+  download_url?: string;
+  created_by: string | null;
+  create_date: string;
+  expires: string | null;
+  max_downloads: number | null;
+  downloads: number;
+  downloads_left: number | null;
+  has_password: boolean;
+  /** "active", "expired" (the link's or the share's expiry passed) or "used-up". */
+  state: 'active' | 'expired' | 'used-up';
 }
 
 /** A user as the server serialises it: never a password. */
@@ -31,6 +55,10 @@ export interface User {
 
 export interface Settings {
   default_permissions: Permission[];
+  /** fshare extension: longest expiry in seconds for users without ADMIN; null for none. */
+  max_expiry?: number | null;
+  /** fshare extension: most downloads per link for users without ADMIN; null for none. */
+  max_downloads?: number | null;
 }
 
 export interface Whoami {

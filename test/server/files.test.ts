@@ -26,6 +26,7 @@ import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js
 const ALL = ['CREATE', 'MODIFY', 'DELETE', 'LOCK', 'LIST', 'ADMIN', 'READ'];
 const SHARE_KEYS = [
   'create_date',
+  'expires',
   'file_name',
   'initialized',
   'locked',

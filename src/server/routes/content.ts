@@ -68,7 +68,8 @@ interface WithReceived {
 }
 
 /** API.md "Content and the chunk protocol". Reading order: here → storage/ → store/. */
-export function contentRoutes({ store, storage, limits }: Context): Router {
+export function contentRoutes(ctx: Context): Router {
+  const { store, storage, limits } = ctx;
   const { maxChunkBytes } = limits;
   const router = Router();
   const targets = new WeakMap<Request, { shareId: string; max: number }>();
@@ -240,17 +241,17 @@ export function contentRoutes({ store, storage, limits }: Context): Router {
 
   route(router, '/files/:id/content', {
     post: async (req, res) => {
-      const share = await findShare(req, store, 'CREATE', true);
+      const share = await findShare(req, ctx, 'CREATE', true);
       checkCreate(share);
       await acceptChunk(req, res, share, checkCreate);
     },
     put: async (req, res) => {
-      const share = await findShare(req, store, 'MODIFY', true);
+      const share = await findShare(req, ctx, 'MODIFY', true);
       checkReplace(share);
       await acceptChunk(req, res, share, checkReplace);
     },
     get: async (req, res) => {
-      const share = await findShare(req, store, 'READ');
+      const share = await findShare(req, ctx, 'READ');
       if (!share.initialized) throw Errors.noContent();
       await sendContent(req, res, share, storage, store);
     },
@@ -261,7 +262,7 @@ export function contentRoutes({ store, storage, limits }: Context): Router {
   route(router, '/files/:id/uploads/:upload', {
     get: async (req, res) => {
       const permission = req.caller.permissions.includes('CREATE') ? 'CREATE' : 'MODIFY';
-      const share = await findShare(req, store, permission, true);
+      const share = await findShare(req, ctx, permission, true);
       const uploadId = String(req.params.upload);
       if (uploadId.length === 0 || uploadId.length > LIMITS.maxUploadIdChars)
         throw Errors.badRequest(
@@ -294,13 +295,18 @@ function etagOf(share: ShareRecord, size: number, mtimeMs: number): string {
   return `"${size.toString(36)}-${Math.floor(mtimeMs).toString(36)}"`;
 }
 
-/** Streams content with validators, its digest, and one optional byte range (RFC 9110). */
-async function sendContent(
+/**
+ * Streams content with validators, its digest, and one optional byte range (RFC 9110).
+ * `beforeBody` runs once the answer is known to carry bytes (not for HEAD, 304 or 416), before
+ * any header is sent: a share link counts its download there, and may still refuse.
+ */
+export async function sendContent(
   req: Request,
   res: Response,
   found: ShareRecord,
   storage: ContentStorage,
   store: MetadataStore,
+  beforeBody?: (range: { start: number; end: number; size: number }) => Promise<void>,
 ) {
   // The record names the content and its digest together; if that content was replaced between
   // reading the record and opening it, the record is read again (old bytes or new, never a mix).
@@ -319,7 +325,7 @@ async function sendContent(
     const { size } = reader;
     const etag = etagOf(share, size, reader.mtimeMs);
     const lastModified = new Date(Math.floor(reader.mtimeMs / 1000) * 1000);
-    res.set({
+    const headers: Record<string, string> = {
       'Accept-Ranges': 'bytes',
       ETag: etag,
       'Last-Modified': lastModified.toUTCString(),
@@ -329,13 +335,13 @@ async function sendContent(
       }),
       'X-Content-Type-Options': 'nosniff',
       'Cache-Control': 'private, no-cache',
-    });
+    };
     // RFC 9530: the digest of the whole representation, also on a 206.
     if (share.sha256)
-      res.set('Repr-Digest', `sha-256=:${Buffer.from(share.sha256, 'hex').toString('base64')}:`);
+      headers['Repr-Digest'] = `sha-256=:${Buffer.from(share.sha256, 'hex').toString('base64')}:`;
 
     if (matchesEtag(req.headers['if-none-match'], etag)) {
-      res.status(304).end();
+      res.status(304).set(headers).end();
       return;
     }
     let range = parseRange(req.headers.range, size);
@@ -348,16 +354,18 @@ async function sendContent(
       range = { kind: 'none' };
     }
     if (range.kind === 'unsatisfiable') {
+      res.set(headers);
       throw new HttpError(416, `The range cannot be satisfied: the content has ${size} bytes`, {
         'Content-Range': `bytes */${size}`,
       });
     }
     let start = 0;
     let end = size - 1;
-    if (range.kind === 'range') {
-      ({ start, end } = range);
+    if (range.kind === 'range') ({ start, end } = range);
+    if (req.method !== 'HEAD' && beforeBody) await beforeBody({ start, end, size });
+    res.set(headers);
+    if (range.kind === 'range')
       res.status(206).set('Content-Range', `bytes ${start}-${end}/${size}`);
-    }
     res.set('Content-Length', String(end - start + 1));
     if (req.method === 'HEAD' || end < start) {
       res.end();

@@ -6,14 +6,29 @@ import type { Context } from '../context.js';
 import { Errors } from '../errors.js';
 import { paginate, route, shareJson, success } from '../http.js';
 import { blobOf, type ShareChanges } from '../store/index.js';
-import { fileNameField, onlyFields, requireFields, requireObject, type Body } from '../validate.js';
-import { checkOwner, findShare } from './shares.js';
+import {
+  expiryField,
+  fileNameField,
+  onlyFields,
+  requireFields,
+  requireObject,
+  type Body,
+} from '../validate.js';
+import { checkOwner, findShare, isAdmin } from './shares.js';
 
+/** What PUT requires: the reference's writable fields. */
 const WRITABLE = ['file_name', 'owner_name'] as const;
+/** Additive (docs/API.md "Expiry"): optional in every write. */
+const EXPIRY = ['expires', 'expires_in'] as const;
 const READ_ONLY = ['share_id', 'initialized', 'locked', 'create_date', 'size'];
 
-export function fileRoutes({ store, storage }: Context): Router {
+export function fileRoutes(ctx: Context): Router {
+  const { store, storage, clock, expiry } = ctx;
   const router = Router();
+
+  /** The longest expiry this caller may give, in seconds; null for no limit (ADMIN). */
+  const expiryCap = async (req: Request): Promise<number | null> =>
+    isAdmin(req) ? null : ((await store.getSettings()).max_expiry ?? null);
 
   /** owner_name in a body: a user's name (stored as that user's id), or null for anonymous. */
   const ownerField = async (body: Body): Promise<string | null> => {
@@ -27,14 +42,16 @@ export function fileRoutes({ store, storage }: Context): Router {
   };
 
   const update = (complete: boolean) => async (req: Request, res: Response) => {
-    const share = await findShare(req, store, 'MODIFY', true);
+    const share = await findShare(req, ctx, 'MODIFY', true);
     if (share.locked) throw Errors.locked();
     const body = requireObject(req.body);
-    onlyFields(body, WRITABLE, READ_ONLY);
+    onlyFields(body, [...WRITABLE, ...EXPIRY], READ_ONLY);
     if (complete) requireFields(body, WRITABLE);
     const changes: ShareChanges = {};
     if ('file_name' in body) changes.file_name = fileNameField(body);
     if ('owner_name' in body) changes.owner_id = await ownerField(body);
+    const expires = expiryField(body, clock(), await expiryCap(req));
+    if (expires !== undefined) changes.expires = expires;
     // Checked again under the lock: a LOCK may have come in meanwhile.
     await store.withShareLock(share.share_id, async () => {
       const current = await store.getShare(share.share_id);
@@ -43,11 +60,12 @@ export function fileRoutes({ store, storage }: Context): Router {
       checkOwner(req, current);
       await store.updateShare(share.share_id, changes);
     });
+    if (expires !== undefined) expiry.schedule();
     success(res, 'Share updated');
   };
 
   const setLocked = (locked: boolean) => async (req: Request, res: Response) => {
-    const share = await findShare(req, store, 'LOCK');
+    const share = await findShare(req, ctx, 'LOCK');
     await store.withShareLock(share.share_id, () => store.updateShare(share.share_id, { locked }));
     success(res, locked ? 'Share locked' : 'Share unlocked');
   };
@@ -55,14 +73,22 @@ export function fileRoutes({ store, storage }: Context): Router {
   route(router, '/files', {
     get: async (req, res) => {
       need(req, 'LIST');
+      // Expired shares are deleted before they could be listed.
+      await expiry.sweepDue();
       const total = await store.shareCount();
       res.json(await paginate(req, total, (o, l) => store.listShares(o, l), shareJson));
     },
     post: async (req, res) => {
       need(req, 'CREATE');
       const body = requireObject(req.body, true);
-      onlyFields(body, WRITABLE, READ_ONLY);
+      onlyFields(body, [...WRITABLE, ...EXPIRY], READ_ONLY);
       const share_id = randomUUID();
+      // A server-wide maximum also applies to shares made without an expiry.
+      const cap = await expiryCap(req);
+      const now = clock();
+      const expires =
+        expiryField(body, now, cap) ??
+        (cap === null ? null : new Date(now + cap * 1000).toISOString());
       const file_name = 'file_name' in body ? fileNameField(body) : share_id;
       // A new share belongs to its creator; handing it over is a PATCH of owner_name.
       if ('owner_name' in body && body.owner_name !== req.caller.username) {
@@ -79,7 +105,9 @@ export function fileRoutes({ store, storage }: Context): Router {
         create_date: isoNoZone(),
         size: null,
         sha256: null,
+        expires,
       });
+      if (expires) expiry.schedule();
       const url = `/files/${share_id}`;
       res.status(201).location(url).json({ status: 'success', url });
     },
@@ -87,12 +115,12 @@ export function fileRoutes({ store, storage }: Context): Router {
 
   route(router, '/files/:id', {
     get: async (req, res) => {
-      res.json(shareJson(await findShare(req, store, 'READ')));
+      res.json(shareJson(await findShare(req, ctx, 'READ')));
     },
     patch: update(false),
     put: update(true),
     delete: async (req, res) => {
-      const share = await findShare(req, store, 'DELETE');
+      const share = await findShare(req, ctx, 'DELETE');
       // The record goes first and durably; only then the bytes (a failure in between leaves
       // unreferenced files, which the next start removes, never a share without content).
       const gone = await store.withShareLock(share.share_id, async () => {

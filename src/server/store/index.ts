@@ -39,6 +39,23 @@ export interface MetadataStore {
   /** Records a revocation (and forgets the ones whose tokens have expired anyway). */
   revoke(jti: string, exp: number): Promise<void>;
 
+  getLink(id: string): Promise<LinkRecord | undefined>;
+  /** The link whose token has this sha256 (hex); tokens themselves are never stored. */
+  getLinkByTokenHash(tokenSha256: string): Promise<LinkRecord | undefined>;
+  /** A share's links, or every link (oldest first). */
+  listLinks(shareId?: string): Promise<LinkRecord[]>;
+  addLink(link: LinkRecord): Promise<void>;
+  deleteLink(id: string): Promise<void>;
+  /**
+   * Counts one download of a link, atomically: rejects with LinkUsedUpError, changing nothing,
+   * when the link has no downloads left. Durable when it resolves.
+   */
+  countDownload(id: string): Promise<void>;
+  /** Shares whose expiry is at or before `now` (ms since the epoch). */
+  expiredShares(now: number): Promise<ShareRecord[]>;
+  /** The earliest expiry of any share (ms since the epoch), or null. */
+  nextExpiry(): Promise<number | null>;
+
   /** Runs `task` while no other task holds the same share's lock. */
   withShareLock<T>(id: string, task: () => Promise<T>): Promise<T>;
 
@@ -84,12 +101,34 @@ export type NewShare = Omit<ShareRecord, 'owner_name'>;
 export type ShareChanges = Partial<
   Pick<
     ShareRecord,
-    'file_name' | 'owner_id' | 'initialized' | 'locked' | 'size' | 'sha256' | 'blob'
+    'file_name' | 'owner_id' | 'initialized' | 'locked' | 'size' | 'sha256' | 'blob' | 'expires'
   >
 >;
 
 export interface Settings {
   default_permissions: Permission[];
+  /** Longest expiry (seconds from now) a user without ADMIN may give a share or link. */
+  max_expiry?: number | null;
+  /** Most downloads a user without ADMIN may allow a link. */
+  max_downloads?: number | null;
+}
+
+/** A share link (docs/API.md "Share links"): anyone holding its token may download the share. */
+export interface LinkRecord {
+  /** Public id, for listing and revoking; not a secret. */
+  id: string;
+  share_id: string;
+  /** sha256 (hex) of the token in the link's URL; the token is never stored. */
+  token_sha256: string;
+  /** The user id of whoever made it. */
+  created_by: string | null;
+  create_date: string;
+  /** ISO 8601 UTC, or null for no expiry of its own (the share's still applies). */
+  expires: string | null;
+  max_downloads: number | null;
+  downloads: number;
+  /** The link's password hash, or null when it has none. */
+  password_hash: string | null;
 }
 
 /** The file name a share's content is stored under. */
@@ -99,8 +138,15 @@ export function blobOf(share: ShareRecord): string {
 
 /** A change named a user or share that does not exist (any more). Nothing was changed. */
 export class MissingRecordError extends Error {
-  constructor(readonly kind: 'user' | 'share') {
-    super(kind === 'user' ? 'No user with this name' : 'No share with this id');
+  constructor(readonly kind: 'user' | 'share' | 'link') {
+    super(`No ${kind} with this ${kind === 'user' ? 'name' : 'id'}`);
+  }
+}
+
+/** A link has no downloads left. Nothing was changed. */
+export class LinkUsedUpError extends Error {
+  constructor() {
+    super('This link has no downloads left');
   }
 }
 

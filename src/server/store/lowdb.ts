@@ -9,6 +9,7 @@ import { KeyedMutex } from '../mutex.js';
 import { encodeLine, readJournal, type Entry } from './journal.js';
 import {
   DamagedMetadataError,
+  type LinkRecord,
   type MetadataStore,
   type NewShare,
   type Settings,
@@ -305,6 +306,38 @@ export class LowdbStore implements MetadataStore {
     return { ...this.state.data.settings };
   }
 
+  async getLink(id: string) {
+    const link = this.state.linksById.get(id);
+    return link && { ...link };
+  }
+
+  async getLinkByTokenHash(tokenSha256: string) {
+    const link = this.state.linksByHash.get(tokenSha256);
+    return link && { ...link };
+  }
+
+  async listLinks(shareId?: string) {
+    const all = this.state.data.links;
+    return (shareId === undefined ? all : all.filter((l) => l.share_id === shareId)).map((l) => ({
+      ...l,
+    }));
+  }
+
+  async expiredShares(now: number) {
+    const due: ReturnType<State['view']>[] = [];
+    for (const [id, at] of this.state.expiring) {
+      const share = this.state.sharesById.get(id);
+      if (at <= now && share) due.push(this.state.view(share));
+    }
+    return due;
+  }
+
+  async nextExpiry() {
+    let next: number | null = null;
+    for (const at of this.state.expiring.values()) if (next === null || at < next) next = at;
+    return next;
+  }
+
   async isRevoked(jti: string) {
     return jti in this.state.data.revoked;
   }
@@ -342,6 +375,18 @@ export class LowdbStore implements MetadataStore {
 
   revoke(jti: string, exp: number) {
     return this.change({ op: 'revoke', jti, exp, now: Math.floor(Date.now() / 1000) });
+  }
+
+  addLink(link: LinkRecord) {
+    return this.change({ op: 'addLink', link: { ...link } });
+  }
+
+  deleteLink(id: string) {
+    return this.change({ op: 'deleteLink', id });
+  }
+
+  countDownload(id: string) {
+    return this.change({ op: 'countDownload', id });
   }
 
   withShareLock<T>(id: string, task: () => Promise<T>): Promise<T> {

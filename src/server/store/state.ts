@@ -2,7 +2,9 @@ import { randomUUID } from 'node:crypto';
 import type { Permission } from '../../shared/permissions.js';
 import {
   DuplicateUserError,
+  LinkUsedUpError,
   MissingRecordError,
+  type LinkRecord,
   type NewShare,
   type Settings,
   type ShareChanges,
@@ -24,6 +26,8 @@ export interface DbData {
   seq: number;
   /** Ids of deleted users → their last name, so their shares can say whose they were. */
   former_users: Record<string, string>;
+  /** Share links, oldest first (absent in snapshots written before links existed). */
+  links: LinkRecord[];
 }
 
 /** One change to the metadata: what the journal records and what replay applies. */
@@ -35,7 +39,10 @@ export type Op =
   | { op: 'updateShare'; id: string; changes: ShareChanges }
   | { op: 'deleteShare'; id: string }
   | { op: 'setSettings'; settings: Settings }
-  | { op: 'revoke'; jti: string; exp: number; now: number };
+  | { op: 'revoke'; jti: string; exp: number; now: number }
+  | { op: 'addLink'; link: LinkRecord }
+  | { op: 'deleteLink'; id: string }
+  | { op: 'countDownload'; id: string };
 
 export const emptyData = (): DbData => ({
   version: 2,
@@ -45,6 +52,7 @@ export const emptyData = (): DbData => ({
   revoked: {},
   seq: 0,
   former_users: {},
+  links: [],
 });
 
 /** The in-memory state: the data plus its indexes. Built by replay, changed only by `apply`. */
@@ -54,8 +62,14 @@ export class State {
   readonly sharesById = new Map<string, NewShare>();
   /** Bytes of content per owner id. */
   readonly usage = new Map<string, number>();
+  readonly linksById = new Map<string, LinkRecord>();
+  readonly linksByHash = new Map<string, LinkRecord>();
+  /** Share id → its expiry (ms since the epoch), for shares that have one. */
+  readonly expiring = new Map<string, number>();
 
   constructor(readonly data: DbData) {
+    data.links ??= [];
+    for (const l of data.links) this.indexLink(l);
     for (const u of data.users) {
       this.usersByName.set(u.username, u);
       this.usersById.set(u.id, u);
@@ -63,7 +77,24 @@ export class State {
     for (const s of data.shares) {
       this.sharesById.set(s.share_id, s);
       this.count(s, 1);
+      this.indexExpiry(s);
     }
+  }
+
+  private indexLink(link: LinkRecord): void {
+    this.linksById.set(link.id, link);
+    this.linksByHash.set(link.token_sha256, link);
+  }
+
+  private indexExpiry(share: NewShare): void {
+    if (share.expires) this.expiring.set(share.share_id, Date.parse(share.expires));
+    else this.expiring.delete(share.share_id);
+  }
+
+  private removeLink(link: LinkRecord): void {
+    this.linksById.delete(link.id);
+    this.linksByHash.delete(link.token_sha256);
+    this.data.links.splice(this.data.links.indexOf(link), 1);
   }
 
   private count(share: NewShare, sign: 1 | -1): void {
@@ -132,6 +163,7 @@ export class State {
         data.shares.push(op.share);
         this.sharesById.set(op.share.share_id, op.share);
         this.count(op.share, 1);
+        this.indexExpiry(op.share);
         return;
       case 'updateShare': {
         const share = this.sharesById.get(op.id);
@@ -139,6 +171,7 @@ export class State {
         this.count(share, -1);
         Object.assign(share, op.changes);
         this.count(share, 1);
+        this.indexExpiry(share);
         return;
       }
       case 'deleteShare': {
@@ -149,7 +182,10 @@ export class State {
         }
         this.count(share, -1);
         this.sharesById.delete(op.id);
+        this.expiring.delete(op.id);
         data.shares.splice(data.shares.indexOf(share), 1);
+        // A share's links go with it.
+        for (const link of data.links.filter((l) => l.share_id === op.id)) this.removeLink(link);
         return;
       }
       case 'setSettings':
@@ -161,6 +197,34 @@ export class State {
         }
         data.revoked[op.jti] = op.exp;
         return;
+      case 'addLink':
+        if (!this.sharesById.has(op.link.share_id)) throw new MissingRecordError('share');
+        if (this.linksById.has(op.link.id) || this.linksByHash.has(op.link.token_sha256))
+          throw new Error('link id already in use');
+        data.links.push(op.link);
+        this.indexLink(op.link);
+        return;
+      case 'deleteLink': {
+        const link = this.linksById.get(op.id);
+        if (!link) {
+          if (replay) return;
+          throw new MissingRecordError('link');
+        }
+        this.removeLink(link);
+        return;
+      }
+      case 'countDownload': {
+        const link = this.linksById.get(op.id);
+        if (!link) {
+          if (replay) return;
+          throw new MissingRecordError('link');
+        }
+        // Replay repeats what was accepted; only a new count is checked.
+        if (!replay && link.max_downloads !== null && link.downloads >= link.max_downloads)
+          throw new LinkUsedUpError();
+        link.downloads += 1;
+        return;
+      }
       default:
         throw new Error(`unknown operation ${JSON.stringify((op as { op: unknown }).op)}`);
     }

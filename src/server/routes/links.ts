@@ -1,0 +1,380 @@
+import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import express, { Router, type Request, type Response } from 'express';
+import { RateLimiterMemory } from 'rate-limiter-flexible';
+import type { Link } from '../../shared/types.js';
+import { isoNoZone } from '../../shared/dates.js';
+import { need } from '../auth.js';
+import type { Context } from '../context.js';
+import { asHttpError, Errors, HttpError } from '../errors.js';
+import { isExpired } from '../expiry.js';
+import { paginate, route } from '../http.js';
+import { messagePage, PAGE_HEADERS, passwordPage, sharePage } from '../page.js';
+import { LinkUsedUpError, type LinkRecord, type ShareRecord } from '../store/index.js';
+import {
+  expiryField,
+  maxDownloadsField,
+  onlyFields,
+  requireObject,
+  stringField,
+} from '../validate.js';
+import { sendContent } from './content.js';
+import { findShare, isAdmin } from './shares.js';
+
+/** How long a correct link password is remembered by the browser that gave it. */
+const GRANT_SECONDS = 3600;
+const TOKEN = /^[A-Za-z0-9_-]{22,128}$/;
+
+export const tokenHash = (token: string) => createHash('sha256').update(token).digest('hex');
+
+/** What the request log shows instead of a link's path: never the token. */
+export function redactLinkPath(path: string, linkId: unknown): string {
+  return path.replace(
+    /^\/l\/[^/]*/,
+    typeof linkId === 'string' ? `/l/<link ${linkId}>` : '/l/<no such link>',
+  );
+}
+
+type LinkState = Link['state'];
+
+function stateOf(link: LinkRecord, share: ShareRecord | undefined, now: number): LinkState {
+  if (!share || isExpired(share, now) || isExpired(link, now)) return 'expired';
+  if (link.max_downloads !== null && link.downloads >= link.max_downloads) return 'used-up';
+  return 'active';
+}
+
+/** The earlier of the link's and its share's expiry. */
+function effectiveExpiry(link: LinkRecord, share: ShareRecord): string | null {
+  const times = [link.expires, share.expires ?? null].filter((t): t is string => !!t);
+  if (times.length === 0) return null;
+  return times.reduce((a, b) => (Date.parse(a) <= Date.parse(b) ? a : b));
+}
+
+export function linkRoutes(ctx: Context): Router {
+  const { store, storage, passwords, clock, limits, linkKey, expiry } = ctx;
+  const router = Router();
+  const usernames = async (id: string | null) =>
+    id === null ? null : ((await store.getUserById(id))?.username ?? null);
+
+  const linkJson = async (link: LinkRecord): Promise<Link> => {
+    const share = await store.getShare(link.share_id);
+    return {
+      id: link.id,
+      share_id: link.share_id,
+      created_by: await usernames(link.created_by),
+      create_date: link.create_date,
+      expires: share ? effectiveExpiry(link, share) : link.expires,
+      max_downloads: link.max_downloads,
+      downloads: link.downloads,
+      downloads_left:
+        link.max_downloads === null ? null : Math.max(0, link.max_downloads - link.downloads),
+      has_password: link.password_hash !== null,
+      state: stateOf(link, share, clock()),
+    };
+  };
+
+  /** Only the share's owner (a signed-in user) or an administrator manages its links. */
+  const checkManager = (req: Request, share: ShareRecord | undefined) => {
+    if (!share || isExpired(share, clock())) throw Errors.shareNotFound();
+    if (isAdmin(req)) return;
+    if (share.owner_id === null || share.owner_id !== req.caller.userId)
+      throw new HttpError(
+        403,
+        'Only the owner of the share or an administrator may manage its links',
+      );
+  };
+
+  const findLink = async (req: Request) => {
+    need(req, null, false);
+    const link = await store.getLink(String(req.params.link));
+    if (!link) throw new HttpError(404, 'No link with this id');
+    checkManager(req, await store.getShare(link.share_id));
+    return link;
+  };
+
+  const baseUrl = (req: Request) =>
+    (ctx.publicUrl ?? `${req.protocol}://${req.get('host') ?? 'localhost'}`).replace(/\/+$/, '');
+
+  route(router, '/files/:id/links', {
+    post: async (req, res) => {
+      need(req, null, false);
+      const share = await findShare(req, ctx, 'READ');
+      checkManager(req, share);
+      const body = requireObject(req.body, true);
+      onlyFields(body, ['expires', 'expires_in', 'max_downloads', 'password']);
+      const settings = await store.getSettings();
+      const admin = isAdmin(req);
+      const expiryCap = admin ? null : (settings.max_expiry ?? null);
+      const downloadCap = admin ? null : (settings.max_downloads ?? null);
+      const now = clock();
+      const expires =
+        expiryField(body, now, expiryCap) ??
+        (expiryCap === null ? null : new Date(now + expiryCap * 1000).toISOString());
+      const max_downloads = maxDownloadsField(body, downloadCap) ?? downloadCap;
+      let password_hash: string | null = null;
+      if ('password' in body && body.password !== null)
+        password_hash = await passwords.hash(stringField(body, 'password', 1024));
+      const token = randomBytes(24).toString('base64url');
+      const link: LinkRecord = {
+        id: randomBytes(8).toString('hex'),
+        share_id: share.share_id,
+        token_sha256: tokenHash(token),
+        created_by: req.caller.userId,
+        create_date: isoNoZone(new Date(now)),
+        expires,
+        max_downloads,
+        downloads: 0,
+        password_hash,
+      };
+      await store.addLink(link);
+      const url = `${baseUrl(req)}/l/${token}`;
+      res
+        .status(201)
+        .location(`/links/${link.id}`)
+        .json({
+          status: 'success',
+          ...(await linkJson(link)),
+          url,
+          download_url: `${url}?download`,
+        });
+    },
+    get: async (req, res) => {
+      need(req, null, false);
+      const share = await findShare(req, ctx, 'READ');
+      checkManager(req, share);
+      const links = await store.listLinks(share.share_id);
+      res.json({ data: await Promise.all(links.map(linkJson)) });
+    },
+  });
+
+  route(router, '/links', {
+    get: async (req, res) => {
+      need(req, null, false);
+      await expiry.sweepDue();
+      let links = await store.listLinks();
+      if (!isAdmin(req)) {
+        const mine: LinkRecord[] = [];
+        for (const l of links)
+          if ((await store.getShare(l.share_id))?.owner_id === req.caller.userId) mine.push(l);
+        links = mine;
+      }
+      const page = await paginate(
+        req,
+        links.length,
+        async (o, l) => links.slice(o, o + l),
+        (l) => l,
+      );
+      res.json({ ...page, data: await Promise.all(page.data.map(linkJson)) });
+    },
+  });
+
+  route(router, '/links/:link', {
+    get: async (req, res) => {
+      res.json(await linkJson(await findLink(req)));
+    },
+    delete: async (req, res) => {
+      const link = await findLink(req);
+      await store.deleteLink(link.id);
+      res.json({ status: 'success', message: 'Link revoked' });
+    },
+  });
+
+  // --- The public side: /l/<token> (docs/API.md "Share links").
+
+  const grantValue = (link: LinkRecord, exp: number) =>
+    createHmac('sha256', linkKey)
+      .update(`${link.id}\0${link.password_hash}\0${exp}`)
+      .digest('base64url');
+
+  const cookieName = (link: LinkRecord) => `fshare_link_${link.id}`;
+
+  const hasGrant = (req: Request, link: LinkRecord): boolean => {
+    const header = req.headers.cookie ?? '';
+    const prefix = `${cookieName(link)}=`;
+    for (const part of header.split(';')) {
+      const item = part.trim();
+      if (!item.startsWith(prefix)) continue;
+      const [expText, mac] = item.slice(prefix.length).split('.');
+      const exp = Number(expText);
+      if (!Number.isSafeInteger(exp) || exp * 1000 < clock() || !mac) continue;
+      const want = Buffer.from(grantValue(link, exp));
+      const got = Buffer.from(mac);
+      if (want.length === got.length && timingSafeEqual(want, got)) return true;
+    }
+    return false;
+  };
+
+  const grant = (req: Request, res: Response, link: LinkRecord, token: string) => {
+    const exp = Math.floor(clock() / 1000) + GRANT_SECONDS;
+    const secure = req.secure || (ctx.publicUrl?.startsWith('https:') ?? false);
+    res.append(
+      'Set-Cookie',
+      `${cookieName(link)}=${exp}.${grantValue(link, exp)}; Path=/l/${token}; Max-Age=${GRANT_SECONDS}; HttpOnly; SameSite=Strict${secure ? '; Secure' : ''}`,
+    );
+  };
+
+  const guesses = new RateLimiterMemory({
+    keyPrefix: 'link-password',
+    points: limits.linkPasswordFailures.points,
+    duration: limits.linkPasswordFailures.seconds,
+  });
+
+  /** Link id and client address → until when a ranged request continues a counted download. */
+  const continuing = new Map<string, number>();
+  const continuationKey = (link: LinkRecord, req: Request) =>
+    `${link.id}\0${req.socket.remoteAddress ?? ''}`;
+
+  /**
+   * Counts a download as its answer starts (docs/API.md, "Counting downloads"): a request for
+   * bytes counts once, unless it is a range starting after byte 0 from the address of this
+   * link's last counted download within limits.linkResumeWindowMs (it resumes that download).
+   */
+  const countDownload = async (req: Request, link: LinkRecord, start: number) => {
+    const now = clock();
+    const key = continuationKey(link, req);
+    const until = continuing.get(key);
+    if (!(start > 0 && until !== undefined && until >= now)) {
+      try {
+        await store.countDownload(link.id);
+      } catch (err) {
+        if (err instanceof LinkUsedUpError)
+          throw new HttpError(410, 'This link has reached its download limit');
+        throw err;
+      }
+    }
+    if (continuing.size > 10_000)
+      for (const [k, t] of continuing) if (t < now) continuing.delete(k);
+    continuing.set(key, now + limits.linkResumeWindowMs);
+  };
+
+  /** The link of a token, checked for expiry; the download limit is checked by the caller. */
+  const resolve = async (req: Request, res: Response) => {
+    const token = String(req.params.token);
+    const link = TOKEN.test(token) ? await store.getLinkByTokenHash(tokenHash(token)) : undefined;
+    if (!link) throw new HttpError(404, 'This link does not exist, or it was revoked');
+    res.locals.linkId = link.id;
+    const share = await store.getShare(link.share_id);
+    if (!share || stateOf(link, share, clock()) === 'expired')
+      throw new HttpError(410, 'This link has expired');
+    return { token, link, share };
+  };
+
+  const wantsJson = (req: Request, page: boolean) =>
+    page ? req.accepts(['html', 'json']) === 'json' : req.accepts(['json', 'html']) !== 'html';
+
+  /** Errors of the public side: a page for a browser, JSON for everything else. */
+  const publicSide =
+    (handler: (req: Request, res: Response) => Promise<void>) =>
+    async (req: Request, res: Response) => {
+      try {
+        await handler(req, res);
+      } catch (thrown) {
+        const err = asHttpError(thrown);
+        if (
+          res.headersSent ||
+          !(err instanceof HttpError) ||
+          wantsJson(req, !('download' in req.query))
+        )
+          throw err;
+        const title =
+          err.status === 404
+            ? 'Link not found'
+            : err.status === 410
+              ? 'This link cannot be used any more'
+              : 'This link cannot be opened right now';
+        res
+          .status(err.status)
+          .set(err.headers)
+          .set(PAGE_HEADERS)
+          .send(messagePage(title, err.message));
+      }
+    };
+
+  const usedUp = (link: LinkRecord) =>
+    link.max_downloads !== null && link.downloads >= link.max_downloads;
+
+  const download = async (req: Request, res: Response, link: LinkRecord, share: ShareRecord) => {
+    if (!share.initialized) throw new HttpError(404, 'The file has not been uploaded yet');
+    res.set({ 'Referrer-Policy': 'no-referrer', 'Cache-Control': 'no-store' });
+    await sendContent(req, res, share, storage, store, ({ start }) =>
+      countDownload(req, link, start),
+    );
+  };
+
+  const showPage = (req: Request, res: Response, link: LinkRecord, share: ShareRecord) => {
+    if (usedUp(link)) throw new HttpError(410, 'This link has reached its download limit');
+    const view = {
+      file_name: share.file_name,
+      size: share.initialized ? share.size : null,
+      sha256: share.initialized ? (share.sha256 ?? null) : null,
+      expires: effectiveExpiry(link, share),
+      downloads_left:
+        link.max_downloads === null ? null : Math.max(0, link.max_downloads - link.downloads),
+    };
+    if (wantsJson(req, true)) {
+      res.set({ 'Cache-Control': 'no-store', 'Referrer-Policy': 'no-referrer' }).json(view);
+      return;
+    }
+    res.set(PAGE_HEADERS).send(
+      sharePage({
+        fileName: share.file_name,
+        size: view.size,
+        sha256: view.sha256,
+        expires: view.expires,
+        downloadsLeft: view.downloads_left,
+      }),
+    );
+  };
+
+  const needPassword = (req: Request, res: Response, wrong: boolean) => {
+    const message = wrong ? 'Wrong password for this link' : 'This link needs a password';
+    if (wantsJson(req, !('download' in req.query))) {
+      res.status(401).json({ status: 'fail', message });
+      return;
+    }
+    res.status(401).set(PAGE_HEADERS).send(passwordPage(wrong));
+  };
+
+  const form = express.urlencoded({ extended: false, limit: '8kb', parameterLimit: 4 });
+
+  route(router, '/l/:token', {
+    get: publicSide(async (req, res) => {
+      const { link, share } = await resolve(req, res);
+      if (link.password_hash !== null && !hasGrant(req, link)) {
+        needPassword(req, res, false);
+        return;
+      }
+      if ('download' in req.query) await download(req, res, link, share);
+      else showPage(req, res, link, share);
+    }),
+    post: publicSide(async (req, res) => {
+      await new Promise<void>((ok, fail) => form(req, res, (err) => (err ? fail(err) : ok())));
+      const { token, link, share } = await resolve(req, res);
+      if (link.password_hash !== null) {
+        const body = (req.body ?? {}) as Record<string, unknown>;
+        const password = typeof body.password === 'string' ? body.password : '';
+        const key = `${link.id}\0${req.socket.remoteAddress ?? ''}`;
+        const seen = await guesses.get(key);
+        if (seen && seen.consumedPoints >= guesses.points && seen.msBeforeNext > 0)
+          throw new HttpError(
+            429,
+            `Too many wrong passwords for this link; try again in ${Math.ceil(seen.msBeforeNext / 1000)} s`,
+            { 'Retry-After': String(Math.ceil(seen.msBeforeNext / 1000)) },
+          );
+        if (!(await passwords.verify(password, link.password_hash))) {
+          await guesses.penalty(key, 1).catch(() => undefined);
+          needPassword(req, res, true);
+          return;
+        }
+        grant(req, res, link, token);
+      }
+      if ('download' in req.query) {
+        await download(req, res, link, share);
+        return;
+      }
+      // Post/redirect/get: the page, now unlocked, without a form to send again on reload.
+      res.status(303).location(`./${token}`).set('Cache-Control', 'no-store').end();
+    }),
+  });
+
+  return router;
+}
