@@ -19,3 +19,36 @@ export function parsePositiveInt(
     throw new UsageError(`${what} must be a whole number from 1 to ${max}: ${text}`);
   return n;
 }
+
+const DURATION_UNITS: Record<string, number> = { s: 1, m: 60, h: 3600, d: 86400, w: 604800 };
+
+/**
+ * A duration for --expires and the like: 90s, 30m, 12h, 7d, 2w (or a number of seconds); with
+ * `never`, the word never (or none) gives null. A usage error otherwise.
+ */
+export function parseDuration(text: string, what: string, never = false): number | null {
+  const t = text.trim().toLowerCase();
+  if (never && (t === 'never' || t === 'none')) return null;
+  const m = /^(\d{1,10})\s*([smhdw]?)$/.exec(t);
+  const seconds = m ? Number(m[1]) * DURATION_UNITS[m[2] || 's']! : NaN;
+  if (!Number.isSafeInteger(seconds) || seconds < 1)
+    throw new UsageError(
+      `${what} must be a duration such as 30m, 12h, 7d or 2w${never ? ', or never' : ''}: ${text}`,
+    );
+  return seconds;
+}
+
+/** "7 days", "12 hours", "90 seconds". */
+export function formatDuration(seconds: number): string {
+  for (const [unit, size] of [
+    ['week', 604800],
+    ['day', 86400],
+    ['hour', 3600],
+    ['minute', 60],
+  ] as const)
+    if (seconds >= size && seconds % size === 0) {
+      const n = seconds / size;
+      return `${n} ${unit}${n === 1 ? '' : 's'}`;
+    }
+  return `${seconds} second${seconds === 1 ? '' : 's'}`;
+}

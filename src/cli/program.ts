@@ -3,6 +3,7 @@ import { Command } from 'commander';
 import { registerAuth } from './commands/auth.js';
 import { registerCompletion } from './commands/completion.js';
 import { registerFiles } from './commands/files.js';
+import { registerLinks } from './commands/links.js';
 import { registerTransfers } from './commands/transfers.js';
 import { registerServe } from './commands/serve.js';
 import { registerSettings } from './commands/settings.js';
@@ -54,6 +55,7 @@ or an upload the server did not complete), 130 interrupted (Ctrl-C).`,
   registerAuth(program);
   registerTransfers(program);
   registerFiles(program);
+  registerLinks(program);
   registerUsers(program);
   registerSettings(program);
   registerServe(program);

@@ -4,7 +4,7 @@
  * with their zone; fields a server does not send are null, never missing.
  */
 import { shareUrl } from '../client/refs.js';
-import type { Share, User } from '../shared/types.js';
+import type { Link, Share, User } from '../shared/types.js';
 import { isoWithZone } from './lists.js';
 
 export interface ShareShape {
@@ -17,6 +17,8 @@ export interface ShareShape {
   create_date: string;
   size: number | null;
   sha256: string | null;
+  /** When the server deletes the share; null for never (or a server without expiry). */
+  expires: string | null;
 }
 
 export function shareShape(server: string, s: Share): ShareShape {
@@ -30,6 +32,42 @@ export function shareShape(server: string, s: Share): ShareShape {
     create_date: isoWithZone(s.create_date),
     size: s.size ?? null,
     sha256: s.sha256 ?? null,
+    expires: s.expires ?? null,
+  };
+}
+
+/** A share link. `url` and `download_url` are known only to the command that made the link. */
+export interface LinkShape {
+  id: string;
+  share_id: string;
+  file_name: string | null;
+  url: string | null;
+  download_url: string | null;
+  created_by: string | null;
+  create_date: string;
+  expires: string | null;
+  max_downloads: number | null;
+  downloads: number;
+  downloads_left: number | null;
+  has_password: boolean;
+  state: Link['state'];
+}
+
+export function linkShape(l: Link): LinkShape {
+  return {
+    id: l.id,
+    share_id: l.share_id,
+    file_name: l.file_name ?? null,
+    url: l.url ?? null,
+    download_url: l.download_url ?? null,
+    created_by: l.created_by,
+    create_date: isoWithZone(l.create_date),
+    expires: l.expires,
+    max_downloads: l.max_downloads,
+    downloads: l.downloads,
+    downloads_left: l.downloads_left,
+    has_password: l.has_password,
+    state: l.state,
   };
 }
 
@@ -65,4 +103,8 @@ export interface TransferShape {
   verified: boolean;
   /** Bytes that were already there: a resumed upload or download. */
   resumed_bytes: number;
+  /** upload --expires: when the server deletes the share; otherwise null. */
+  expires: string | null;
+  /** upload --link: the link made for the share; otherwise null. */
+  link: LinkShape | null;
 }

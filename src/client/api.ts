@@ -1,6 +1,7 @@
 import type { Permission } from '../shared/permissions.js';
 import type {
   CreatedResponse,
+  Link,
   LoginResponse,
   Page,
   Settings,
@@ -70,11 +71,20 @@ export function listFiles(client: ApiClient, query?: PageQuery): Promise<Page<Sh
   return callJson(client, { method: 'GET', path: '/files', query: pageQuery(query) });
 }
 
-export function createFile(client: ApiClient, fileName?: string): Promise<CreatedResponse> {
+/** fshare extension: when a share or link ends; seconds from now, or null for never. */
+export interface ExpiryRequest {
+  expires_in?: number | null;
+}
+
+export function createFile(
+  client: ApiClient,
+  fileName?: string,
+  extra: ExpiryRequest = {},
+): Promise<CreatedResponse> {
   return callJson(client, {
     method: 'POST',
     path: '/files',
-    json: fileName === undefined ? {} : { file_name: fileName },
+    json: { ...(fileName === undefined ? {} : { file_name: fileName }), ...extra },
   });
 }
 
@@ -85,6 +95,8 @@ export function getFile(client: ApiClient, id: string): Promise<Share> {
 export interface ShareChanges {
   file_name?: string;
   owner_name?: string | null;
+  /** fshare extension (seconds from now, or null: never). */
+  expires_in?: number | null;
 }
 
 export function patchFile(
@@ -127,6 +139,33 @@ export function lockFile(client: ApiClient, id: string): Promise<StatusResponse>
 
 export function unlockFile(client: ApiClient, id: string): Promise<StatusResponse> {
   return callJson(client, { method: 'POST', path: `${sharePath(id)}/unlock` });
+}
+
+// Share links (fshare extension)
+
+export interface NewLink extends ExpiryRequest {
+  max_downloads?: number | null;
+  password?: string;
+}
+
+export function createLink(
+  client: ApiClient,
+  id: string,
+  link: NewLink,
+): Promise<Link & { url: string; download_url: string }> {
+  return callJson(client, { method: 'POST', path: `${sharePath(id)}/links`, json: link });
+}
+
+export function shareLinks(client: ApiClient, id: string): Promise<{ data: Link[] }> {
+  return callJson(client, { method: 'GET', path: `${sharePath(id)}/links` });
+}
+
+export function listLinks(client: ApiClient, query?: PageQuery): Promise<Page<Link>> {
+  return callJson(client, { method: 'GET', path: '/links', query: pageQuery(query) });
+}
+
+export function deleteLink(client: ApiClient, linkId: string): Promise<StatusResponse> {
+  return callJson(client, { method: 'DELETE', path: `/links/${encodeURIComponent(linkId)}` });
 }
 
 // Users

@@ -38,6 +38,11 @@ export class ClientInputError extends Error {
   override readonly name = 'ClientInputError';
 }
 
+/** The server lacks an fshare extension the command needs (share links, expiry). */
+export class UnsupportedError extends Error {
+  override readonly name = 'UnsupportedError';
+}
+
 const NETWORK_CODES = new Set([
   'ECONNREFUSED',
   'ECONNRESET',

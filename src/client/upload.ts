@@ -3,7 +3,7 @@ import { open, stat } from 'node:fs/promises';
 import { basename, resolve } from 'node:path';
 import type { Writable } from 'node:stream';
 import { createFile, deleteFile, getFile, idFromUrl, lockFile, uploadState } from './api.js';
-import { ApiError, ClientInputError, VerificationError } from './errors.js';
+import { ApiError, ClientInputError, UnsupportedError, VerificationError } from './errors.js';
 import { send, toApiError, type ApiClient, type Body } from './http.js';
 import { fileHasher } from './hashing.js';
 import { createLimiter, type Limiter } from './limit.js';
@@ -448,6 +448,8 @@ export interface UploadFileOptions extends ChunkOptions {
   name?: string;
   /** Lock the share once its content is complete. */
   lock?: boolean;
+  /** fshare extension: the share is deleted this many seconds after its creation. */
+  expiresIn?: number;
 }
 
 /** What `fshare upload --json` prints per file. */
@@ -460,6 +462,8 @@ export interface UploadedShare {
   verified: boolean;
   /** Bytes the server already held from an earlier run of the same upload. */
   resumed_bytes: number;
+  /** When the server deletes the share (null: never, or not asked). */
+  expires: string | null;
 }
 
 /** The upload was refused for good (a 4xx); the share it had created was deleted again. */
@@ -487,7 +491,7 @@ export async function uploadFile(
   const fileName = options.name ?? basename(path);
   if (options.restart) await abandonEarlier(client, file, options);
   const earlier = options.restart ? undefined : await rememberedShare(client, file, options);
-  const id = earlier ?? idFromUrl((await createFile(client, fileName)).url);
+  const id = earlier ?? (await createShare(client, fileName, options.expiresIn));
   let result: ContentResult;
   try {
     result = await uploadContent(client, id, path, { ...options, mode: 'create', fileName });
@@ -514,6 +518,10 @@ export async function uploadFile(
     throw err;
   }
   if (options.lock) await lockFile(client, id);
+  const expires =
+    options.expiresIn === undefined
+      ? null
+      : ((await getFile(client, id).catch(() => undefined))?.expires ?? null);
   return {
     share_id: id,
     url: shareUrl(client.server, id),
@@ -522,7 +530,29 @@ export async function uploadFile(
     sha256: result.sha256,
     verified: result.verified,
     resumed_bytes: result.resumedBytes,
+    expires,
   };
+}
+
+/**
+ * Creates the share; with an expiry, checks that the server took it before any byte is sent
+ * (a server without expiry may ignore the field: its share would never be deleted).
+ */
+async function createShare(
+  client: ApiClient,
+  fileName: string,
+  expiresIn: number | undefined,
+): Promise<string> {
+  if (expiresIn === undefined) return idFromUrl((await createFile(client, fileName)).url);
+  const id = idFromUrl((await createFile(client, fileName, { expires_in: expiresIn })).url);
+  const share = await getFile(client, id);
+  if (!share.expires) {
+    await deleteFile(client, id).catch(() => undefined);
+    throw new UnsupportedError(
+      `${client.server} does not support share expiry (--expires); nothing was uploaded`,
+    );
+  }
+  return id;
 }
 
 /** --restart: the earlier, unfinished upload of this file is given up, its empty share deleted. */
@@ -574,5 +604,6 @@ export async function replaceFile(
     sha256: result.sha256,
     verified: result.verified,
     resumed_bytes: result.resumedBytes,
+    expires: share?.expires ?? null,
   };
 }

@@ -27,6 +27,8 @@ export interface Share {
 export interface Link {
   id: string;
   share_id: string;
+  /** The share's name (null if the share is gone). */
+  file_name: string | null;
   /** The page anyone can open; only in the answer that created the link. */
   url?: string;
   /** The bytes themselves (`url` + `?download`); only in the answer that created the link. */

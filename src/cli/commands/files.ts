@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import {
   deleteFile,
   getFile,
+  shareLinks,
   listFiles,
   lockFile,
   patchFile,
@@ -23,7 +24,8 @@ import {
   printTable,
   reportError,
 } from '../output.js';
-import { shareShape } from '../shapes.js';
+import { linkShape, shareShape } from '../shapes.js';
+import { describeExpiry } from './links.js';
 
 function stateOf(share: Share): string {
   const flags = [share.locked ? 'locked' : '', share.initialized ? '' : 'empty'].filter(Boolean);
@@ -112,7 +114,14 @@ export function registerFiles(program: Command): void {
       const session = openSession(cmd);
       const { client, id } = await session.shareClient(ref);
       const share = shareShape(client.server, await getFile(client, id));
-      if (session.opts.json) return printJson(share);
+      // Links are shown to whoever may manage them (the owner, ADMIN); null for anyone else, or
+      // a server without links.
+      const links = await shareLinks(client, id).then(
+        (r) => r.data,
+        () => null,
+      );
+      if (session.opts.json) return printJson({ ...share, links: links && links.map(linkShape) });
+      const active = links?.filter((l) => l.state === 'active').length ?? 0;
       printDetails([
         ['id', share.share_id],
         ['name', share.file_name],
@@ -125,6 +134,17 @@ export function registerFiles(program: Command): void {
           'created',
           process.stdout.isTTY ? shortDate(share.create_date) : localIso(share.create_date),
         ],
+        ['expires', describeExpiry(share.expires)],
+        ...(links === null
+          ? []
+          : ([
+              [
+                'links',
+                links.length === 0
+                  ? 'none'
+                  : `${active} active of ${links.length} (fshare links ${share.share_id})`,
+              ],
+            ] as [string, string][])),
         ['url', share.url],
       ]);
     });

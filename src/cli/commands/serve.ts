@@ -1,6 +1,6 @@
 import { resolve } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { parseChunkSize } from '../args.js';
+import { parseChunkSize, parseDuration } from '../args.js';
 import type { RequestEntry } from '../../server/options.js';
 
 interface ServeOptions {
@@ -21,6 +21,7 @@ interface ServeOptions {
   repair?: boolean;
   logFormat: 'pretty' | 'json';
   grace: number;
+  publicUrl?: string;
 }
 
 function port(value: string): number {
@@ -44,12 +45,24 @@ function sizeOrZero(value: string): number {
 
 /** "7d", "12h", "30m", "90s" or seconds. */
 function duration(value: string): number {
-  const m = /^(\d+)([smhd]?)$/.exec(value.trim());
-  if (!m || Number(m[1]) < 1)
+  try {
+    return parseDuration(value, 'the duration')!;
+  } catch {
     throw new InvalidArgumentError('expected a duration such as 7d, 12h or 3600');
-  return (
-    Number(m[1]) * { '': 1, s: 1, m: 60, h: 3600, d: 86400 }[m[2] as '' | 's' | 'm' | 'h' | 'd']
-  );
+  }
+}
+
+/** An http(s) URL, kept without a trailing slash. */
+function publicUrl(value: string): string {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new InvalidArgumentError('expected a URL such as https://files.example.com');
+  }
+  if (!/^https?:$/.test(url.protocol) || url.search || url.hash)
+    throw new InvalidArgumentError('expected an http or https URL without query or fragment');
+  return url.href.replace(/\/+$/, '');
 }
 
 export function registerServe(program: Command): void {
@@ -107,6 +120,11 @@ export function registerServe(program: Command): void {
       '--repair',
       'start even if the metadata journal is damaged: keep every valid entry, move the journal aside',
     )
+    .option(
+      '--public-url <url>',
+      'base of the share-link URLs handed out, when clients reach the server through a proxy',
+      publicUrl,
+    )
     .option('-q, --quiet', 'no request log')
     .addOption(
       new Option('--log-format <format>', 'request log: one line per request, or one JSON object')
@@ -157,6 +175,7 @@ Examples:
           }),
         },
         tokenLifetimeSeconds: opts.tokenLifetime,
+        publicUrl: opts.publicUrl,
         repair: opts.repair,
         requestLog: opts.quiet ? undefined : requestLogger(opts.logFormat),
         notice,

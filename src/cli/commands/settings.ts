@@ -1,6 +1,8 @@
 import type { Command } from 'commander';
 import { getSettings, patchSettings } from '../../client/api.js';
 import { openSession } from '../context.js';
+import type { Settings } from '../../shared/types.js';
+import { formatDuration, parseDuration, parsePositiveInt } from '../args.js';
 import { UsageError, examples, printJson, printLine } from '../output.js';
 import { formatPermissions, parsePermissionList } from './perms.js';
 
@@ -17,8 +19,46 @@ export function registerSettings(program: Command): void {
     .action(async (_options: object, cmd: Command) => {
       const session = openSession(cmd);
       const current = await getSettings(await session.client());
-      if (session.opts.json) return printJson(current);
-      printLine(`anonymous permissions: ${formatPermissions(current.default_permissions)}`);
+      if (session.opts.json) return printJson(settingsShape(current));
+      printSettings(current);
+    });
+
+  settings
+    .command('limits')
+    .description(
+      'limit the expiry and download count users without ADMIN may give shares and links',
+    )
+    .option('--max-expiry <duration>', 'longest expiry (12h, 30d…), or none')
+    .option('--max-downloads <n>', 'most downloads per link, or none')
+    .addHelpText(
+      'after',
+      examples([
+        'fshare settings limits --max-expiry 30d --max-downloads 100',
+        'fshare settings limits --max-expiry none',
+      ]),
+    )
+    .action(async (options: { maxExpiry?: string; maxDownloads?: string }, cmd: Command) => {
+      const session = openSession(cmd);
+      const changes: Partial<Settings> = {};
+      if (options.maxExpiry !== undefined)
+        changes.max_expiry = parseDuration(options.maxExpiry, '--max-expiry', true);
+      if (options.maxDownloads !== undefined)
+        changes.max_downloads = /^(none|never)$/i.test(options.maxDownloads.trim())
+          ? null
+          : parsePositiveInt(options.maxDownloads, '--max-downloads');
+      if (Object.keys(changes).length === 0)
+        throw new UsageError('give --max-expiry, --max-downloads or both');
+      const client = await session.client();
+      await patchSettings(client, changes);
+      const current = await getSettings(client);
+      // Checked, not assumed: a server without these settings may ignore them.
+      for (const key of Object.keys(changes) as (keyof Settings)[])
+        if (current[key] === undefined)
+          throw new UsageError(
+            `${client.server} has no setting ${key} (an fshare serve extension)`,
+          );
+      if (session.opts.json) printJson(settingsShape(current));
+      else printSettings(current);
     });
 
   settings
@@ -43,7 +83,26 @@ export function registerSettings(program: Command): void {
       const defaultPermissions = options.none ? [] : parsePermissionList(perms);
       const client = await session.client();
       await patchSettings(client, { default_permissions: defaultPermissions });
-      if (session.opts.json) printJson(await getSettings(client));
+      if (session.opts.json) printJson(settingsShape(await getSettings(client)));
       else printLine(`anonymous permissions: ${formatPermissions(defaultPermissions)}`);
     });
+}
+
+/** Settings as --json prints them: fields a server does not have are null. */
+function settingsShape(s: Settings) {
+  return {
+    default_permissions: s.default_permissions,
+    max_expiry: s.max_expiry ?? null,
+    max_downloads: s.max_downloads ?? null,
+  };
+}
+
+function printSettings(s: Settings): void {
+  printLine(`anonymous permissions: ${formatPermissions(s.default_permissions)}`);
+  if (s.max_expiry !== undefined)
+    printLine(
+      `max expiry:            ${s.max_expiry === null ? 'none' : formatDuration(s.max_expiry)}`,
+    );
+  if (s.max_downloads !== undefined)
+    printLine(`max downloads:         ${s.max_downloads === null ? 'none' : s.max_downloads}`);
 }

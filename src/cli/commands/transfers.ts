@@ -1,6 +1,6 @@
 import { basename, resolve } from 'node:path';
 import type { Command } from 'commander';
-import { deleteFile, getFile } from '../../client/api.js';
+import { createLink, deleteFile, getFile } from '../../client/api.js';
 import { download, parseByteRange, type ByteRange } from '../../client/download.js';
 import { ApiError, NetworkError } from '../../client/errors.js';
 import { createLimiter } from '../../client/limit.js';
@@ -15,7 +15,7 @@ import {
   type UploadRecord,
 } from '../../client/upload.js';
 import { formatSize } from '../../shared/size.js';
-import { parseChunkSize, parsePositiveInt } from '../args.js';
+import { parseChunkSize, parseDuration, parsePositiveInt } from '../args.js';
 import { configDir } from '../config.js';
 import { openSession, partialValidators, type Session } from '../context.js';
 import { localIso, shortDate } from '../lists.js';
@@ -31,7 +31,8 @@ import {
   warn,
 } from '../output.js';
 import { createProgress, progressEnabled } from '../progress.js';
-import type { TransferShape } from '../shapes.js';
+import { linkShape, type LinkShape, type TransferShape } from '../shapes.js';
+import { linkUnsupported } from './links.js';
 import { uploadRecords } from '../uploads.js';
 
 function chunkOptions(options: { chunkSize: string; parallel: string }) {
@@ -64,7 +65,11 @@ function interrupted(err: unknown): boolean {
   return err instanceof ApiError && (err.status >= 500 || err.status === 408 || err.status === 429);
 }
 
-function transferShape(r: UploadedShare, path: string): TransferShape {
+function transferShape(
+  r: UploadedShare,
+  path: string,
+  link: LinkShape | null = null,
+): TransferShape {
   return {
     share_id: r.share_id,
     url: r.url,
@@ -74,6 +79,8 @@ function transferShape(r: UploadedShare, path: string): TransferShape {
     sha256: r.sha256,
     verified: r.verified,
     resumed_bytes: r.resumed_bytes,
+    expires: r.expires,
+    link,
   };
 }
 
@@ -89,10 +96,14 @@ const upload = (program: Command) =>
     .option('-p, --parallel <n>', 'chunk requests in flight', String(DEFAULT_PARALLEL))
     .option('--lock', 'lock each share once it is uploaded')
     .option('--restart', 'start afresh even if an interrupted upload of the file could resume')
+    .option('--expires <duration>', 'the server deletes the share after this long: 12h, 7d, 2w')
+    .option('--link', 'also make a share link anyone can open; print it instead of the share URL')
+    .option('--max-downloads <n>', 'the link works for this many downloads (implies --link)')
     .addHelpText(
       'after',
       examples([
         'fshare upload build.tar.gz',
+        'fshare upload slides.pdf --expires 7d --link --max-downloads 20',
         'fshare upload *.log --parallel 8 --chunk-size 16m',
         'fshare upload report.pdf --name "Q3 report.pdf" --lock',
         'fshare upload data.csv --json | jq -r ".[0].url"',
@@ -108,11 +119,21 @@ const upload = (program: Command) =>
           parallel: string;
           lock?: boolean;
           restart?: boolean;
+          expires?: string;
+          link?: boolean;
+          maxDownloads?: string;
         },
         cmd: Command,
       ) => {
         const session = openSession(cmd);
         const { chunkSize, parallel } = chunkOptions(options);
+        const expiresIn =
+          options.expires === undefined ? undefined : parseDuration(options.expires, '--expires')!;
+        const maxDownloads =
+          options.maxDownloads === undefined
+            ? undefined
+            : parsePositiveInt(options.maxDownloads, '--max-downloads');
+        const wantLink = Boolean(options.link) || maxDownloads !== undefined;
         if (options.name !== undefined && files.length > 1)
           throw new UsageError('--name works with one file only');
         if (options.name === '') throw new UsageError('--name must not be empty');
@@ -138,17 +159,28 @@ const upload = (program: Command) =>
                   lock: options.lock,
                   resume,
                   restart: options.restart,
+                  expiresIn,
                   signal: stop.signal,
                   onProgress: (sent, total) => bar.update(sent, total),
                   onNotice: (line) => progress.log(`fshare: ${line}`),
                 });
                 bar.stop();
-                results[i] = transferShape(r, file);
+                const link = wantLink
+                  ? linkShape(
+                      await createLink(client, r.share_id, {
+                        ...(maxDownloads === undefined ? {} : { max_downloads: maxDownloads }),
+                      }).catch((err: unknown) => {
+                        throw linkUnsupported(err, client.server);
+                      }),
+                    )
+                  : null;
+                results[i] = transferShape(r, file, link);
                 if (!session.opts.json) {
-                  // stdout keeps CLI.md's "id  url  name" for scripts; the proof goes beside it
+                  // stdout keeps CLI.md's "id  url  name" for scripts (with --link, the link's
+                  // URL); the proof goes beside it
                   if (r.verified && process.stderr.isTTY)
                     progress.log(`fshare: ${r.file_name}: verified sha256 ${r.sha256}`);
-                  progress.print(`${r.share_id}  ${r.url}  ${r.file_name}`);
+                  progress.print(`${r.share_id}  ${link?.url ?? r.url}  ${r.file_name}`);
                 }
               } catch (err) {
                 bar.stop();
@@ -303,6 +335,8 @@ const get = (program: Command) =>
             sha256: result.sha256,
             verified: result.verified,
             resumed_bytes: result.resumedFrom,
+            expires: null,
+            link: null,
           };
           if (session.opts.json) printJson(shape);
           else if (result.path)

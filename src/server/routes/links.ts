@@ -60,6 +60,7 @@ export function linkRoutes(ctx: Context): Router {
     return {
       id: link.id,
       share_id: link.share_id,
+      file_name: share?.file_name ?? null,
       created_by: await usernames(link.created_by),
       create_date: link.create_date,
       expires: share ? effectiveExpiry(link, share) : link.expires,
@@ -206,9 +207,11 @@ export function linkRoutes(ctx: Context): Router {
   const grant = (req: Request, res: Response, link: LinkRecord, token: string) => {
     const exp = Math.floor(clock() / 1000) + GRANT_SECONDS;
     const secure = req.secure || (ctx.publicUrl?.startsWith('https:') ?? false);
+    // Behind a proxy that serves fshare under a path, the browser sees that path.
+    const prefix = ctx.publicUrl ? new URL(ctx.publicUrl).pathname.replace(/\/+$/, '') : '';
     res.append(
       'Set-Cookie',
-      `${cookieName(link)}=${exp}.${grantValue(link, exp)}; Path=/l/${token}; Max-Age=${GRANT_SECONDS}; HttpOnly; SameSite=Strict${secure ? '; Secure' : ''}`,
+      `${cookieName(link)}=${exp}.${grantValue(link, exp)}; Path=${prefix}/l/${token}; Max-Age=${GRANT_SECONDS}; HttpOnly; SameSite=Strict${secure ? '; Secure' : ''}`,
     );
   };
 
