@@ -20,6 +20,7 @@ const SHARE = {
   create_date: 'string',
   size: 'number|null',
   sha256: 'string|null',
+  expires: 'string|null',
 };
 const USER = {
   username: 'string',
@@ -37,6 +38,13 @@ const TRANSFER = {
   sha256: 'string|null',
   verified: 'boolean',
   resumed_bytes: 'number',
+  expires: 'string|null',
+  link: 'object|null',
+};
+const SETTINGS = {
+  default_permissions: 'object',
+  max_expiry: 'number|null',
+  max_downloads: 'number|null',
 };
 const RECORD = {
   share_id: 'string',
@@ -112,7 +120,7 @@ describe('--json: one documented shape per kind of object', () => {
     expect(uploaded).toHaveLength(1);
     expectShape(uploaded[0], TRANSFER, 'upload[0]');
     const id = (uploaded[0] as { share_id: string }).share_id;
-    expectShape(await json(['info', id]), SHARE, 'info');
+    expectShape(await json(['info', id]), { ...SHARE, links: 'object|null' }, 'info');
     for (const args of [['ls'], ['ls', '--all']]) {
       const list = await json<{ shares: unknown[] }>(args);
       expect(Object.keys(list).sort(), args.join(' ')).toEqual(['next', 'page', 'pages', 'shares']);
@@ -179,12 +187,12 @@ describe('--json: one documented shape per kind of object', () => {
   it('settings and unfinished uploads', async () => {
     expectShape(
       await json(['settings', 'show']),
-      { default_permissions: 'object' },
+      SETTINGS,
       'settings show',
     );
     expectShape(
       await json(['settings', 'anon', '--none']),
-      { default_permissions: 'object' },
+      SETTINGS,
       'settings anon',
     );
     const records = await json<unknown[]>(['uploads']);
