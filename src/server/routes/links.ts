@@ -24,6 +24,12 @@ import { findShare, isAdmin } from './shares.js';
 const GRANT_SECONDS = 3600;
 const TOKEN = /^[A-Za-z0-9_-]{22,128}$/;
 
+/** Where a request's Range starts (0 without one): enough to tell a resume from a download. */
+function rangeStart(req: Request): number {
+  const m = /^\s*bytes\s*=\s*(\d+)\s*-/i.exec(req.headers.range ?? '');
+  return m ? Number(m[1]) : 0;
+}
+
 export const tokenHash = (token: string) => createHash('sha256').update(token).digest('hex');
 
 /** What the request log shows instead of a link's path: never the token. */
@@ -231,11 +237,15 @@ export function linkRoutes(ctx: Context): Router {
    * bytes counts once, unless it is a range starting after byte 0 from the address of this
    * link's last counted download within limits.linkResumeWindowMs (it resumes that download).
    */
+  const continues = (req: Request, link: LinkRecord, start: number) => {
+    const until = continuing.get(continuationKey(link, req));
+    return start > 0 && until !== undefined && until >= clock();
+  };
+
   const countDownload = async (req: Request, link: LinkRecord, start: number) => {
     const now = clock();
     const key = continuationKey(link, req);
-    const until = continuing.get(key);
-    if (!(start > 0 && until !== undefined && until >= now)) {
+    if (!continues(req, link, start)) {
       try {
         await store.countDownload(link.id);
       } catch (err) {
@@ -297,6 +307,9 @@ export function linkRoutes(ctx: Context): Router {
 
   const download = async (req: Request, res: Response, link: LinkRecord, share: ShareRecord) => {
     if (!share.initialized) throw new HttpError(404, 'The file has not been uploaded yet');
+    // HEAD counts nothing, but answers as GET would: a link with no downloads left is gone.
+    if (req.method === 'HEAD' && usedUp(link) && !continues(req, link, rangeStart(req)))
+      throw new HttpError(410, 'This link has reached its download limit');
     res.set({ 'Referrer-Policy': 'no-referrer', 'Cache-Control': 'no-store' });
     await sendContent(req, res, share, storage, store, ({ start }) =>
       countDownload(req, link, start),

@@ -156,6 +156,8 @@ export class State {
         this.usersById.delete(user.id);
         data.users.splice(data.users.indexOf(user), 1);
         data.former_users[user.id] = user.username;
+        // The links a user made end with the user, as their tokens do.
+        for (const link of data.links.filter((l) => l.created_by === op.id)) this.removeLink(link);
         return;
       }
       case 'addShare':
