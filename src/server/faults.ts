@@ -5,7 +5,8 @@
  *
  * Points: journal.mid-write, journal.before-fsync, compact.after-rename, chunk.mid-body,
  * chunk.before-record, chunk.after-record, complete.after-link, complete.after-publish,
- * complete.after-tombstone.
+ * complete.after-tombstone, link.after-count (a share-link download counted durably, before any
+ * header of its answer).
  */
 const spec = /^([a-z.-]+)(?::(\d+))?$/.exec(process.env.FSHARE_FAULT ?? '');
 const armed = spec?.[1];

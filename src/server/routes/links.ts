@@ -7,6 +7,7 @@ import { need } from '../auth.js';
 import type { Context } from '../context.js';
 import { asHttpError, Errors, HttpError } from '../errors.js';
 import { isExpired } from '../expiry.js';
+import { fault } from '../faults.js';
 import { paginate, route } from '../http.js';
 import { messagePage, PAGE_HEADERS, passwordPage, sharePage } from '../page.js';
 import { LinkUsedUpError, type LinkRecord, type ShareRecord } from '../store/index.js';
@@ -248,6 +249,7 @@ export function linkRoutes(ctx: Context): Router {
     if (!continues(req, link, start)) {
       try {
         await store.countDownload(link.id);
+        await fault('link.after-count');
       } catch (err) {
         if (err instanceof LinkUsedUpError)
           throw new HttpError(410, 'This link has reached its download limit');
