@@ -17,6 +17,7 @@ import {
   getShare,
   patch,
   post,
+  request,
   sendChunk,
   verifyAllContent,
   walkFiles,
@@ -118,6 +119,50 @@ describe.skipIf(typeof disk === 'string')('a full disk', () => {
       expect(await leftovers(dir)).toEqual([]);
     } finally {
       await rm(filler, { force: true });
+      await srv.close();
+    }
+  });
+
+  it('a share-link download whose count a full disk refuses gets 507 and no byte, and counts nothing', async () => {
+    const dir = join((disk as SmallDisk).dir, 'links');
+    const filler = join((disk as SmallDisk).dir, 'filler-links');
+    let srv: TestServer = await startServer({ dataDir: dir, minFreeBytes: 0 });
+    const token = await login(srv.url, ADMIN.username, ADMIN.password);
+    const id = await createShare(srv.url, token, 'linked.txt');
+    expectStatus(await upload1(srv.url, token, id, Buffer.from('linked content')), 201);
+    const made = await post(srv.url, `/files/${id}/links`, { token, json: {} });
+    expectStatus(made, 201);
+    const path = `${new URL(made.body.url).pathname}?download`;
+    let served = 0;
+    try {
+      await fillDisk(filler);
+      // Counts are short journal lines: some fit in the journal's last block, then one is refused.
+      let refused: Res | undefined;
+      for (let i = 0; i < 5000 && !refused; i++) {
+        const res = await request(srv.url, 'GET', path, { localAddress: '127.0.0.3' });
+        if (res.status === 200) {
+          expect(res.text).toBe('linked content');
+          served++;
+        } else refused = res;
+      }
+      expectFail(refused!, 507);
+      expect(refused!.headers['content-disposition']).toBeUndefined();
+      const state = await request(srv.url, 'GET', `/links/${made.body.id}`, { token });
+      expect(state.body.downloads).toBe(served);
+      // Space returns: the link works again by itself, and counts again.
+      await rm(filler);
+      const again = await request(srv.url, 'GET', path);
+      expectStatus(again, 200);
+      served++;
+    } finally {
+      await rm(filler, { force: true });
+      await srv.close(false);
+    }
+    srv = await startServer({ dataDir: dir });
+    try {
+      const state = await request(srv.url, 'GET', `/links/${made.body.id}`, { token });
+      expect(state.body.downloads).toBe(served);
+    } finally {
       await srv.close();
     }
   });
