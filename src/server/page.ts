@@ -101,7 +101,9 @@ export function sharePage(s: PageShare): string {
   const button =
     s.size === null
       ? '<p>The file has not been uploaded yet.</p>'
-      : `<a class="button" id="download" href="?download" download>Download</a>`;
+      : // No `download` attribute: Content-Disposition already makes it a download, and a link
+        // that ran out meanwhile then shows its 410 page instead of a failed download.
+        `<a class="button" id="download" href="?download">Download</a>`;
   return layout(
     s.fileName,
     `<h1 id="name">${esc(s.fileName)}</h1>

@@ -185,16 +185,8 @@ describe('--json: one documented shape per kind of object', () => {
   });
 
   it('settings and unfinished uploads', async () => {
-    expectShape(
-      await json(['settings', 'show']),
-      SETTINGS,
-      'settings show',
-    );
-    expectShape(
-      await json(['settings', 'anon', '--none']),
-      SETTINGS,
-      'settings anon',
-    );
+    expectShape(await json(['settings', 'show']), SETTINGS, 'settings show');
+    expectShape(await json(['settings', 'anon', '--none']), SETTINGS, 'settings anon');
     const records = await json<unknown[]>(['uploads']);
     expect(Array.isArray(records)).toBe(true);
     for (const r of records) expectShape(r, RECORD, 'uploads item');

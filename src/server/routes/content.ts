@@ -289,6 +289,19 @@ export function downloadName(fileName: string): string {
   return toWellFormed(fileName.replace(/[/\\]/g, '_'));
 }
 
+/**
+ * `Content-Disposition: attachment` for a stored name. Any name beyond ASCII gets `filename*`
+ * (UTF-8) beside a plain-ASCII `filename`: given only a Latin-1 `filename`, which the library
+ * would otherwise send for names such as "café.pdf", Chromium mangles the name.
+ */
+export function attachment(fileName: string): string {
+  const name = downloadName(fileName);
+  return contentDisposition(name, {
+    type: 'attachment',
+    fallback: name.replace(/[^\x20-\x7e]/g, '_'),
+  });
+}
+
 /** The strong validator of content: its sha256 when known, else one from the file itself. */
 function etagOf(share: ShareRecord, size: number, mtimeMs: number): string {
   if (share.sha256) return `"${share.sha256}"`;
@@ -306,7 +319,14 @@ export async function sendContent(
   found: ShareRecord,
   storage: ContentStorage,
   store: MetadataStore,
-  beforeBody?: (range: { start: number; end: number; size: number }) => Promise<void>,
+  {
+    beforeBody,
+    headers: extra = {},
+  }: {
+    beforeBody?: (range: { start: number; end: number; size: number }) => Promise<void>;
+    /** Headers that replace the defaults (a share link's `Cache-Control: no-store`). */
+    headers?: Record<string, string>;
+  } = {},
 ) {
   // The record names the content and its digest together; if that content was replaced between
   // reading the record and opening it, the record is read again (old bytes or new, never a mix).
@@ -330,11 +350,10 @@ export async function sendContent(
       ETag: etag,
       'Last-Modified': lastModified.toUTCString(),
       'Content-Type': mime.lookup(share.file_name) || 'application/octet-stream',
-      'Content-Disposition': contentDisposition(downloadName(share.file_name), {
-        type: 'attachment',
-      }),
+      'Content-Disposition': attachment(share.file_name),
       'X-Content-Type-Options': 'nosniff',
       'Cache-Control': 'private, no-cache',
+      ...extra,
     };
     // RFC 9530: the digest of the whole representation, also on a 206.
     if (share.sha256)

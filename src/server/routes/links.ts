@@ -309,13 +309,16 @@ export function linkRoutes(ctx: Context): Router {
 
   const download = async (req: Request, res: Response, link: LinkRecord, share: ShareRecord) => {
     if (!share.initialized) throw new HttpError(404, 'The file has not been uploaded yet');
-    // HEAD counts nothing, but answers as GET would: a link with no downloads left is gone.
-    if (req.method === 'HEAD' && usedUp(link) && !continues(req, link, rangeStart(req)))
+    // A link with no downloads left is gone for HEAD and conditional requests too (they count
+    // nothing, so they are checked here); only the resume of a counted download goes on.
+    if (usedUp(link) && !continues(req, link, rangeStart(req)))
       throw new HttpError(410, 'This link has reached its download limit');
-    res.set({ 'Referrer-Policy': 'no-referrer', 'Cache-Control': 'no-store' });
-    await sendContent(req, res, share, storage, store, ({ start }) =>
-      countDownload(req, link, start),
-    );
+    res.set('Referrer-Policy', 'no-referrer');
+    await sendContent(req, res, share, storage, store, {
+      // Each download is counted: no cache may answer for the server.
+      headers: { 'Cache-Control': 'no-store' },
+      beforeBody: ({ start }) => countDownload(req, link, start),
+    });
   };
 
   const showPage = (req: Request, res: Response, link: LinkRecord, share: ShareRecord) => {
