@@ -26,14 +26,19 @@ const DURATION_UNITS: Record<string, number> = { s: 1, m: 60, h: 3600, d: 86400,
  * A duration for --expires and the like: 90s, 30m, 12h, 7d, 2w (or a number of seconds); with
  * `never`, the word never (or none) gives null. A usage error otherwise.
  */
-export function parseDuration(text: string, what: string, never = false): number | null {
+export function parseDuration(
+  text: string,
+  what: string,
+  never = false,
+  neverWord = 'never',
+): number | null {
   const t = text.trim().toLowerCase();
   if (never && (t === 'never' || t === 'none')) return null;
   const m = /^(\d{1,10})\s*([smhdw]?)$/.exec(t);
   const seconds = m ? Number(m[1]) * DURATION_UNITS[m[2] || 's']! : NaN;
   if (!Number.isSafeInteger(seconds) || seconds < 1)
     throw new UsageError(
-      `${what} must be a duration such as 30m, 12h, 7d or 2w${never ? ', or never' : ''}: ${text}`,
+      `${what} must be a duration such as 30m, 12h, 7d or 2w${never ? `, or ${neverWord}` : ''}: ${text}`,
     );
   return seconds;
 }

@@ -186,3 +186,20 @@ export function printDetails(pairs: [string, string][]): void {
 export function examples(lines: string[]): string {
   return `\nExamples:\n${lines.map((l) => `  ${l}`).join('\n')}\n`;
 }
+
+/** Runs `task` for each item, reporting failures as they happen; returns the first exit code. */
+export async function eachReporting<T>(
+  items: T[],
+  task: (item: T) => Promise<void>,
+): Promise<number> {
+  let code = 0;
+  for (const item of items) {
+    try {
+      await task(item);
+    } catch (err) {
+      const c = reportError(err);
+      code ||= c;
+    }
+  }
+  return code;
+}

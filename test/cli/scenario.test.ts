@@ -347,6 +347,8 @@ describe('fshare end to end against fshare serve', () => {
     expect((await admin.run(['settings', 'anon', 'READ'])).exitCode).toBe(0);
     expect(await admin.json<Settings>(['settings', 'show'])).toEqual({
       default_permissions: ['READ'],
+      max_expiry: null,
+      max_downloads: null,
     });
     const me = await anonymous.json<Whoami>(['--server', serve.url, 'whoami']);
     expect(me).toEqual({ username: null, permissions: ['READ'] });

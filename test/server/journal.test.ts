@@ -164,7 +164,11 @@ describe('damage that is not a torn end', () => {
     expect(await listIds(repaired.url, token)).toEqual(ids);
     // The entry after it was kept.
     const settings = await get(repaired.url, '/admin/settings', { token });
-    expect(settings.body).toEqual({ default_permissions: ['READ'] });
+    expect(settings.body).toEqual({
+      default_permissions: ['READ'],
+      max_expiry: null,
+      max_downloads: null,
+    });
     expect(await getShare(repaired.url, token, ids[0]!)).toMatchObject({ locked: false });
   });
 });

@@ -66,7 +66,11 @@ for (const name of ['v0.1-clean', 'v0.1-crashed']) {
         for (const user of ['alice', 'bob']) await login(srv.url, user, `${user}-pw`);
         await login(srv.url, 'carol', 'carol0-pw');
         const settings = await get(srv.url, '/admin/settings', { token: admin });
-        expect(settings.body).toEqual({ default_permissions: ['READ'] });
+        expect(settings.body).toEqual({
+          default_permissions: ['READ'],
+          max_expiry: null,
+          max_downloads: null,
+        });
 
         const owner = async (id: string) => (await getShare(srv.url, admin, id)).owner_name;
         expect(await owner(info.shares.placed!)).toBe('alice');

@@ -22,7 +22,7 @@ import {
   printJson,
   printLine,
   printTable,
-  reportError,
+  eachReporting,
 } from '../output.js';
 import { linkShape, shareShape } from '../shapes.js';
 import { describeExpiry } from './links.js';
@@ -30,20 +30,6 @@ import { describeExpiry } from './links.js';
 function stateOf(share: Share): string {
   const flags = [share.locked ? 'locked' : '', share.initialized ? '' : 'empty'].filter(Boolean);
   return flags.join(',') || '-';
-}
-
-/** Runs `task` for each item, reporting failures as they happen; returns the first exit code. */
-async function eachReporting<T>(items: T[], task: (item: T) => Promise<void>): Promise<number> {
-  let code = 0;
-  for (const item of items) {
-    try {
-      await task(item);
-    } catch (err) {
-      const c = reportError(err);
-      code ||= c;
-    }
-  }
-  return code;
 }
 
 /** A change to one share: done, then the share as it is now (one JSON shape for every command). */

@@ -14,7 +14,7 @@ import { parseDuration, parsePositiveInt } from '../args.js';
 import { openSession } from '../context.js';
 import { readStdinLines } from '../input.js';
 import { addPageOptions, listPaged, type PageOptions } from '../lists.js';
-import { examples, printJson, printLine, printTable, warn } from '../output.js';
+import { eachReporting, examples, printJson, printLine, printTable, warn } from '../output.js';
 import { linkShape, shareShape } from '../shapes.js';
 
 /** A 404 or 405 for a link endpoint of a share that exists: the server has no share links. */
@@ -118,7 +118,8 @@ export function registerLinks(program: Command): void {
       const session = openSession(cmd);
       const client = await session.client();
       const done: { id: string; revoked: true }[] = [];
-      for (const linkId of ids) {
+      // Every id is tried: a typo in one must not leave the others working.
+      process.exitCode = await eachReporting(ids, async (linkId) => {
         await deleteLink(client, linkId).catch((err: unknown) => {
           if (err instanceof ApiError && err.status === 404 && /No route/i.test(err.message))
             throw linkUnsupported(err, client.server);
@@ -126,7 +127,7 @@ export function registerLinks(program: Command): void {
         });
         done.push({ id: linkId, revoked: true });
         if (!session.opts.json) printLine(`Revoked link ${linkId}`);
-      }
+      });
       if (session.opts.json) printJson(done);
     });
 

@@ -41,7 +41,7 @@ export function registerSettings(program: Command): void {
       const session = openSession(cmd);
       const changes: Partial<Settings> = {};
       if (options.maxExpiry !== undefined)
-        changes.max_expiry = parseDuration(options.maxExpiry, '--max-expiry', true);
+        changes.max_expiry = parseDuration(options.maxExpiry, '--max-expiry', true, 'none');
       if (options.maxDownloads !== undefined)
         changes.max_downloads = /^(none|never)$/i.test(options.maxDownloads.trim())
           ? null

@@ -1,0 +1,965 @@
+// API.md "Share links (Additive)" and "Counting downloads": making and managing links and who may,
+// the public side /l/<token> (page, JSON, bytes, passwords), hostile file names on the page,
+// download limits under concurrency and across restarts, and a request log without tokens.
+// Expiry, validation and the settings' limits are in expiry.test.ts.
+import { createHash, randomBytes } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import contentDisposition from 'content-disposition';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import type { RequestEntry } from '../../src/server/options.js';
+import type { Link } from '../../src/shared/types.js';
+import {
+  createShare,
+  createShareWithContent,
+  createUser,
+  del,
+  expectFail,
+  expectStatus,
+  filesContaining,
+  get,
+  ISO_NO_ZONE,
+  post,
+  request,
+  setDefaultPermissions,
+  sha256hex,
+  type RequestOptions,
+  type Res,
+} from '../helpers/http.js';
+import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
+
+const PERMS = ['CREATE', 'MODIFY', 'DELETE', 'LOCK', 'LIST', 'READ'];
+const LINK_KEYS = [
+  'create_date',
+  'created_by',
+  'downloads',
+  'downloads_left',
+  'expires',
+  'file_name',
+  'has_password',
+  'id',
+  'max_downloads',
+  'share_id',
+  'state',
+];
+/** What a browser sends when it opens a page. */
+const HTML = { accept: 'text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8' };
+const JSON_ONLY = { accept: 'application/json' };
+const FORM = { 'content-type': 'application/x-www-form-urlencoded' };
+const TOKEN = /^[A-Za-z0-9_-]{22,}$/;
+
+const DATA = randomBytes(100_000 + 7);
+const SHA = sha256hex(DATA);
+
+let srv: TestServer;
+let base: string;
+let admin: string;
+let alice: { username: string; token: string };
+let bob: { username: string; token: string };
+/** alice's share with DATA as "report.pdf". */
+let shareId: string;
+
+beforeAll(async () => {
+  srv = await startServer();
+  base = srv.url;
+  admin = await login(base, ADMIN.username, ADMIN.password);
+  alice = await createUser(base, admin, PERMS);
+  bob = await createUser(base, admin, PERMS);
+  shareId = await createShareWithContent(base, alice.token, 'report.pdf', DATA);
+});
+
+afterAll(async () => {
+  await srv?.close();
+});
+
+interface Made {
+  id: string;
+  token: string;
+  /** /l/<token> */
+  path: string;
+  url: string;
+  res: Res;
+}
+
+/** POST /files/<id>/links; asserts 201 and takes the token out of the URL. */
+async function makeLink(
+  server: string,
+  token: string | undefined,
+  share: string,
+  json: Record<string, unknown> = {},
+): Promise<Made> {
+  const res = await post(server, `/files/${share}/links`, { token, json });
+  expectStatus(res, 201);
+  const url = res.body.url as string;
+  const path = new URL(url).pathname;
+  const m = /\/l\/([^/?#]+)$/.exec(path);
+  expect(m, url).not.toBeNull();
+  return { id: res.body.id as string, token: m![1]!, path: `/l/${m![1]!}`, url, res };
+}
+
+async function linkOf(server: string, token: string, id: string): Promise<Link> {
+  const res = await get(server, `/links/${id}`, { token });
+  expectStatus(res, 200);
+  return res.body as Link;
+}
+
+const download = (server: string, path: string, opts: RequestOptions = {}) =>
+  get(server, `${path}?download`, opts);
+
+/** Asserts a 200 with exactly DATA-like bytes. */
+function expectBytes(res: Res, data: Buffer): void {
+  expectStatus(res, 200);
+  expect(res.buf.length).toBe(data.length);
+  expect(res.buf.equals(data)).toBe(true);
+}
+
+/** Asserts an HTML page of the public side with every header API.md lists for pages. */
+function expectPage(res: Res, status: number): void {
+  expectStatus(res, status);
+  expect(res.headers['content-type']).toMatch(/^text\/html; charset=utf-8/i);
+  const csp = String(res.headers['content-security-policy']);
+  expect(csp).toMatch(/^default-src 'none'; /);
+  for (const part of ["form-action 'self'", "frame-ancestors 'none'", "base-uri 'none'"])
+    expect(csp).toContain(part);
+  // The one inline style is allowed by its hash, and nothing else is.
+  const styles = [...res.text.matchAll(/<style>([\s\S]*?)<\/style>/g)].map((m) => m[1]!);
+  expect(styles).toHaveLength(1);
+  const hash = createHash('sha256').update(styles[0]!).digest('base64');
+  expect(csp).toContain(`style-src 'sha256-${hash}'`);
+  expect(res.headers['referrer-policy']).toBe('no-referrer');
+  expect(res.headers['x-frame-options']).toBe('DENY');
+  expect(res.headers['cache-control']).toBe('no-store');
+  expect(res.text.toLowerCase()).not.toContain('<script');
+}
+
+/** What a correct HTML escape of a user's text looks like. */
+const escapeHtml = (text: string) =>
+  text
+    .replaceAll('&', '&amp;')
+    .replaceAll('<', '&lt;')
+    .replaceAll('>', '&gt;')
+    .replaceAll('"', '&quot;')
+    .replaceAll("'", '&#39;');
+
+const cookieOf = (res: Res): string => {
+  const set = res.headers['set-cookie'] ?? [];
+  expect(set, 'a Set-Cookie header').toHaveLength(1);
+  return set[0]!;
+};
+
+describe('creating a link', () => {
+  it('the owner gets 201 with url, download_url, Location and the whole link; the token is shown only then', async () => {
+    const made = await makeLink(base, alice.token, shareId, { max_downloads: 3 });
+    const { res } = made;
+    expect(res.headers.location).toBe(`/links/${made.id}`);
+    expect(Object.keys(res.body).sort()).toEqual(
+      [...LINK_KEYS, 'status', 'url', 'download_url'].sort(),
+    );
+    expect(made.token).toMatch(TOKEN);
+    expect(made.url).toBe(`${base}/l/${made.token}`);
+    expect(res.body.download_url).toBe(`${made.url}?download`);
+    expect(res.body).toMatchObject({
+      status: 'success',
+      share_id: shareId,
+      file_name: 'report.pdf',
+      created_by: alice.username,
+      expires: null,
+      max_downloads: 3,
+      downloads: 0,
+      downloads_left: 3,
+      has_password: false,
+      state: 'active',
+    });
+    expect(res.body.id).toMatch(/^[A-Za-z0-9_-]{8,}$/);
+    expect(res.body.create_date).toMatch(ISO_NO_ZONE);
+
+    // Read back: the same link, never the token.
+    const { status: _s, url: _u, download_url: _d, ...link } = res.body;
+    const one = await get(base, `/links/${made.id}`, { token: alice.token });
+    expectStatus(one, 200);
+    expect(one.body).toEqual(link);
+    const list = await get(base, `/files/${shareId}/links`, { token: alice.token });
+    expectStatus(list, 200);
+    expect(list.body.data).toContainEqual(link);
+    const all = await get(base, '/links?per_page=1000', { token: alice.token });
+    expect(all.body.data).toContainEqual(link);
+    for (const r of [one, list, all]) expect(r.text).not.toContain(made.token);
+  });
+
+  it('every link gets its own token and id', async () => {
+    const a = await makeLink(base, alice.token, shareId);
+    const b = await makeLink(base, alice.token, shareId);
+    expect(a.token).not.toBe(b.token);
+    expect(a.id).not.toBe(b.id);
+    expect(a.res.body).toMatchObject({ max_downloads: null, downloads_left: null });
+  });
+
+  it('the token is not stored: db.json and db.journal hold its sha256, never the token (also after a restart)', async () => {
+    const own = await startServer();
+    try {
+      const token = await login(own.url, ADMIN.username, ADMIN.password);
+      const id = await createShareWithContent(own.url, token, 'kept.bin', DATA);
+      const made = await makeLink(own.url, token, id, { password: 'pw-not-stored-1' });
+      const hash = createHash('sha256').update(made.token).digest('hex');
+      const read = (f: string) => readFile(join(own.dataDir, f), 'utf8').catch(() => '');
+      const files = [await read('db.json'), await read('db.journal')];
+      for (const text of files) expect(text).not.toContain(made.token);
+      expect(files.some((text) => text.includes(hash))).toBe(true);
+      // Nowhere in the data directory, in any form the files could hold it.
+      expect(await filesContaining(own.dataDir, made.token)).toEqual([]);
+      expect(await filesContaining(own.dataDir, 'pw-not-stored-1')).toEqual([]);
+
+      // Folded into the snapshot at shutdown: still only the hash, and the link still works.
+      await own.close(false);
+      const snapshot = await readFile(join(own.dataDir, 'db.json'), 'utf8');
+      expect(snapshot).toContain(hash);
+      expect(snapshot).not.toContain(made.token);
+      const again = await startServer({ dataDir: own.dataDir });
+      try {
+        const res = await post(again.url, `${made.path}?download`, {
+          body: 'password=pw-not-stored-1',
+          headers: FORM,
+        });
+        expectBytes(res, DATA);
+      } finally {
+        await again.close(false);
+      }
+    } finally {
+      await own.close();
+    }
+  });
+
+  it('URLs start with serve --public-url when given, and the password cookie path follows it', async () => {
+    const own = await startServer({ publicUrl: 'https://files.example.com/fs/' });
+    try {
+      const token = await login(own.url, ADMIN.username, ADMIN.password);
+      const id = await createShareWithContent(own.url, token, 'proxied.bin', DATA);
+      const res = await post(own.url, `/files/${id}/links`, { token, json: { password: 'pp' } });
+      expectStatus(res, 201);
+      const url = res.body.url as string;
+      expect(url).toMatch(/^https:\/\/files\.example\.com\/fs\/l\/[A-Za-z0-9_-]{22,}$/);
+      expect(res.body.download_url).toBe(`${url}?download`);
+      const linkToken = url.slice(url.lastIndexOf('/') + 1);
+      // The proxy strips /fs: the server itself serves /l/<token>.
+      const unlock = await post(own.url, `/l/${linkToken}`, { body: 'password=pp', headers: FORM });
+      expectStatus(unlock, 303);
+      const cookie = cookieOf(unlock);
+      expect(cookie).toContain(`Path=/fs/l/${linkToken}`);
+      expect(cookie).toMatch(/;\s*Secure/);
+    } finally {
+      await own.close();
+    }
+  });
+});
+
+describe('who may manage links', () => {
+  it('POST /files/<id>/links: anonymous 401, another user 403, the owner and ADMIN 201', async () => {
+    expectFail(await post(base, `/files/${shareId}/links`, { json: {} }), 401);
+    expectFail(await post(base, `/files/${shareId}/links`, { token: bob.token, json: {} }), 403);
+    const byAdmin = await makeLink(base, admin, shareId);
+    expect(byAdmin.res.body.created_by).toBe(ADMIN.username);
+    const byOwner = await makeLink(base, alice.token, shareId);
+    expect(byOwner.res.body.created_by).toBe(alice.username);
+  });
+
+  it('GET /files/<id>/links: anonymous 401, another user 403, the owner and ADMIN see every link of the share, oldest first', async () => {
+    const id = await createShareWithContent(base, alice.token, 'listed.bin', DATA);
+    const first = await makeLink(base, alice.token, id);
+    const second = await makeLink(base, admin, id);
+    expectFail(await get(base, `/files/${id}/links`), 401);
+    expectFail(await get(base, `/files/${id}/links`, { token: bob.token }), 403);
+    for (const token of [alice.token, admin]) {
+      const res = await get(base, `/files/${id}/links`, { token });
+      expectStatus(res, 200);
+      expect((res.body.data as Link[]).map((l) => l.id)).toEqual([first.id, second.id]);
+    }
+  });
+
+  it('GET /links/<id>: anonymous 401, another user 403, the owner and ADMIN 200', async () => {
+    const made = await makeLink(base, alice.token, shareId);
+    expectFail(await get(base, `/links/${made.id}`), 401);
+    expectFail(await get(base, `/links/${made.id}`, { token: bob.token }), 403);
+    expect((await linkOf(base, alice.token, made.id)).id).toBe(made.id);
+    expect((await linkOf(base, admin, made.id)).id).toBe(made.id);
+  });
+
+  it('DELETE /links/<id>: anonymous 401 and another user 403 leave the link working; the owner and ADMIN revoke it', async () => {
+    const mine = await makeLink(base, alice.token, shareId);
+    const other = await makeLink(base, alice.token, shareId);
+    expectFail(await del(base, `/links/${mine.id}`), 401);
+    expectFail(await del(base, `/links/${mine.id}`, { token: bob.token }), 403);
+    expectStatus(await get(base, mine.path, { headers: JSON_ONLY }), 200);
+
+    const byOwner = await del(base, `/links/${mine.id}`, { token: alice.token });
+    expectStatus(byOwner, 200);
+    expect(byOwner.body).toMatchObject({ status: 'success' });
+    const byAdmin = await del(base, `/links/${other.id}`, { token: admin });
+    expectStatus(byAdmin, 200);
+    for (const made of [mine, other]) {
+      expectFail(await get(base, made.path, { headers: JSON_ONLY }), 404);
+      expectFail(await get(base, `/links/${made.id}`, { token: alice.token }), 404);
+      expectFail(await del(base, `/links/${made.id}`, { token: admin }), 404);
+    }
+  });
+
+  it('GET /links: anonymous 401; a user lists the links of the shares they own, ADMIN lists all', async () => {
+    expectFail(await get(base, '/links'), 401);
+    const carol = await createUser(base, admin, PERMS);
+    const dave = await createUser(base, admin, PERMS);
+    const carolShare = await createShare(base, carol.token, 'carol.txt');
+    const daveShare = await createShare(base, dave.token, 'dave.txt');
+    const c1 = await makeLink(base, carol.token, carolShare);
+    // Made by an administrator, on carol's share: carol's to manage.
+    const c2 = await makeLink(base, admin, carolShare);
+    const d1 = await makeLink(base, dave.token, daveShare);
+
+    const carolList = await get(base, '/links', { token: carol.token });
+    expectStatus(carolList, 200);
+    expect(carolList.body).toMatchObject({ prev: null, next: null, pages: 1 });
+    expect((carolList.body.data as Link[]).map((l) => l.id)).toEqual([c1.id, c2.id]);
+    const daveList = await get(base, '/links', { token: dave.token });
+    expect((daveList.body.data as Link[]).map((l) => l.id)).toEqual([d1.id]);
+    const bobList = await get(base, '/links', { token: bob.token });
+    expectStatus(bobList, 200);
+    expect(bobList.body.data).toEqual([]);
+
+    const ids: string[] = [];
+    for (let page = 1; ; page++) {
+      const res = await get(base, `/links?per_page=1000&page=${page}`, { token: admin });
+      expectStatus(res, 200);
+      ids.push(...(res.body.data as Link[]).map((l) => l.id));
+      if (res.body.next === null) break;
+    }
+    expect(ids).toEqual(expect.arrayContaining([c1.id, c2.id, d1.id]));
+  });
+
+  it('anonymous callers stay 401 on every link endpoint even when default_permissions grant everything', async () => {
+    const made = await makeLink(base, alice.token, shareId);
+    await setDefaultPermissions(base, admin, PERMS);
+    try {
+      expectFail(await post(base, `/files/${shareId}/links`, { json: {} }), 401);
+      expectFail(await get(base, `/files/${shareId}/links`), 401);
+      expectFail(await get(base, '/links'), 401);
+      expectFail(await get(base, `/links/${made.id}`), 401);
+      expectFail(await del(base, `/links/${made.id}`), 401);
+      // An anonymous share has no owner who could sign in: only ADMIN makes its links.
+      const anonShare = await createShare(base, undefined, 'anon.txt');
+      expectFail(await post(base, `/files/${anonShare}/links`, { json: {} }), 401);
+      expectFail(
+        await post(base, `/files/${anonShare}/links`, { token: alice.token, json: {} }),
+        403,
+      );
+      await makeLink(base, admin, anonShare);
+    } finally {
+      await setDefaultPermissions(base, admin, []);
+    }
+    expectStatus(await get(base, made.path, { headers: JSON_ONLY }), 200);
+  });
+
+  it('the owner also needs READ to make a link (403 without it)', async () => {
+    const writer = await createUser(base, admin, ['CREATE']);
+    const id = await createShare(base, writer.token, 'w.txt');
+    expectFail(await post(base, `/files/${id}/links`, { token: writer.token, json: {} }), 403);
+  });
+
+  it('a share or link that does not exist → 404', async () => {
+    const missing = '00000000-0000-4000-8000-000000000000';
+    expectFail(await post(base, `/files/${missing}/links`, { token: admin, json: {} }), 404);
+    expectFail(await get(base, `/files/${missing}/links`, { token: admin }), 404);
+    expectFail(await post(base, '/files/not-a-uuid/links', { token: admin, json: {} }), 404);
+    expectFail(await get(base, '/links/0123456789abcdef', { token: admin }), 404);
+    expectFail(await del(base, '/links/0123456789abcdef', { token: admin }), 404);
+  });
+});
+
+describe('the public side /l/<token>', () => {
+  let made: Made;
+  beforeAll(async () => {
+    made = await makeLink(base, alice.token, shareId, { max_downloads: 1000 });
+  });
+
+  it('a browser gets a 200 HTML page with name, size, sha256 and a Download link, a strict CSP and no-referrer', async () => {
+    const res = await get(base, made.path, { headers: HTML });
+    expectPage(res, 200);
+    expect(res.text).toContain('<h1 id="name">report.pdf</h1>');
+    expect(res.text).toContain(SHA);
+    expect(res.text).toContain('100,007 bytes');
+    expect(res.text).toContain('href="?download"');
+    expect(res.text).toMatch(/Downloads left<\/dt><dd>\d+<\/dd>/);
+  });
+
+  it('Accept: application/json gives exactly {file_name, size, sha256, expires, downloads_left}', async () => {
+    const res = await get(base, made.path, { headers: JSON_ONLY });
+    expectStatus(res, 200);
+    expect(res.headers['content-type']).toMatch(/^application\/json/);
+    const left = (await linkOf(base, alice.token, made.id)).downloads_left;
+    expect(res.body).toEqual({
+      file_name: 'report.pdf',
+      size: DATA.length,
+      sha256: SHA,
+      expires: null,
+      downloads_left: left,
+    });
+    // JSON is preferred over HTML when both are acceptable.
+    const both = await get(base, made.path, {
+      headers: { accept: 'application/json, text/html' },
+    });
+    expect(both.body).toEqual(res.body);
+  });
+
+  it('?download: the uploaded bytes with Content-Disposition, ETag = "<sha256>" and Repr-Digest', async () => {
+    const res = await download(base, made.path);
+    expectBytes(res, DATA);
+    expect(sha256hex(res.buf)).toBe(SHA);
+    const cd = String(res.headers['content-disposition']);
+    expect(cd).toMatch(/^attachment/);
+    expect(contentDisposition.parse(cd).parameters.filename).toBe('report.pdf');
+    expect(res.headers.etag).toBe(`"${SHA}"`);
+    expect(res.headers['repr-digest']).toBe(
+      `sha-256=:${Buffer.from(SHA, 'hex').toString('base64')}:`,
+    );
+    expect(res.headers['content-length']).toBe(String(DATA.length));
+    expect(res.headers['accept-ranges']).toBe('bytes');
+    expect(res.headers['referrer-policy']).toBe('no-referrer');
+  });
+
+  it('?download with a Range: 206 with Content-Range, the slice, and the digest of the whole', async () => {
+    const res = await download(base, made.path, {
+      headers: { range: 'bytes=0-99' },
+      localAddress: '127.0.0.9',
+    });
+    expectStatus(res, 206);
+    expect(res.headers['content-range']).toBe(`bytes 0-99/${DATA.length}`);
+    expect(res.buf.equals(DATA.subarray(0, 100))).toBe(true);
+    expect(res.headers['repr-digest']).toBe(
+      `sha-256=:${Buffer.from(SHA, 'hex').toString('base64')}:`,
+    );
+    const tail = await download(base, made.path, { headers: { range: 'bytes=1000-' } });
+    expectStatus(tail, 206);
+    expect(tail.buf.equals(DATA.subarray(1000))).toBe(true);
+    const bad = await download(base, made.path, { headers: { range: `bytes=${DATA.length}-` } });
+    expectFail(bad, 416);
+    expect(bad.headers['content-range']).toBe(`bytes */${DATA.length}`);
+  });
+
+  it('HEAD ?download: the headers of the bytes, no body', async () => {
+    const res = await request(base, 'HEAD', `${made.path}?download`);
+    expectStatus(res, 200);
+    expect(res.buf.length).toBe(0);
+    expect(res.headers['content-length']).toBe(String(DATA.length));
+    expect(res.headers.etag).toBe(`"${SHA}"`);
+  });
+
+  it('an unknown token is a 404: a JSON error for JSON callers and for ?download, an HTML page for a browser', async () => {
+    const unknown = `/l/${randomBytes(24).toString('base64url')}`;
+    for (const path of [unknown, '/l/short', `${unknown}?download`])
+      expectFail(await get(base, path, { headers: JSON_ONLY }), 404);
+    expectFail(await get(base, `${unknown}?download`, { headers: { accept: '*/*' } }), 404);
+    expectFail(await get(base, `${unknown}?download`), 404);
+    const page = await get(base, unknown, { headers: HTML });
+    expectPage(page, 404);
+    expect(page.text).toContain('Link not found');
+    expect(page.text).not.toContain(unknown.slice(3));
+  });
+
+  it('errors of the page for a caller that does not prefer text/html (Accept */*, no Accept: curl, scripts) are JSON, not HTML', async () => {
+    const unknown = `/l/${randomBytes(24).toString('base64url')}`;
+    const once = await makeLink(base, alice.token, shareId, { max_downloads: 1 });
+    expectBytes(await download(base, once.path, { localAddress: '127.0.0.40' }), DATA);
+    // API.md: "Each as an HTML page for a browser (a request whose Accept prefers text/html),
+    // else as the usual JSON error."
+    for (const [path, status] of [
+      [unknown, 404],
+      ['/l/short', 404],
+      [once.path, 410],
+    ] as const) {
+      expectFail(await get(base, path, { headers: { accept: '*/*' } }), status);
+      expectFail(await get(base, path), status);
+    }
+  });
+
+  it('a revoked link is a 404 at once, for the page, the JSON and the bytes', async () => {
+    const doomed = await makeLink(base, alice.token, shareId);
+    expectBytes(await download(base, doomed.path), DATA);
+    expectStatus(await del(base, `/links/${doomed.id}`, { token: alice.token }), 200);
+    expectFail(await get(base, doomed.path, { headers: JSON_ONLY }), 404);
+    expectFail(await download(base, doomed.path), 404);
+    const head = await request(base, 'HEAD', `${doomed.path}?download`);
+    expectStatus(head, 404);
+    expect(head.buf.length).toBe(0);
+    expectPage(await get(base, doomed.path, { headers: HTML }), 404);
+  });
+
+  it("a deleted share's links, and the links a deleted user made, are 404", async () => {
+    const id = await createShareWithContent(base, alice.token, 'short-lived.bin', DATA);
+    const onShare = await makeLink(base, alice.token, id);
+    expectStatus(await del(base, `/files/${id}`, { token: alice.token }), 200);
+    expectFail(await download(base, onShare.path), 404);
+
+    const erin = await createUser(base, admin, PERMS);
+    const erinShare = await createShareWithContent(base, erin.token, 'erin.bin', DATA);
+    const erinLink = await makeLink(base, erin.token, erinShare);
+    // A link an administrator made on erin's share outlives erin.
+    const adminLink = await makeLink(base, admin, erinShare);
+    expectStatus(await del(base, `/users/${erin.username}`, { token: admin }), 200);
+    expectFail(await download(base, erinLink.path), 404);
+    expectBytes(await download(base, adminLink.path), DATA);
+  });
+
+  it('a link of a share without content: the page says so, the bytes are 404', async () => {
+    const id = await createShare(base, alice.token, 'empty-yet.bin');
+    const made = await makeLink(base, alice.token, id);
+    const page = await get(base, made.path, { headers: HTML });
+    expectPage(page, 200);
+    expect(page.text).toContain('not uploaded yet');
+    expect(page.text).not.toContain('href="?download"');
+    const json = await get(base, made.path, { headers: JSON_ONLY });
+    expect(json.body).toMatchObject({ size: null, sha256: null });
+    expectFail(await download(base, made.path), 404);
+    expect((await linkOf(base, alice.token, made.id)).downloads).toBe(0);
+  });
+});
+
+describe('hostile file names on the page', () => {
+  const names = [
+    '<script>alert(1)</script>',
+    '"><img src=x onerror=alert(1)>',
+    '&amp;',
+    `it's "quoted" \u202Egpj.exe`,
+    "</title><script src='//evil.example/x.js'></script>",
+  ];
+
+  it.each(names)('the page shows %j escaped, never as markup', async (name) => {
+    const id = await createShareWithContent(base, alice.token, name, DATA);
+    const made = await makeLink(base, alice.token, id);
+    const res = await get(base, made.path, { headers: HTML });
+    expectPage(res, 200);
+    const escaped = escapeHtml(name);
+    expect(res.text).toContain(`<h1 id="name">${escaped}</h1>`);
+    expect(res.text).toContain(`<title>${escaped}</title>`);
+    const lower = res.text.toLowerCase();
+    expect(lower).not.toContain('<script');
+    expect(lower).not.toContain('<img');
+    if (name.includes('"')) expect(res.text).not.toContain(name);
+    // The JSON view and the download keep the name as it is.
+    expect((await get(base, made.path, { headers: JSON_ONLY })).body.file_name).toBe(name);
+    const bytes = await download(base, made.path);
+    expectBytes(bytes, DATA);
+    const cd = contentDisposition.parse(String(bytes.headers['content-disposition']));
+    expect(cd.type).toBe('attachment');
+    // Offered as browsers would save it: slashes become underscores (API.md "Downloads").
+    expect(cd.parameters.filename).toBe(name.replace(/[/\\]/g, '_'));
+  });
+});
+
+describe('download limits', () => {
+  it('50 simultaneous downloads of a 10-download link: exactly 10 get all the bytes, 40 get 410; the count of 10 and used-up survive a restart', async () => {
+    const own = await startServer();
+    let again: TestServer | undefined;
+    try {
+      const token = await login(own.url, ADMIN.username, ADMIN.password);
+      const id = await createShareWithContent(own.url, token, 'popular.bin', DATA);
+      const made = await makeLink(own.url, token, id, { max_downloads: 10 });
+      const answers = await Promise.all(
+        Array.from({ length: 50 }, () => download(own.url, made.path)),
+      );
+      const served = answers.filter((a) => a.status === 200);
+      expect(served).toHaveLength(10);
+      for (const a of served) expect(a.buf.equals(DATA)).toBe(true);
+      const refused = answers.filter((a) => a.status !== 200);
+      expect(refused).toHaveLength(40);
+      for (const a of refused) expectFail(a, 410);
+      expect(await linkOf(own.url, token, made.id)).toMatchObject({
+        downloads: 10,
+        downloads_left: 0,
+        state: 'used-up',
+      });
+      expectFail(await get(own.url, made.path, { headers: JSON_ONLY }), 410);
+      expectPage(await get(own.url, made.path, { headers: HTML }), 410);
+      // HEAD counts nothing but answers as GET would.
+      expectStatus(await request(own.url, 'HEAD', `${made.path}?download`), 410);
+
+      await own.close(false);
+      again = await startServer({ dataDir: own.dataDir });
+      const fresh = await login(again.url, ADMIN.username, ADMIN.password);
+      expect(await linkOf(again.url, fresh, made.id)).toMatchObject({
+        downloads: 10,
+        downloads_left: 0,
+        state: 'used-up',
+      });
+      expectFail(await download(again.url, made.path), 410);
+      expectFail(await download(again.url, made.path, { localAddress: '127.0.0.2' }), 410);
+    } finally {
+      await again?.close(false);
+      await own.close();
+    }
+  });
+
+  it('counts are durable: 2 of 3 downloads, a restart, then 1 more works and the next is 410', async () => {
+    const own = await startServer();
+    let again: TestServer | undefined;
+    try {
+      const token = await login(own.url, ADMIN.username, ADMIN.password);
+      const id = await createShareWithContent(own.url, token, 'three.bin', DATA);
+      const made = await makeLink(own.url, token, id, { max_downloads: 3 });
+      expectBytes(await download(own.url, made.path), DATA);
+      expectBytes(await download(own.url, made.path), DATA);
+      await own.close(false);
+
+      again = await startServer({ dataDir: own.dataDir });
+      const fresh = await login(again.url, ADMIN.username, ADMIN.password);
+      expect(await linkOf(again.url, fresh, made.id)).toMatchObject({
+        downloads: 2,
+        downloads_left: 1,
+        state: 'active',
+      });
+      expect((await get(again.url, made.path, { headers: JSON_ONLY })).body.downloads_left).toBe(1);
+      expectBytes(await download(again.url, made.path), DATA);
+      expectFail(await download(again.url, made.path), 410);
+      expect(await linkOf(again.url, fresh, made.id)).toMatchObject({
+        downloads: 3,
+        state: 'used-up',
+      });
+    } finally {
+      await again?.close(false);
+      await own.close();
+    }
+  });
+
+  it('the resume window is not kept across a restart: a Range after byte 0 then counts as a new download', async () => {
+    const own = await startServer();
+    let again: TestServer | undefined;
+    try {
+      const token = await login(own.url, ADMIN.username, ADMIN.password);
+      const id = await createShareWithContent(own.url, token, 'resume.bin', DATA);
+      const made = await makeLink(own.url, token, id, { max_downloads: 1 });
+      expectBytes(await download(own.url, made.path), DATA);
+      await own.close(false);
+      again = await startServer({ dataDir: own.dataDir });
+      expectFail(await download(again.url, made.path, { headers: { range: 'bytes=5-' } }), 410);
+    } finally {
+      await again?.close(false);
+      await own.close();
+    }
+  });
+});
+
+describe('counting downloads', () => {
+  async function freshLink(max: number | null = 5): Promise<Made> {
+    return makeLink(base, alice.token, shareId, { max_downloads: max });
+  }
+  const downloadsOf = async (made: Made) => (await linkOf(base, alice.token, made.id)).downloads;
+
+  it('HEAD, the page (HTML and JSON), a 304 and a 416 never count', async () => {
+    const made = await freshLink(1);
+    for (let i = 0; i < 3; i++) {
+      expectStatus(await request(base, 'HEAD', `${made.path}?download`), 200);
+      expectStatus(await get(base, made.path, { headers: HTML }), 200);
+      expectStatus(await get(base, made.path, { headers: JSON_ONLY }), 200);
+      expectStatus(await request(base, 'HEAD', made.path, { headers: HTML }), 200);
+      const cached = await download(base, made.path, { headers: { 'if-none-match': `"${SHA}"` } });
+      expectStatus(cached, 304);
+      expect(cached.buf.length).toBe(0);
+      expectFail(
+        await download(base, made.path, { headers: { range: `bytes=${DATA.length + 5}-` } }),
+        416,
+      );
+    }
+    expect(await downloadsOf(made)).toBe(0);
+    // The one download is still there.
+    expectBytes(await download(base, made.path), DATA);
+    expect(await downloadsOf(made)).toBe(1);
+  });
+
+  it('a resume (Range after byte 0, same address, right after a counted download) does not count, even when the link is used up', async () => {
+    const made = await freshLink(1);
+    expectBytes(await download(base, made.path), DATA);
+    expect(await linkOf(base, alice.token, made.id)).toMatchObject({
+      downloads: 1,
+      state: 'used-up',
+    });
+    const resumed = await download(base, made.path, { headers: { range: 'bytes=5-' } });
+    expectStatus(resumed, 206);
+    expect(resumed.headers['content-range']).toBe(`bytes 5-${DATA.length - 1}/${DATA.length}`);
+    expect(resumed.buf.equals(DATA.subarray(5))).toBe(true);
+    // Again (a second interruption), and a HEAD of it: still within the window.
+    expectStatus(await download(base, made.path, { headers: { range: 'bytes=50000-' } }), 206);
+    expectStatus(
+      await request(base, 'HEAD', `${made.path}?download`, { headers: { range: 'bytes=9-' } }),
+      206,
+    );
+    expect(await downloadsOf(made)).toBe(1);
+    // But a fresh download from byte 0 is refused: the link is used up.
+    expectFail(await download(base, made.path), 410);
+    expectFail(await download(base, made.path, { headers: { range: 'bytes=0-' } }), 410);
+  });
+
+  it('a Range after byte 0 from another client address counts as a download', async () => {
+    const made = await freshLink(5);
+    expectBytes(await download(base, made.path), DATA);
+    const other = await download(base, made.path, {
+      headers: { range: 'bytes=5-' },
+      localAddress: '127.0.0.2',
+    });
+    expectStatus(other, 206);
+    expect(await downloadsOf(made)).toBe(2);
+    // A used-up link refuses a "resume" from an address that never downloaded.
+    const once = await freshLink(1);
+    expectBytes(await download(base, once.path), DATA);
+    expectFail(
+      await download(base, once.path, {
+        headers: { range: 'bytes=5-' },
+        localAddress: '127.0.0.3',
+      }),
+      410,
+    );
+  });
+
+  it('a Range after byte 0 with no counted download before it counts', async () => {
+    const made = await freshLink(5);
+    const res = await download(base, made.path, {
+      headers: { range: 'bytes=5-' },
+      localAddress: '127.0.0.4',
+    });
+    expectStatus(res, 206);
+    expect(await downloadsOf(made)).toBe(1);
+  });
+
+  it('a request from byte 0 always counts, with or without a Range', async () => {
+    const made = await freshLink(5);
+    expectBytes(await download(base, made.path), DATA);
+    expectStatus(await download(base, made.path, { headers: { range: 'bytes=0-' } }), 206);
+    expectStatus(await download(base, made.path, { headers: { range: 'bytes=0-9' } }), 206);
+    expectBytes(await download(base, made.path), DATA);
+    expect(await downloadsOf(made)).toBe(4);
+    expect((await get(base, made.path, { headers: JSON_ONLY })).body.downloads_left).toBe(1);
+  });
+
+  it('a link without a limit counts but never runs out', async () => {
+    const made = await freshLink(null);
+    for (let i = 0; i < 4; i++) expectBytes(await download(base, made.path), DATA);
+    expect(await linkOf(base, alice.token, made.id)).toMatchObject({
+      downloads: 4,
+      max_downloads: null,
+      downloads_left: null,
+      state: 'active',
+    });
+  });
+});
+
+describe('password links', () => {
+  const PASSWORD = 'correct horse battery staple';
+  let made: Made;
+  beforeAll(async () => {
+    made = await makeLink(base, alice.token, shareId, { password: PASSWORD });
+  });
+  const unlock = (path: string, password: string, opts: RequestOptions = {}) =>
+    post(base, path, {
+      ...opts,
+      body: `password=${encodeURIComponent(password)}`,
+      headers: { ...FORM, ...HTML, ...opts.headers },
+    });
+
+  it('the link says has_password and never shows the password', async () => {
+    const link = await linkOf(base, alice.token, made.id);
+    expect(link.has_password).toBe(true);
+    expect(made.res.text).not.toContain(PASSWORD);
+  });
+
+  it('without the password: the page is a 401 form, JSON callers and the bytes get 401, nothing counts', async () => {
+    const page = await get(base, made.path, { headers: HTML });
+    expectPage(page, 401);
+    expect(page.text).toMatch(/<form method="post">/);
+    expect(page.text).toMatch(/<input[^>]*name="password"[^>]*type="password"/);
+    expect(page.text).not.toContain(SHA);
+    expectFail(await get(base, made.path, { headers: JSON_ONLY }), 401);
+    const bytes = await download(base, made.path);
+    expectFail(bytes, 401);
+    expect(bytes.buf.includes(DATA.subarray(0, 64))).toBe(false);
+    expect((await linkOf(base, alice.token, made.id)).downloads).toBe(0);
+  });
+
+  it('a wrong password → 401 without a cookie; the right one → 303 back to the page with an HttpOnly, SameSite=Strict cookie for this link', async () => {
+    const wrong = await unlock(made.path, 'not it', { localAddress: '127.0.0.20' });
+    expectPage(wrong, 401);
+    expect(wrong.headers['set-cookie']).toBeUndefined();
+    expectFail(
+      await post(base, made.path, {
+        body: 'password=not-it',
+        headers: { ...FORM, ...JSON_ONLY },
+        localAddress: '127.0.0.20',
+      }),
+      401,
+    );
+
+    const right = await unlock(made.path, PASSWORD, { localAddress: '127.0.0.20' });
+    expectStatus(right, 303);
+    expect(new URL(String(right.headers.location), made.url).pathname).toBe(made.path);
+    const cookie = cookieOf(right);
+    expect(cookie).toMatch(/;\s*HttpOnly/i);
+    expect(cookie).toMatch(/;\s*SameSite=Strict/i);
+    expect(cookie).toContain(`Path=/l/${made.token}`);
+    expect(cookie).toMatch(/;\s*Max-Age=3600/);
+  });
+
+  it('with the cookie: the page is 200 and ?download gives the bytes', async () => {
+    const right = await unlock(made.path, PASSWORD);
+    const cookie = cookieOf(right).split(';')[0]!;
+    const page = await get(base, made.path, { headers: { ...HTML, cookie } });
+    expectPage(page, 200);
+    expect(page.text).toContain(SHA);
+    const before = (await linkOf(base, alice.token, made.id)).downloads;
+    expectBytes(await download(base, made.path, { headers: { cookie } }), DATA);
+    expect((await linkOf(base, alice.token, made.id)).downloads).toBe(before + 1);
+  });
+
+  it('POST ?download with the right password answers the bytes directly', async () => {
+    const res = await post(base, `${made.path}?download`, {
+      body: `password=${encodeURIComponent(PASSWORD)}`,
+      headers: FORM,
+    });
+    expectBytes(res, DATA);
+    expect(res.headers.etag).toBe(`"${SHA}"`);
+    expect(String(res.headers['content-disposition'])).toMatch(/^attachment/);
+    const wrong = await post(base, `${made.path}?download`, {
+      body: 'password=nope',
+      headers: FORM,
+      localAddress: '127.0.0.21',
+    });
+    expectFail(wrong, 401);
+  });
+
+  it("a forged cookie is a 401: another link's grant, a tampered MAC, a moved expiry", async () => {
+    const other = await makeLink(base, alice.token, shareId, { password: PASSWORD });
+    const grant = cookieOf(await unlock(made.path, PASSWORD)).split(';')[0]!;
+    const [name, value] = [grant.slice(0, grant.indexOf('=')), grant.slice(grant.indexOf('=') + 1)];
+    expect(name).toContain(made.id);
+    // The genuine grant works.
+    expectStatus(await get(base, made.path, { headers: { ...HTML, cookie: grant } }), 200);
+
+    const [exp, mac] = value.split('.') as [string, string];
+    const flipped = mac.slice(0, -1) + (mac.endsWith('A') ? 'B' : 'A');
+    const forged = [
+      // made's grant, under the other link's name.
+      { path: other.path, cookie: `${name.replace(made.id, other.id)}=${value}` },
+      // made's grant sent to the other link as is.
+      { path: other.path, cookie: grant },
+      { path: made.path, cookie: `${name}=${exp}.${flipped}` },
+      { path: made.path, cookie: `${name}=${Number(exp) + 86400}.${mac}` },
+      { path: made.path, cookie: `${name}=${exp}.` },
+      { path: made.path, cookie: `${name}=${exp}` },
+    ];
+    for (const { path, cookie } of forged) {
+      expectPage(await get(base, path, { headers: { ...HTML, cookie } }), 401);
+      expectFail(await download(base, path, { headers: { cookie } }), 401);
+    }
+  });
+
+  it('the 11th wrong password in a row from one address → 429 with Retry-After, even with the right password; another address is not held up', async () => {
+    const guarded = await makeLink(base, alice.token, shareId, { password: PASSWORD });
+    const from = '127.0.0.30';
+    for (let i = 0; i < 10; i++)
+      expectPage(await unlock(guarded.path, `guess-${i}`, { localAddress: from }), 401);
+    const blocked = await post(base, guarded.path, {
+      body: 'password=guess-10',
+      headers: { ...FORM, ...JSON_ONLY },
+      localAddress: from,
+    });
+    expectFail(blocked, 429);
+    const retry = Number(blocked.headers['retry-after']);
+    expect(Number.isInteger(retry)).toBe(true);
+    expect(retry).toBeGreaterThan(0);
+    expect(retry).toBeLessThanOrEqual(300);
+    // Guessing gains nothing: the right password is refused too while the window lasts.
+    const right = await unlock(guarded.path, PASSWORD, { localAddress: from });
+    expectStatus(right, 429);
+    expect(right.headers['set-cookie']).toBeUndefined();
+    expectStatus(
+      await post(base, `${guarded.path}?download`, {
+        body: `password=${encodeURIComponent(PASSWORD)}`,
+        headers: FORM,
+        localAddress: from,
+      }),
+      429,
+    );
+    // Another address is not affected.
+    expectStatus(await unlock(guarded.path, PASSWORD, { localAddress: '127.0.0.31' }), 303);
+  });
+
+  it('the password is stored only as a hash', async () => {
+    expect(await filesContaining(srv.dataDir, PASSWORD)).toEqual([]);
+  });
+});
+
+describe('the request log', () => {
+  it('never shows a token: a link path is logged as /l/<link ID>', async () => {
+    const entries: RequestEntry[] = [];
+    const own = await startServer({ requestLog: (e) => entries.push(e) });
+    try {
+      const token = await login(own.url, ADMIN.username, ADMIN.password);
+      const id = await createShareWithContent(own.url, token, 'logged.bin', DATA);
+      const open = await makeLink(own.url, token, id);
+      const locked = await makeLink(own.url, token, id, { password: 'secret-pw' });
+      const unknown = randomBytes(24).toString('base64url');
+      const requests: Promise<Res>[] = [
+        get(own.url, open.path, { headers: HTML }),
+        get(own.url, open.path, { headers: JSON_ONLY }),
+        download(own.url, open.path),
+        download(own.url, open.path, { headers: { range: 'bytes=3-' } }),
+        request(own.url, 'HEAD', `${open.path}?download`),
+        get(own.url, `${open.path}/`, { headers: JSON_ONLY }),
+        get(own.url, locked.path, { headers: HTML }),
+        post(own.url, locked.path, { body: 'password=wrong', headers: FORM }),
+        post(own.url, `${locked.path}?download`, { body: 'password=secret-pw', headers: FORM }),
+        get(own.url, `/l/${unknown}`, { headers: HTML }),
+        request(own.url, 'OPTIONS', open.path),
+      ];
+      const answers = await Promise.all(requests);
+      expect(answers.map((a) => a.status)).toEqual([
+        200, 200, 200, 206, 200, 200, 401, 401, 200, 404, 204,
+      ]);
+      await vi.waitFor(() =>
+        expect(entries.filter((e) => /^\/l\//i.test(e.path)).length).toBe(requests.length),
+      );
+      for (const e of entries) {
+        for (const secret of [open.token, locked.token, unknown])
+          expect(e.path, JSON.stringify(e)).not.toContain(secret);
+      }
+      const paths = entries.filter((e) => /^\/l\//i.test(e.path)).map((e) => e.path);
+      const mentions = (linkId: string) => paths.filter((p) => p.includes(linkId)).length;
+      expect(paths.filter((p) => p === `/l/<link ${open.id}>`)).toHaveLength(5);
+      expect(mentions(open.id)).toBe(6);
+      expect(mentions(locked.id)).toBe(3);
+      for (const p of paths) expect(p).toMatch(/^\/l\/<(link [0-9A-Za-z_-]+|no such link)>/);
+    } finally {
+      await own.close();
+    }
+  });
+
+  it('never shows a token when the link path is spelled another way (/L/<token>, a percent-encoded token)', async () => {
+    const entries: RequestEntry[] = [];
+    const own = await startServer({ requestLog: (e) => entries.push(e) });
+    try {
+      const token = await login(own.url, ADMIN.username, ADMIN.password);
+      const id = await createShareWithContent(own.url, token, 'spelled.bin', DATA);
+      const made = await makeLink(own.url, token, id);
+      const encoded = [...made.token].map((c) => `%${c.charCodeAt(0).toString(16)}`).join('');
+      // Both are served as the link (Express matches routes case-insensitively and decodes
+      // the token), so both are a link's path that the log must not show.
+      for (const path of [`/L/${made.token}`, `/l/${encoded}`, `/L/${made.token}?download`]) {
+        const res = await get(own.url, path, { headers: JSON_ONLY });
+        expectStatus(res, 200);
+      }
+      await vi.waitFor(() => expect(entries.filter((e) => /^\/l\//i.test(e.path))).toHaveLength(3));
+      for (const e of entries) {
+        expect(e.path).not.toContain(made.token);
+        expect(e.path.toLowerCase()).not.toContain(encoded.toLowerCase());
+      }
+      expect(entries.filter((e) => /^\/l\//i.test(e.path)).map((e) => e.path)).toEqual(
+        Array(3).fill(`/l/<link ${made.id}>`),
+      );
+    } finally {
+      await own.close();
+    }
+  });
+});
