@@ -187,6 +187,27 @@ describe('link expiry', () => {
     }
   });
 
+  it('the resume window: 30 minutes after the counted download (or after the last resume), then a resume counts', async () => {
+    const made = await makeLink(c.url, c.admin, shareId, { max_downloads: 1 });
+    const full = await get(c.url, `${made.path}?download`);
+    expectStatus(full, 200);
+    const resume = () => get(c.url, `${made.path}?download`, { headers: { range: 'bytes=7-' } });
+    c.tick(20 * 60);
+    const first = await resume();
+    expectStatus(first, 206);
+    expect(first.buf.equals(DATA.subarray(7))).toBe(true);
+    // 45 minutes after the download, but 25 after the last resume: still the same download.
+    c.tick(25 * 60);
+    expectStatus(await resume(), 206);
+    // 31 minutes of silence: a new download, and the link has none left.
+    c.tick(31 * 60);
+    expectFail(await resume(), 410);
+    expect(await linkOf(c.url, c.admin, made.id)).toMatchObject({
+      downloads: 1,
+      state: 'used-up',
+    });
+  });
+
   it('a password grant lasts one hour', async () => {
     const made = await makeLink(c.url, c.admin, shareId, { password: 'hour-pw' });
     const unlock = await post(c.url, made.path, { body: 'password=hour-pw', headers: FORM });
