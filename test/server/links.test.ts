@@ -421,6 +421,8 @@ describe('the public side /l/<token>', () => {
     expect(res.headers['content-length']).toBe(String(DATA.length));
     expect(res.headers['accept-ranges']).toBe('bytes');
     expect(res.headers['referrer-policy']).toBe('no-referrer');
+    // Every download is counted: no cache may answer for the server.
+    expect(res.headers['cache-control']).toBe('no-store');
   });
 
   it('?download with a Range: 206 with Content-Range, the slice, and the digest of the whole', async () => {
@@ -576,8 +578,12 @@ describe('download limits', () => {
       });
       expectFail(await get(own.url, made.path, { headers: JSON_ONLY }), 410);
       expectPage(await get(own.url, made.path, { headers: HTML }), 410);
-      // HEAD counts nothing but answers as GET would.
+      // HEAD and a conditional GET count nothing but answer as a plain GET would.
       expectStatus(await request(own.url, 'HEAD', `${made.path}?download`), 410);
+      expectFail(
+        await download(own.url, made.path, { headers: { 'if-none-match': `"${SHA}"` } }),
+        410,
+      );
 
       await own.close(false);
       again = await startServer({ dataDir: own.dataDir });

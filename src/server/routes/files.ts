@@ -5,7 +5,7 @@ import { need } from '../auth.js';
 import type { Context } from '../context.js';
 import { Errors } from '../errors.js';
 import { paginate, route, shareJson, success } from '../http.js';
-import { blobOf, type ShareChanges } from '../store/index.js';
+import { blobOf, type ShareChanges, type ShareRecord } from '../store/index.js';
 import {
   expiryField,
   fileNameField,
@@ -15,6 +15,14 @@ import {
   type Body,
 } from '../validate.js';
 import { checkOwner, findShare, isAdmin } from './shares.js';
+
+/** A name filter of GET /files: absent, or a string of 1–1024 characters. */
+function nameQuery(value: unknown, name: string): string | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'string' || value.length === 0 || value.length > 1024)
+    throw Errors.badRequest(`"${name}" must be a string of 1 to 1024 characters`);
+  return value;
+}
 
 /** What PUT requires: the reference's writable fields. */
 const WRITABLE = ['file_name', 'owner_name'] as const;
@@ -75,8 +83,23 @@ export function fileRoutes(ctx: Context): Router {
       need(req, 'LIST');
       // Expired shares are deleted before they could be listed.
       await expiry.sweepDue();
-      const total = await store.shareCount();
-      res.json(await paginate(req, total, (o, l) => store.listShares(o, l), shareJson));
+      // Additive (docs/API.md "Finding shares by name"): ?file_name= (exact) or ?name_prefix=.
+      const exact = nameQuery(req.query.file_name, 'file_name');
+      const prefix = nameQuery(req.query.name_prefix, 'name_prefix');
+      if (exact !== undefined && prefix !== undefined)
+        throw Errors.badRequest('Give "file_name" or "name_prefix", not both');
+      if (exact === undefined && prefix === undefined) {
+        const total = await store.shareCount();
+        res.json(await paginate(req, total, (o, l) => store.listShares(o, l), shareJson));
+        return;
+      }
+      const matching: ShareRecord[] = [];
+      for await (const share of store.eachShare())
+        if (exact !== undefined ? share.file_name === exact : share.file_name.startsWith(prefix!))
+          matching.push(share);
+      res.json(
+        await paginate(req, matching.length, async (o, l) => matching.slice(o, o + l), shareJson),
+      );
     },
     post: async (req, res) => {
       need(req, 'CREATE');

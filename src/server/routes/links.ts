@@ -36,7 +36,7 @@ export const tokenHash = (token: string) => createHash('sha256').update(token).d
 /** What the request log shows instead of a link's path: never the token. */
 export function redactLinkPath(path: string, linkId: unknown): string {
   return path.replace(
-    /^\/l\/[^/]*/,
+    /^\/l\/[^/]*/i,
     typeof linkId === 'string' ? `/l/<link ${linkId}>` : '/l/<no such link>',
   );
 }
@@ -273,8 +273,10 @@ export function linkRoutes(ctx: Context): Router {
     return { token, link, share };
   };
 
-  const wantsJson = (req: Request, page: boolean) =>
-    page ? req.accepts(['html', 'json']) === 'json' : req.accepts(['json', 'html']) !== 'html';
+  /** The page itself: HTML unless JSON is preferred (curl, accepting anything, gets the page). */
+  const wantsJsonPage = (req: Request) => req.accepts(['html', 'json']) === 'json';
+  /** Errors and the password prompt: HTML only for a browser (text/html preferred). */
+  const wantsHtmlError = (req: Request) => req.accepts(['json', 'html']) === 'html';
 
   /** Errors of the public side: a page for a browser, JSON for everything else. */
   const publicSide =
@@ -284,12 +286,7 @@ export function linkRoutes(ctx: Context): Router {
         await handler(req, res);
       } catch (thrown) {
         const err = asHttpError(thrown);
-        if (
-          res.headersSent ||
-          !(err instanceof HttpError) ||
-          wantsJson(req, !('download' in req.query))
-        )
-          throw err;
+        if (res.headersSent || !(err instanceof HttpError) || !wantsHtmlError(req)) throw err;
         const title =
           err.status === 404
             ? 'Link not found'
@@ -331,7 +328,7 @@ export function linkRoutes(ctx: Context): Router {
       downloads_left:
         link.max_downloads === null ? null : Math.max(0, link.max_downloads - link.downloads),
     };
-    if (wantsJson(req, true)) {
+    if (wantsJsonPage(req)) {
       res.set({ 'Cache-Control': 'no-store', 'Referrer-Policy': 'no-referrer' }).json(view);
       return;
     }
@@ -348,7 +345,7 @@ export function linkRoutes(ctx: Context): Router {
 
   const needPassword = (req: Request, res: Response, wrong: boolean) => {
     const message = wrong ? 'Wrong password for this link' : 'This link needs a password';
-    if (wantsJson(req, !('download' in req.query))) {
+    if (!wantsHtmlError(req)) {
       res.status(401).json({ status: 'fail', message });
       return;
     }
