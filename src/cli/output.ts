@@ -1,6 +1,7 @@
 import { CommanderError } from 'commander';
 import {
   ApiError,
+  NoArtifactError,
   ClientInputError,
   NetworkError,
   TlsError,
@@ -53,6 +54,7 @@ export function exitCodeFor(err: unknown): number {
   if ((err as { name?: string } | null)?.name === 'AbortError') return EXIT.interrupted;
   if (err instanceof CommanderError) return err.exitCode === 0 ? EXIT.ok : EXIT.usage;
   if (err instanceof FileExistsError) return EXIT.failure;
+  if (err instanceof NoArtifactError) return EXIT.notFound;
   return EXIT.failure;
 }
 

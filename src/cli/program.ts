@@ -1,5 +1,6 @@
 import { createRequire } from 'node:module';
 import { Command } from 'commander';
+import { registerArtifacts } from './commands/artifacts.js';
 import { registerAuth } from './commands/auth.js';
 import { registerCompletion } from './commands/completion.js';
 import { registerFiles } from './commands/files.js';
@@ -56,6 +57,7 @@ or an upload the server did not complete), 130 interrupted (Ctrl-C).`,
   registerTransfers(program);
   registerFiles(program);
   registerLinks(program);
+  registerArtifacts(program);
   registerUsers(program);
   registerSettings(program);
   registerServe(program);

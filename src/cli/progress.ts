@@ -3,8 +3,8 @@ import { formatSize } from '../shared/size.js';
 import { printLine } from './output.js';
 
 export interface ProgressBar {
-  /** Bytes done so far (and the total, once it is known). */
-  update(bytes: number, total?: number): void;
+  /** Bytes done so far (and the total, once it is known; and a new label, such as a count). */
+  update(bytes: number, total?: number, label?: string): void;
   stop(): void;
 }
 
@@ -58,10 +58,11 @@ export function createProgress(enabled: boolean): ProgressDisplay {
   return {
     bar(label, total) {
       const started = Date.now();
+      let shown = label;
       const payload = (bytes: number, size: number) => {
         const seconds = Math.max(0.001, (Date.now() - started) / 1000);
         return {
-          label: shortLabel(label, labelWidth),
+          label: shortLabel(shown, labelWidth),
           done: formatSize(bytes),
           size: formatSize(size),
           rate: formatSize(Math.round(bytes / seconds)),
@@ -70,7 +71,8 @@ export function createProgress(enabled: boolean): ProgressDisplay {
       let size = total;
       const bar = multi.create(Math.max(size, 1), 0, payload(0, size));
       return {
-        update(bytes, newTotal) {
+        update(bytes, newTotal, newLabel) {
+          if (newLabel !== undefined) shown = newLabel;
           if (newTotal !== undefined && newTotal !== size) {
             size = newTotal;
             bar.setTotal(Math.max(size, 1));

@@ -88,6 +88,33 @@ export function createFile(
   });
 }
 
+/**
+ * Every share whose name is `file_name`, or starts with `name_prefix`. fshare serve filters on
+ * the server (docs/API.md "Finding shares by name"); a server that ignores the query lists
+ * everything, so the client walks every page and filters again: correct either way.
+ */
+export async function findShares(
+  client: ApiClient,
+  filter: { file_name: string } | { name_prefix: string },
+): Promise<Share[]> {
+  const matches = (s: Share) =>
+    'file_name' in filter
+      ? s.file_name === filter.file_name
+      : s.file_name.startsWith(filter.name_prefix);
+  const found: Share[] = [];
+  let page: number | null = 1;
+  while (page !== null) {
+    const result: Page<Share> = await callJson(client, {
+      method: 'GET',
+      path: '/files',
+      query: { ...filter, page, per_page: 1000 },
+    });
+    for (const s of result.data) if (matches(s)) found.push(s);
+    page = result.next;
+  }
+  return found;
+}
+
 export function getFile(client: ApiClient, id: string): Promise<Share> {
   return callJson(client, { method: 'GET', path: sharePath(id) });
 }

@@ -38,6 +38,16 @@ export class ClientInputError extends Error {
   override readonly name = 'ClientInputError';
 }
 
+/** An artifact's manifest is wrong or hostile (a path out of the folder…): nothing is written. */
+export class ManifestError extends Error {
+  override readonly name = 'ManifestError';
+}
+
+/** No artifact of that name on the server. */
+export class NoArtifactError extends Error {
+  override readonly name = 'NoArtifactError';
+}
+
 /** The server lacks an fshare extension the command needs (share links, expiry). */
 export class UnsupportedError extends Error {
   override readonly name = 'UnsupportedError';

@@ -1,4 +1,8 @@
-import { basename, resolve } from 'node:path';
+import { createWriteStream } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { basename, join, resolve } from 'node:path';
+import { pipeline } from 'node:stream/promises';
 import type { Command } from 'commander';
 import { createLink, deleteFile, getFile } from '../../client/api.js';
 import { download, parseByteRange, type ByteRange } from '../../client/download.js';
@@ -34,6 +38,21 @@ import { createProgress, progressEnabled } from '../progress.js';
 import { linkShape, type LinkShape, type TransferShape } from '../shapes.js';
 import { linkUnsupported } from './links.js';
 import { uploadRecords } from '../uploads.js';
+
+/** Standard input into a new private temporary file; its directory is removed by the caller. */
+async function spoolStdin(): Promise<{ dir: string; file: string }> {
+  if (process.stdin.isTTY)
+    throw new UsageError('- reads standard input, which is a terminal here; pipe something in');
+  const dir = await mkdtemp(join(tmpdir(), 'fshare-stdin-'));
+  const file = join(dir, 'stdin');
+  try {
+    await pipeline(process.stdin, createWriteStream(file, { mode: 0o600, flags: 'wx' }));
+  } catch (err) {
+    await rm(dir, { recursive: true, force: true });
+    throw err;
+  }
+  return { dir, file };
+}
 
 function chunkOptions(options: { chunkSize: string; parallel: string }) {
   return {
@@ -90,7 +109,7 @@ const upload = (program: Command) =>
     .description(
       'create a share per file and upload it in chunks, verified; prints each id and URL',
     )
-    .argument('<files...>', 'files to share')
+    .argument('<files...>', 'files to share; - for standard input (name it with --name)')
     .option('-n, --name <name>', 'share name (one file only; default: the file name)')
     .option('--chunk-size <size>', 'bytes per chunk: 512k, 8m, 1g or bytes', '8m')
     .option('-p, --parallel <n>', 'chunk requests in flight', String(DEFAULT_PARALLEL))
@@ -137,6 +156,15 @@ const upload = (program: Command) =>
         if (options.name !== undefined && files.length > 1)
           throw new UsageError('--name works with one file only');
         if (options.name === '') throw new UsageError('--name must not be empty');
+        // `-`: standard input, kept in a private temporary file first (the protocol needs the
+        // number of chunks up front, so the whole size must be known before the first chunk).
+        let spool: { dir: string; file: string } | undefined;
+        if (files.includes('-')) {
+          if (files.length > 1) throw new UsageError('- (standard input) must be the only file');
+          spool = await spoolStdin();
+          files = [spool.file];
+          options.name ??= 'stdin';
+        }
         // Every path is checked before the first share is created.
         const sizes = await Promise.all(files.map((f) => localFileSize(f)));
         const client = await session.client();
@@ -196,7 +224,11 @@ const upload = (program: Command) =>
         );
         stop.done();
         progress.stop();
-        if (session.opts.json) printJson(results.filter((r) => r !== undefined));
+        if (spool) await rm(spool.dir, { recursive: true, force: true });
+        if (session.opts.json)
+          printJson(
+            results.filter((r) => r !== undefined).map((r) => (spool ? { ...r, path: null } : r)),
+          );
         process.exitCode = code;
       },
     );

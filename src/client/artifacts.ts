@@ -1,0 +1,892 @@
+/**
+ * Named sets of files ("artifacts") on top of plain shares, so they work with any server of the
+ * spec (docs/CLI.md "Artifacts"):
+ *
+ * - the manifest is the share named `fshare-artifact:NAME`: JSON listing every file's path, size,
+ *   mode and sha256, and where its bytes are;
+ * - bytes live in shares named `fshare-artifact:NAME:data:<sha256 of the share's content>`: a large
+ *   file is a share of its own; small files are packed, concatenated, into packs of a few MiB;
+ * - a push uploads what the stored manifest lacks, then replaces the manifest's content last
+ *   (a PUT: old bytes or new, never a mix), then deletes data no manifest needs any more. An
+ *   interrupted push leaves the previous set whole; running it again reuses what it uploaded.
+ * - a pull checks every path, writes each file to a temporary file beside its place, verifies its
+ *   sha256, sets its mode and renames it into place.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import { createReadStream, readFileSync } from 'node:fs';
+import {
+  chmod,
+  lstat,
+  mkdir,
+  mkdtemp,
+  open,
+  readdir,
+  readFile,
+  realpath,
+  rename,
+  rm,
+  rmdir,
+  stat,
+  writeFile,
+} from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { dirname, join, relative } from 'node:path';
+import { pipeline } from 'node:stream/promises';
+import picomatch from 'picomatch';
+import type { Share } from '../shared/types.js';
+import { deleteFile, findShares } from './api.js';
+import { download } from './download.js';
+import {
+  ApiError,
+  ClientInputError,
+  ManifestError,
+  NoArtifactError,
+  VerificationError,
+} from './errors.js';
+import type { ApiClient } from './http.js';
+import { createLimiter, type Limiter } from './limit.js';
+import { replaceFile, uploadFile, type ResumeStore } from './upload.js';
+
+export const ARTIFACT_PREFIX = 'fshare-artifact:';
+
+/**
+ * Waits for every task (none is left running when this returns, so nothing writes into a
+ * directory being removed), then throws the first failure, saying how many failed.
+ */
+async function settleAll(what: string, tasks: Promise<unknown>[]): Promise<void> {
+  const results = await Promise.allSettled(tasks);
+  const failed = results.filter((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed.length === 0) return;
+  const first = failed[0]!.reason as unknown;
+  if (failed.length > 1 && first instanceof Error)
+    first.message += ` (${failed.length} of ${tasks.length} ${what} failed)`;
+  throw first;
+}
+const FORMAT = 'fshare-artifact/1';
+/** Files below this size are packed together; larger ones are shares of their own. */
+export const PACK_FILE_LIMIT = 1024 * 1024;
+/** A pack is closed once it holds this many bytes. */
+export const PACK_BYTES = 8 * 1024 * 1024;
+/** Data shares no manifest names, left by an interrupted push, are deleted after this long. */
+const ORPHAN_AGE_MS = 24 * 3600 * 1000;
+const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+const SHA = /^[0-9a-f]{64}$/;
+
+export interface ManifestFile {
+  /** Relative, with "/" between components. */
+  path: string;
+  size: number;
+  /** Permission bits (0o644). */
+  mode: number;
+  sha256: string;
+  /** The data share holding the bytes (null for an empty file) and where they start in it. */
+  share: string | null;
+  offset: number;
+}
+
+export interface Manifest {
+  format: typeof FORMAT;
+  name: string;
+  created: string;
+  files: ManifestFile[];
+  /** Directories without files (so that they come back too). */
+  dirs: string[];
+}
+
+export function checkArtifactName(name: string): string {
+  if (!NAME.test(name))
+    throw new ClientInputError(
+      `an artifact name has 1 to 128 letters, digits, ".", "_" or "-", starting with a letter or digit: ${name}`,
+    );
+  return name;
+}
+
+const manifestName = (name: string) => `${ARTIFACT_PREFIX}${name}`;
+const dataPrefix = (name: string) => `${ARTIFACT_PREFIX}${name}:data:`;
+
+/**
+ * A path from a manifest, made safe or refused: relative, "/"-separated, no empty, "." or ".."
+ * component, no NUL or backslash, at most 4096 characters.
+ */
+export function safeRelativePath(path: unknown): string {
+  if (typeof path !== 'string' || path.length === 0 || path.length > 4096)
+    throw new ManifestError(`a path must be a string of 1 to 4096 characters`);
+  if (path.startsWith('/') || /^[A-Za-z]:/.test(path))
+    throw new ManifestError(`absolute path refused: ${JSON.stringify(path)}`);
+  if (path.includes('\0') || path.includes('\\'))
+    throw new ManifestError(`path with NUL or backslash refused: ${JSON.stringify(path)}`);
+  for (const part of path.split('/'))
+    if (part === '' || part === '.' || part === '..')
+      throw new ManifestError(
+        `path with an empty, "." or ".." part refused: ${JSON.stringify(path)}`,
+      );
+  return path;
+}
+
+/** Checks every field of a manifest; throws ManifestError at the first thing wrong. */
+export function parseManifest(text: string, name: string): Manifest {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (err) {
+    throw new ManifestError(`the manifest is not JSON: ${(err as Error).message}`);
+  }
+  const m = raw as Partial<Manifest>;
+  if (!m || typeof m !== 'object' || m.format !== FORMAT)
+    throw new ManifestError(`not an fshare artifact manifest (format ${FORMAT})`);
+  if (m.name !== name) throw new ManifestError(`the manifest names another artifact: ${m.name}`);
+  if (!Array.isArray(m.files) || !Array.isArray(m.dirs))
+    throw new ManifestError('the manifest has no file or directory list');
+  const seen = new Set<string>();
+  const files: ManifestFile[] = m.files.map((f: Partial<ManifestFile>) => {
+    const path = safeRelativePath(f?.path);
+    if (seen.has(path)) throw new ManifestError(`path listed twice: ${path}`);
+    seen.add(path);
+    const int = (v: unknown) => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+    if (!int(f.size) || !int(f.offset) || !int(f.mode) || f.mode! > 0o7777)
+      throw new ManifestError(`bad size, offset or mode for ${path}`);
+    if (typeof f.sha256 !== 'string' || !SHA.test(f.sha256))
+      throw new ManifestError(`bad sha256 for ${path}`);
+    if (f.share !== null && (typeof f.share !== 'string' || !/^[0-9a-f-]{36}$/i.test(f.share)))
+      throw new ManifestError(`bad share id for ${path}`);
+    if (f.share === null && f.size !== 0) throw new ManifestError(`${path} has bytes but no share`);
+    return {
+      path,
+      size: f.size!,
+      mode: f.mode! & 0o777,
+      sha256: f.sha256,
+      share: f.share ?? null,
+      offset: f.offset!,
+    };
+  });
+  const dirs = m.dirs.map((d) => safeRelativePath(d));
+  // A file cannot also be a directory of another file (or of a listed directory).
+  for (const p of [...files.map((f) => f.path), ...dirs]) {
+    const parts = p.split('/');
+    for (let i = 1; i < parts.length; i++) {
+      const parent = parts.slice(0, i).join('/');
+      if (seen.has(parent))
+        throw new ManifestError(`${parent} is listed as a file and as a directory`);
+    }
+  }
+  return { format: FORMAT, name, created: String(m.created ?? ''), files, dirs };
+}
+
+export interface StoredManifest {
+  manifest: Manifest;
+  share: Share;
+}
+
+/** The artifact's manifest, verified by the server's sha256; null when there is none. */
+export async function readManifest(
+  client: ApiClient,
+  name: string,
+  signal?: AbortSignal,
+): Promise<StoredManifest | null> {
+  const shares = (await findShares(client, { file_name: manifestName(name) })).filter(
+    (s) => s.initialized,
+  );
+  let best: StoredManifest | null = null;
+  for (const share of shares) {
+    const manifest = parseManifest(await readShareText(client, share.share_id, signal), name);
+    if (!best || manifest.created > best.manifest.created) best = { manifest, share };
+  }
+  return best;
+}
+
+/** A small share's content as text, through a verified download into a temporary file. */
+async function readShareText(client: ApiClient, id: string, signal?: AbortSignal): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), 'fshare-manifest-'));
+  try {
+    const out = join(dir, 'manifest.json');
+    await download(client, id, { output: out, overwrite: true, signal });
+    return await readFile(out, 'utf8');
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+// --- push
+
+interface LocalFile {
+  path: string;
+  abs: string;
+  size: number;
+  mode: number;
+  mtimeMs: number;
+  ino: number;
+  sha256?: string;
+}
+
+/** Remembers the sha256 of local files by path, size, mtime and inode, so a push need not hash. */
+export interface HashCache {
+  get(abs: string, size: number, mtimeMs: number, ino: number): string | undefined;
+  set(abs: string, size: number, mtimeMs: number, ino: number, sha256: string): void;
+  save(): Promise<void>;
+}
+
+export function fileHashCache(file: string): HashCache {
+  type Entry = [size: number, mtimeMs: number, ino: number, sha256: string];
+  let entries: Record<string, Entry> | undefined;
+  let dirty = false;
+  const load = () => {
+    if (entries) return entries;
+    try {
+      // Read once, synchronously at first use; a damaged cache is just empty.
+      entries = JSON.parse(readFileSyncSafe(file)) as Record<string, Entry>;
+      if (!entries || typeof entries !== 'object') entries = {};
+    } catch {
+      entries = {};
+    }
+    return entries;
+  };
+  return {
+    get(abs, size, mtimeMs, ino) {
+      const e = load()[abs];
+      return e && e[0] === size && e[1] === mtimeMs && e[2] === ino ? e[3] : undefined;
+    },
+    set(abs, size, mtimeMs, ino, sha256) {
+      load()[abs] = [size, mtimeMs, ino, sha256];
+      dirty = true;
+    },
+    async save() {
+      if (!dirty || !entries) return;
+      await mkdir(dirname(file), { recursive: true, mode: 0o700 });
+      const tmp = `${file}.${randomBytes(4).toString('hex')}.tmp`;
+      await writeFile(tmp, JSON.stringify(entries), { mode: 0o600 });
+      await rename(tmp, file);
+      dirty = false;
+    },
+  };
+}
+
+function readFileSyncSafe(file: string): string {
+  return readFileSync(file, 'utf8');
+}
+
+export interface PushOptions {
+  name: string;
+  include?: string[];
+  exclude?: string[];
+  /** Drop files of the stored set that are not in DIR (otherwise they are kept). */
+  delete?: boolean;
+  parallel?: number;
+  chunkSize?: number;
+  resume?: ResumeStore;
+  hashCache?: HashCache;
+  signal?: AbortSignal;
+  onStart?: (files: number, bytes: number) => void;
+  onProgress?: (files: number, bytes: number) => void;
+  onNotice?: (line: string) => void;
+}
+
+export interface TransferCounts {
+  files: number;
+  bytes: number;
+}
+
+export interface PushResult {
+  name: string;
+  /** The manifest's share. */
+  manifest_id: string;
+  files: number;
+  bytes: number;
+  uploaded: TransferCounts;
+  skipped: TransferCounts;
+  deleted: { files: number };
+  /** False when the stored manifest already described the folder: nothing was written. */
+  changed: boolean;
+}
+
+/** Every regular file and every directory without files under `dir`, filtered by the globs. */
+async function scanTree(
+  dir: string,
+  include: string[],
+  exclude: string[],
+  notice: (line: string) => void,
+): Promise<{ files: LocalFile[]; dirs: string[] }> {
+  const inc = include.length ? picomatch(include, { dot: true }) : () => true;
+  const exc = exclude.length ? picomatch(exclude, { dot: true }) : () => false;
+  const files: LocalFile[] = [];
+  const dirs: string[] = [];
+  const walk = async (abs: string, rel: string): Promise<boolean> => {
+    let any = false;
+    const entries = await readdir(abs, { withFileTypes: true });
+    entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    for (const e of entries) {
+      const childRel = rel ? `${rel}/${e.name}` : e.name;
+      const childAbs = join(abs, e.name);
+      if (e.isDirectory()) {
+        if (exc(childRel) || exc(`${childRel}/`)) continue;
+        const has = await walk(childAbs, childRel);
+        if (!has && inc(childRel)) dirs.push(childRel);
+        any = true;
+      } else if (e.isFile()) {
+        if (!inc(childRel) || exc(childRel)) continue;
+        const st = await stat(childAbs);
+        files.push({
+          path: childRel,
+          abs: childAbs,
+          size: st.size,
+          mode: st.mode & 0o777,
+          mtimeMs: st.mtimeMs,
+          ino: st.ino,
+        });
+        any = true;
+      } else if (!exc(childRel)) {
+        notice(
+          `${childRel}: ${e.isSymbolicLink() ? 'a symbolic link' : 'not a regular file'}, skipped`,
+        );
+      }
+    }
+    return any;
+  };
+  await walk(dir, '');
+  return { files, dirs };
+}
+
+async function sha256Of(abs: string): Promise<string> {
+  const hash = createHash('sha256');
+  await pipeline(createReadStream(abs, { highWaterMark: 1024 * 1024 }), hash);
+  return hash.digest('hex');
+}
+
+/** Where a file's bytes are: a data share and an offset. */
+interface Place {
+  share: string;
+  offset: number;
+}
+
+export async function push(
+  client: ApiClient,
+  dir: string,
+  options: PushOptions,
+): Promise<PushResult> {
+  const name = checkArtifactName(options.name);
+  const notice = options.onNotice ?? (() => undefined);
+  const root = await realpath(dir).catch(() => {
+    throw new ClientInputError(`no such directory: ${dir}`);
+  });
+  if (!(await stat(root)).isDirectory()) throw new ClientInputError(`not a directory: ${dir}`);
+  const { files, dirs } = await scanTree(
+    root,
+    options.include ?? [],
+    options.exclude ?? [],
+    notice,
+  );
+  const totalBytes = files.reduce((n, f) => n + f.size, 0);
+  options.onStart?.(files.length, totalBytes);
+
+  // Hash what the cache does not know, a few files at a time.
+  const hashLimit = createLimiter(4);
+  await Promise.all(
+    files.map((f) =>
+      hashLimit(async () => {
+        const cached = options.hashCache?.get(f.abs, f.size, f.mtimeMs, f.ino);
+        f.sha256 = cached ?? (await sha256Of(f.abs));
+        if (!cached) options.hashCache?.set(f.abs, f.size, f.mtimeMs, f.ino, f.sha256);
+      }),
+    ),
+  );
+  await options.hashCache?.save().catch(() => undefined);
+
+  const stored = await readManifest(client, name, options.signal);
+  const data = await findShares(client, { name_prefix: dataPrefix(name) });
+  // Content already on the server: every place the old manifest names, and whole data shares
+  // (of this push's earlier, interrupted run too) by their sha256.
+  const places = new Map<string, Place>();
+  const shareIds = new Set(data.map((s) => s.share_id));
+  for (const f of stored?.manifest.files ?? [])
+    if (f.share !== null && shareIds.has(f.share))
+      places.set(f.sha256, { share: f.share, offset: f.offset });
+  const bySha = new Map<string, Share>();
+  for (const s of data) {
+    const sha = s.file_name.slice(dataPrefix(name).length);
+    if (s.initialized && s.sha256 === sha) bySha.set(sha, s);
+  }
+  for (const [sha, s] of bySha)
+    if (!places.has(sha)) places.set(sha, { share: s.share_id, offset: 0 });
+
+  let doneFiles = 0;
+  let doneBytes = 0;
+  const progress = (f: number, b: number) => {
+    doneFiles += f;
+    doneBytes += b;
+    options.onProgress?.(doneFiles, doneBytes);
+  };
+  const uploaded: TransferCounts = { files: 0, bytes: 0 };
+  const skipped: TransferCounts = { files: 0, bytes: 0 };
+  const needed: LocalFile[] = [];
+  for (const f of files) {
+    if (f.size === 0 || places.has(f.sha256!)) {
+      skipped.files++;
+      skipped.bytes += f.size;
+      progress(1, f.size);
+    } else needed.push(f);
+  }
+
+  const chunks = createLimiter(options.parallel ?? 4);
+  const jobs = createLimiter(options.parallel ?? 4);
+  const uniqueNeeded = new Map<string, LocalFile>();
+  for (const f of needed) if (!uniqueNeeded.has(f.sha256!)) uniqueNeeded.set(f.sha256!, f);
+  const large = [...uniqueNeeded.values()].filter((f) => f.size >= PACK_FILE_LIMIT);
+  const small = [...uniqueNeeded.values()]
+    .filter((f) => f.size < PACK_FILE_LIMIT)
+    .sort((a, b) => (a.path < b.path ? -1 : 1));
+  const packs: LocalFile[][] = [];
+  for (const f of small) {
+    const last = packs.at(-1);
+    if (last && last.reduce((n, x) => n + x.size, 0) + f.size <= PACK_BYTES) last.push(f);
+    else packs.push([f]);
+  }
+  const countUploaded = (sha: string) => {
+    for (const f of needed)
+      if (f.sha256 === sha) {
+        uploaded.files++;
+        uploaded.bytes += f.size;
+        progress(1, f.size);
+      }
+  };
+  const work = await mkdtemp(join(tmpdir(), 'fshare-push-'));
+  try {
+    await settleAll('uploads', [
+      ...large.map((f) =>
+        jobs(async () => {
+          const r = await uploadFile(client, f.abs, {
+            name: `${dataPrefix(name)}${f.sha256}`,
+            limiter: chunks,
+            chunkSize: options.chunkSize,
+            resume: options.resume,
+            signal: options.signal,
+          });
+          if (r.sha256 !== f.sha256)
+            throw new VerificationError(`${f.path} changed while it was pushed; push again`);
+          places.set(f.sha256!, { share: r.share_id, offset: 0 });
+          countUploaded(f.sha256!);
+        }),
+      ),
+      ...packs.map((pack) =>
+        jobs(async () => {
+          const packFile = join(work, `${randomBytes(8).toString('hex')}.pack`);
+          const offsets = await writePack(packFile, pack);
+          const existing = bySha.get(offsets.sha256);
+          const shareId = existing
+            ? existing.share_id
+            : (
+                await uploadFile(client, packFile, {
+                  name: `${dataPrefix(name)}${offsets.sha256}`,
+                  limiter: chunks,
+                  chunkSize: options.chunkSize,
+                  signal: options.signal,
+                })
+              ).share_id;
+          await rm(packFile, { force: true });
+          pack.forEach((f, i) => {
+            places.set(f.sha256!, { share: shareId, offset: offsets.offsets[i]! });
+            countUploaded(f.sha256!);
+          });
+        }),
+      ),
+    ]);
+
+    const entries: ManifestFile[] = files.map((f) => {
+      const place = f.size === 0 ? null : places.get(f.sha256!)!;
+      return {
+        path: f.path,
+        size: f.size,
+        mode: f.mode,
+        sha256: f.sha256!,
+        share: place ? place.share : null,
+        offset: place ? place.offset : 0,
+      };
+    });
+    let deleted = 0;
+    const local = new Set(files.map((f) => f.path));
+    const keptDirs = new Set(dirs);
+    if (stored) {
+      for (const f of stored.manifest.files) {
+        if (local.has(f.path)) continue;
+        if (options.delete) deleted++;
+        else entries.push(f);
+      }
+      if (!options.delete) for (const d of stored.manifest.dirs) keptDirs.add(d);
+    }
+    entries.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+    // A kept directory that now holds a file is no longer an empty one.
+    const fileParents = new Set<string>();
+    for (const e of entries) {
+      const parts = e.path.split('/');
+      for (let i = 1; i < parts.length; i++) fileParents.add(parts.slice(0, i).join('/'));
+    }
+    const manifest: Manifest = {
+      format: FORMAT,
+      name,
+      created: new Date().toISOString(),
+      files: entries,
+      dirs: [...keptDirs].filter((d) => !fileParents.has(d) && !local.has(d)).sort(),
+    };
+    const same =
+      stored !== null &&
+      JSON.stringify(stored.manifest.files) === JSON.stringify(manifest.files) &&
+      JSON.stringify(stored.manifest.dirs) === JSON.stringify(manifest.dirs);
+    let manifestId = stored?.share.share_id;
+    if (!same) {
+      const file = join(work, 'manifest.json');
+      await writeFile(file, `${JSON.stringify(manifest)}\n`);
+      // The last step, and the one that makes the new set visible: old manifest or new, whole.
+      if (stored)
+        await replaceFile(client, stored.share.share_id, file, { signal: options.signal });
+      else
+        manifestId = (
+          await uploadFile(client, file, { name: manifestName(name), signal: options.signal })
+        ).share_id;
+      await collectGarbage(client, name, manifest, stored, data, manifestId!, notice);
+    }
+    return {
+      name,
+      manifest_id: manifestId!,
+      files: entries.length,
+      bytes: entries.reduce((n, e) => n + e.size, 0),
+      uploaded,
+      skipped,
+      deleted: { files: deleted },
+      changed: !same,
+    };
+  } finally {
+    await rm(work, { recursive: true, force: true });
+  }
+}
+
+/** Concatenates the files into one pack, hashing it; returns each file's offset. */
+async function writePack(
+  file: string,
+  files: LocalFile[],
+): Promise<{ sha256: string; offsets: number[] }> {
+  const hash = createHash('sha256');
+  const out = await open(file, 'w', 0o600);
+  const offsets: number[] = [];
+  let at = 0;
+  try {
+    for (const f of files) {
+      const bytes = await readFile(f.abs);
+      if (createHash('sha256').update(bytes).digest('hex') !== f.sha256)
+        throw new VerificationError(`${f.path} changed while it was pushed; push again`);
+      offsets.push(at);
+      hash.update(bytes);
+      await out.write(bytes, 0, bytes.length, at);
+      at += bytes.length;
+    }
+  } finally {
+    await out.close();
+  }
+  return { sha256: hash.digest('hex'), offsets };
+}
+
+/**
+ * After the new manifest is in place: deletes the data shares the old manifest used and the new
+ * one does not, older duplicate manifests, and data shares no manifest names that an interrupted
+ * push left more than a day ago. A failure here loses nothing: it is only said.
+ */
+async function collectGarbage(
+  client: ApiClient,
+  name: string,
+  manifest: Manifest,
+  stored: StoredManifest | null,
+  data: Share[],
+  manifestId: string,
+  notice: (line: string) => void,
+): Promise<void> {
+  const used = new Set(manifest.files.map((f) => f.share).filter((s): s is string => s !== null));
+  const before = new Set(
+    (stored?.manifest.files ?? []).map((f) => f.share).filter((s): s is string => s !== null),
+  );
+  const now = Date.now();
+  const doomed = data.filter(
+    (s) =>
+      !used.has(s.share_id) &&
+      (before.has(s.share_id) ||
+        now - Date.parse(`${s.create_date.replace(/Z$/, '')}Z`) > ORPHAN_AGE_MS),
+  );
+  const others = (await findShares(client, { file_name: manifestName(name) })).filter(
+    (s) => s.share_id !== manifestId,
+  );
+  for (const s of [...doomed, ...others])
+    await deleteFile(client, s.share_id).catch((err: unknown) =>
+      notice(`could not delete the unused share ${s.share_id}: ${(err as Error).message}`),
+    );
+}
+
+// --- pull
+
+export interface PullOptions {
+  /** Remove files under DIR that the set does not have. */
+  delete?: boolean;
+  parallel?: number;
+  signal?: AbortSignal;
+  onStart?: (files: number, bytes: number) => void;
+  onProgress?: (files: number, bytes: number) => void;
+  onNotice?: (line: string) => void;
+}
+
+export interface PullResult {
+  name: string;
+  manifest_id: string;
+  dir: string;
+  files: number;
+  bytes: number;
+  downloaded: TransferCounts;
+  skipped: TransferCounts;
+  deleted: { files: number };
+}
+
+const TEMP = '.fshare-tmp-';
+
+/**
+ * Makes the directories of `rel` under `root`, refusing to pass through anything that is not a
+ * real directory (a symbolic link planted in DIR would lead the write elsewhere).
+ */
+async function safeParent(root: string, rel: string): Promise<string> {
+  const parts = rel.split('/').slice(0, -1);
+  let at = root;
+  for (const part of parts) {
+    at = join(at, part);
+    const st = await lstat(at).catch((err: NodeJS.ErrnoException) => {
+      if (err.code === 'ENOENT') return null;
+      throw err;
+    });
+    if (st === null)
+      await mkdir(at).catch((err: NodeJS.ErrnoException) => {
+        if (err.code !== 'EEXIST') throw err;
+      });
+    else if (st.isSymbolicLink())
+      throw new ManifestError(
+        `${relative(root, at)} is a symbolic link; refusing to write through it`,
+      );
+    else if (!st.isDirectory()) throw new ManifestError(`${relative(root, at)} is not a directory`);
+  }
+  const st = await lstat(at);
+  if (!st.isDirectory() || st.isSymbolicLink())
+    throw new ManifestError(`${relative(root, at) || '.'} is not a directory`);
+  return at;
+}
+
+/** True when a regular file (not a link) with this size and sha256 is already at `abs`. */
+async function alreadyThere(abs: string, f: ManifestFile): Promise<boolean> {
+  const st = await lstat(abs).catch(() => null);
+  if (!st || !st.isFile() || st.size !== f.size) return false;
+  if ((await sha256Of(abs)) !== f.sha256) return false;
+  if ((st.mode & 0o777) !== f.mode) await chmod(abs, f.mode);
+  return true;
+}
+
+/** Writes bytes [start, start+size) of `source` to a temp file beside `target`, verified. */
+async function placeFrom(
+  source: string,
+  start: number,
+  f: ManifestFile,
+  target: string,
+): Promise<void> {
+  const tmp = join(dirname(target), `${TEMP}${randomBytes(6).toString('hex')}`);
+  try {
+    const hash = createHash('sha256');
+    const out = await open(tmp, 'wx', 0o600);
+    try {
+      if (f.size > 0) {
+        const stream = createReadStream(source, { start, end: start + f.size - 1 });
+        let at = 0;
+        for await (const chunk of stream as AsyncIterable<Buffer>) {
+          hash.update(chunk);
+          await out.write(chunk, 0, chunk.length, at);
+          at += chunk.length;
+        }
+        if (at !== f.size) throw new VerificationError(`${f.path}: the data share is short`);
+      }
+      await out.sync();
+    } finally {
+      await out.close();
+    }
+    const got = hash.digest('hex');
+    if (got !== f.sha256)
+      throw new VerificationError(
+        `${f.path}: sha256 ${got} does not match the manifest's ${f.sha256}`,
+      );
+    await chmod(tmp, f.mode);
+    await rename(tmp, target);
+  } catch (err) {
+    await rm(tmp, { force: true });
+    throw err;
+  }
+}
+
+export async function pull(
+  client: ApiClient,
+  name: string,
+  dir: string,
+  options: PullOptions = {},
+): Promise<PullResult> {
+  checkArtifactName(name);
+  const stored = await readManifest(client, name, options.signal);
+  if (!stored) throw new NoArtifactError(`no artifact named ${name} on ${client.server}`);
+  const { manifest } = stored;
+  await mkdir(dir, { recursive: true });
+  const root = await realpath(dir);
+  const totalBytes = manifest.files.reduce((n, f) => n + f.size, 0);
+  options.onStart?.(manifest.files.length, totalBytes);
+  let doneFiles = 0;
+  let doneBytes = 0;
+  const progress = (f: ManifestFile) => {
+    doneFiles++;
+    doneBytes += f.size;
+    options.onProgress?.(doneFiles, doneBytes);
+  };
+
+  // Every path is checked before anything is written.
+  const targets = new Map<ManifestFile, string>();
+  for (const f of manifest.files) targets.set(f, join(root, ...f.path.split('/')));
+  for (const d of manifest.dirs) await safeParent(root, `${d}/x`);
+
+  const skipped: TransferCounts = { files: 0, bytes: 0 };
+  const downloaded: TransferCounts = { files: 0, bytes: 0 };
+  const byShare = new Map<string, ManifestFile[]>();
+  const checks = createLimiter(4);
+  await Promise.all(
+    manifest.files.map((f) =>
+      checks(async () => {
+        const target = targets.get(f)!;
+        await safeParent(root, f.path);
+        if (await alreadyThere(target, f)) {
+          skipped.files++;
+          skipped.bytes += f.size;
+          progress(f);
+          return;
+        }
+        if (f.share === null) {
+          await placeFrom('/dev/null', 0, f, target);
+          downloaded.files++;
+          progress(f);
+          return;
+        }
+        const list = byShare.get(f.share) ?? [];
+        list.push(f);
+        byShare.set(f.share, list);
+      }),
+    ),
+  );
+
+  const work = await mkdtemp(join(root, TEMP));
+  const jobs: Limiter = createLimiter(options.parallel ?? 4);
+  try {
+    await settleAll(
+      'downloads',
+      [...byShare].map(([share, wanted]) =>
+        jobs(async () => {
+          const file = join(work, share);
+          // The data share's own digest is checked by the download; each file's after.
+          await download(client, share, {
+            output: file,
+            overwrite: true,
+            signal: options.signal,
+          }).catch((err: unknown) => {
+            if (err instanceof ApiError && err.status === 404)
+              throw new ManifestError(
+                `the data of ${wanted[0]!.path} (share ${share}) is missing on the server`,
+              );
+            throw err;
+          });
+          for (const f of wanted) {
+            await placeFrom(file, f.offset, f, targets.get(f)!);
+            downloaded.files++;
+            downloaded.bytes += f.size;
+            progress(f);
+          }
+          await rm(file, { force: true });
+        }),
+      ),
+    );
+  } finally {
+    await rm(work, { recursive: true, force: true });
+  }
+
+  let deleted = 0;
+  if (options.delete) deleted = await deleteExtra(root, manifest);
+  return {
+    name,
+    manifest_id: stored.share.share_id,
+    dir: root,
+    files: manifest.files.length,
+    bytes: totalBytes,
+    downloaded,
+    skipped,
+    deleted: { files: deleted },
+  };
+}
+
+/** Removes what the set does not have (never following a link), then emptied directories. */
+async function deleteExtra(root: string, manifest: Manifest): Promise<number> {
+  const keep = new Set(manifest.files.map((f) => f.path));
+  const keepDirs = new Set(manifest.dirs);
+  for (const f of manifest.files) {
+    const parts = f.path.split('/');
+    for (let i = 1; i < parts.length; i++) keepDirs.add(parts.slice(0, i).join('/'));
+  }
+  let removed = 0;
+  const walk = async (abs: string, rel: string) => {
+    for (const e of await readdir(abs, { withFileTypes: true })) {
+      const childRel = rel ? `${rel}/${e.name}` : e.name;
+      const childAbs = join(abs, e.name);
+      if (e.isDirectory()) {
+        await walk(childAbs, childRel);
+        if (!keepDirs.has(childRel)) await rmdir(childAbs).catch(() => undefined); // only when empty
+      } else if (!keep.has(childRel)) {
+        await rm(childAbs, { force: true });
+        removed++;
+      }
+    }
+  };
+  await walk(root, '');
+  return removed;
+}
+
+// --- listing and removing
+
+export interface ArtifactSummary {
+  name: string;
+  manifest_id: string;
+  files: number;
+  bytes: number;
+  created: string;
+}
+
+export async function listArtifacts(client: ApiClient): Promise<ArtifactSummary[]> {
+  const shares = await findShares(client, { name_prefix: ARTIFACT_PREFIX });
+  const names = new Set<string>();
+  for (const s of shares) {
+    const rest = s.file_name.slice(ARTIFACT_PREFIX.length);
+    if (s.initialized && !rest.includes(':') && NAME.test(rest)) names.add(rest);
+  }
+  const out: ArtifactSummary[] = [];
+  for (const name of [...names].sort()) {
+    const stored = await readManifest(client, name).catch(() => null);
+    if (!stored) continue;
+    out.push({
+      name,
+      manifest_id: stored.share.share_id,
+      files: stored.manifest.files.length,
+      bytes: stored.manifest.files.reduce((n, f) => n + f.size, 0),
+      created: stored.manifest.created,
+    });
+  }
+  return out;
+}
+
+/** Deletes the manifest first (the set is gone at once), then its data. */
+export async function removeArtifact(client: ApiClient, name: string): Promise<{ shares: number }> {
+  checkArtifactName(name);
+  const manifests = await findShares(client, { file_name: manifestName(name) });
+  if (manifests.length === 0)
+    throw new NoArtifactError(`no artifact named ${name} on ${client.server}`);
+  for (const s of manifests) await deleteFile(client, s.share_id);
+  const data = await findShares(client, { name_prefix: dataPrefix(name) });
+  for (const s of data) await deleteFile(client, s.share_id);
+  return { shares: manifests.length + data.length };
+}
