@@ -298,7 +298,11 @@ export function attachment(fileName: string): string {
   const name = downloadName(fileName);
   return contentDisposition(name, {
     type: 'attachment',
-    fallback: name.replace(/[^\x20-\x7e]/g, '_'),
+    // What clients without filename* (curl -J) use: accents dropped ("cafe.pdf"), the rest "_".
+    fallback: name
+      .normalize('NFKD')
+      .replace(/[\u0300-\u036f]/g, '')
+      .replace(/[^\x20-\x7e]/g, '_'),
   });
 }
 
