@@ -1,6 +1,7 @@
 import { isPermission, sortPermissions, type Permission } from '../shared/permissions.js';
 import { Errors } from './errors.js';
 import { LIMITS } from './limits.js';
+import { formatDuration } from '../shared/duration.js';
 
 /** A JSON request body as received: must be a plain object. */
 export type Body = Record<string, unknown>;
@@ -168,7 +169,7 @@ export function expiryField(
   } else return undefined;
   if (cap !== null && (at === null || at > now + cap * 1000))
     throw Errors.badRequest(
-      `The server allows an expiry of at most ${cap} s (${describeSeconds(cap)}) from now; ${at === null ? '"never" is' : 'this is'} beyond it`,
+      `The server allows an expiry of at most ${cap} s (${formatDuration(cap)}) from now; ${at === null ? '"never" is' : 'this is'} beyond it`,
     );
   return at === null ? null : new Date(at).toISOString();
 }
@@ -182,18 +183,4 @@ export function maxDownloadsField(body: Body, cap: number | null): number | null
   if (cap !== null && (value === null || value > cap))
     throw Errors.badRequest(`The server allows at most ${cap} downloads per link`);
   return value;
-}
-
-/** "7 days", "3 hours", "90 seconds": for messages. */
-export function describeSeconds(seconds: number): string {
-  for (const [unit, size] of [
-    ['day', 86400],
-    ['hour', 3600],
-    ['minute', 60],
-  ] as const)
-    if (seconds >= size && seconds % size === 0) {
-      const n = seconds / size;
-      return `${n} ${unit}${n === 1 ? '' : 's'}`;
-    }
-  return `${seconds} second${seconds === 1 ? '' : 's'}`;
 }

@@ -2,7 +2,8 @@ import type { Command } from 'commander';
 import { getSettings, patchSettings } from '../../client/api.js';
 import { openSession } from '../context.js';
 import type { Settings } from '../../shared/types.js';
-import { formatDuration, parseDuration, parsePositiveInt } from '../args.js';
+import { formatDuration } from '../../shared/duration.js';
+import { parseDuration, parsePositiveInt } from '../args.js';
 import { UsageError, examples, printJson, printLine } from '../output.js';
 import { formatPermissions, parsePermissionList } from './perms.js';
 
