@@ -160,6 +160,8 @@ export function parseManifest(text: string, name: string): Manifest {
     };
   });
   const dirs = m.dirs.map((d) => safeRelativePath(d));
+  for (const d of dirs)
+    if (seen.has(d)) throw new ManifestError(`${d} is listed as a file and as a directory`);
   // A file cannot also be a directory of another file (or of a listed directory).
   for (const p of [...files.map((f) => f.path), ...dirs]) {
     const parts = p.split('/');
@@ -458,6 +460,7 @@ export async function push(
             chunkSize: options.chunkSize,
             resume: options.resume,
             signal: options.signal,
+            onNotice: (line) => notice(line),
           });
           if (r.sha256 !== f.sha256)
             throw new VerificationError(`${f.path} changed while it was pushed; push again`);
@@ -645,7 +648,7 @@ const TEMP = '.fshare-tmp-';
  * Makes the directories of `rel` under `root`, refusing to pass through anything that is not a
  * real directory (a symbolic link planted in DIR would lead the write elsewhere).
  */
-async function safeParent(root: string, rel: string): Promise<string> {
+async function safeParent(root: string, rel: string, create = true): Promise<string> {
   const parts = rel.split('/').slice(0, -1);
   let at = root;
   for (const part of parts) {
@@ -654,11 +657,13 @@ async function safeParent(root: string, rel: string): Promise<string> {
       if (err.code === 'ENOENT') return null;
       throw err;
     });
-    if (st === null)
+    if (st === null) {
+      // Checking only: what is missing is made later, under the directories checked here.
+      if (!create) return at;
       await mkdir(at).catch((err: NodeJS.ErrnoException) => {
         if (err.code !== 'EEXIST') throw err;
       });
-    else if (st.isSymbolicLink())
+    } else if (st.isSymbolicLink())
       throw new ManifestError(
         `${relative(root, at)} is a symbolic link; refusing to write through it`,
       );
@@ -740,9 +745,13 @@ export async function pull(
     options.onProgress?.(doneFiles, doneBytes);
   };
 
-  // Every path is checked before anything is written.
+  // Every path is checked before anything is written (and again as it is written).
   const targets = new Map<ManifestFile, string>();
-  for (const f of manifest.files) targets.set(f, join(root, ...f.path.split('/')));
+  for (const f of manifest.files) {
+    targets.set(f, join(root, ...f.path.split('/')));
+    await safeParent(root, f.path, false);
+  }
+  for (const d of manifest.dirs) await safeParent(root, `${d}/x`, false);
   for (const d of manifest.dirs) await safeParent(root, `${d}/x`);
 
   const skipped: TransferCounts = { files: 0, bytes: 0 };

@@ -1,0 +1,925 @@
+// Artifacts from the command line (docs/CLI.md "Artifacts": fshare push, pull, artifacts, and
+// `upload -`): the built binary against a real `fshare serve`, the server's shares read over plain
+// HTTP as the administrator, and hostile manifests planted by another user.
+import { createHash, randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import {
+  chmod,
+  lstat,
+  mkdir,
+  readdir,
+  readFile,
+  readlink,
+  rm,
+  symlink,
+  unlink,
+  writeFile,
+} from 'node:fs/promises';
+import {
+  createServer,
+  request as httpRequest,
+  type IncomingMessage,
+  type ServerResponse,
+} from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { dirname, join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { execa } from 'execa';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { formatSize } from '../../src/shared/size.js';
+import {
+  BIN,
+  cleanEnv,
+  createCli,
+  signIn,
+  startServe,
+  tempDir,
+  type Cli,
+  type Serve,
+} from '../helpers/cli.js';
+import {
+  allShares,
+  content,
+  createShareWithContent,
+  createUser,
+  expectStatus,
+  get,
+  upload,
+  walkAll,
+  type ShareJson,
+} from '../helpers/http.js';
+
+const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
+
+const MiB = 1024 * 1024;
+/** docs/CLI.md: a file of 1 MiB or more is a share of its own; smaller ones go into packs … */
+const PACK_FILE_LIMIT = MiB;
+/** … of up to 8 MiB. */
+const PACK_BYTES = 8 * MiB;
+const PREFIX = 'fshare-artifact:';
+
+interface Counts {
+  files: number;
+  bytes: number;
+}
+
+interface PushJson {
+  name: string;
+  manifest_id: string;
+  files: number;
+  bytes: number;
+  uploaded: Counts;
+  skipped: Counts;
+  deleted: { files: number };
+  changed: boolean;
+}
+
+interface PullJson {
+  name: string;
+  manifest_id: string;
+  dir: string;
+  files: number;
+  bytes: number;
+  downloaded: Counts;
+  skipped: Counts;
+  deleted: { files: number };
+}
+
+interface ArtifactJson {
+  name: string;
+  manifest_id: string;
+  files: number;
+  bytes: number;
+  created: string;
+}
+
+interface ManifestFile {
+  path: string;
+  size: number;
+  mode: number;
+  sha256: string;
+  share: string | null;
+  offset: number;
+}
+
+interface Manifest {
+  format: string;
+  name: string;
+  created: string;
+  files: ManifestFile[];
+  dirs: string[];
+}
+
+/** What a tree holds: every path (files, directories, links) with what matters about it. */
+type Tree = Record<
+  string,
+  | { kind: 'file'; size: number; mode: number; sha256: string }
+  | { kind: 'dir' }
+  | { kind: 'link'; target: string }
+>;
+
+async function snapshot(root: string): Promise<Tree> {
+  const tree: Tree = {};
+  const walk = async (abs: string, rel: string) => {
+    for (const name of (await readdir(abs)).sort()) {
+      const childAbs = join(abs, name);
+      const childRel = rel ? `${rel}/${name}` : name;
+      const st = await lstat(childAbs);
+      if (st.isSymbolicLink()) tree[childRel] = { kind: 'link', target: await readlink(childAbs) };
+      else if (st.isDirectory()) {
+        tree[childRel] = { kind: 'dir' };
+        await walk(childAbs, childRel);
+      } else
+        tree[childRel] = {
+          kind: 'file',
+          size: st.size,
+          mode: st.mode & 0o777,
+          sha256: sha256(await readFile(childAbs)),
+        };
+    }
+  };
+  await walk(root, '');
+  return tree;
+}
+
+/** The directories of a tree that hold nothing. */
+function emptyDirs(tree: Tree): string[] {
+  return Object.keys(tree)
+    .filter((p) => tree[p]!.kind === 'dir')
+    .filter((d) => !Object.keys(tree).some((p) => p.startsWith(`${d}/`)))
+    .sort();
+}
+
+/** Writes a file (making its directories) and gives it exactly `mode`. */
+async function put(root: string, rel: string, data: Buffer | string, mode = 0o644): Promise<void> {
+  const abs = join(root, ...rel.split('/'));
+  await mkdir(dirname(abs), { recursive: true });
+  await writeFile(abs, data);
+  await chmod(abs, mode);
+}
+
+/** One line on stderr, in CLI.md's shape ("fshare: …"). */
+function expectErrorLine(stderr: string): string {
+  const lines = stderr.trimEnd().split('\n');
+  expect(lines, stderr).toHaveLength(1);
+  expect(lines[0]).toMatch(/^fshare: \S/);
+  return lines[0]!;
+}
+
+/** Every `.fshare-tmp-*` entry under dir. */
+async function leftovers(dir: string): Promise<string[]> {
+  return (await walkAll(dir)).filter((p) => p.split('/').pop()!.startsWith('.fshare-tmp-'));
+}
+
+/**
+ * A pass-through proxy that holds each chunk request (a non-GET on /files/<id>/content) back for
+ * `delayMs`, so that a push is still running when the test stops it.
+ */
+function slowChunks(target: string) {
+  const upstream = new URL(target);
+  const state = { delayMs: 0 };
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    const isChunk =
+      /^\/files\/[^/]+\/content$/.test(req.url ?? '') &&
+      req.method !== 'GET' &&
+      req.method !== 'HEAD';
+    const go = () => {
+      const forward = httpRequest(
+        {
+          host: upstream.hostname,
+          port: upstream.port,
+          method: req.method,
+          path: req.url,
+          headers: req.headers,
+        },
+        (up) => {
+          res.writeHead(up.statusCode ?? 502, up.headers);
+          up.pipe(res);
+        },
+      );
+      forward.on('error', () => res.destroy());
+      req.on('error', () => forward.destroy());
+      req.pipe(forward);
+    };
+    if (isChunk && state.delayMs) setTimeout(go, state.delayMs);
+    else go();
+  });
+  return {
+    state,
+    async start(): Promise<string> {
+      await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+      return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    },
+    close: () =>
+      new Promise<void>((done) => {
+        server.closeAllConnections();
+        server.close(() => done());
+      }),
+  };
+}
+
+describe('fshare push, pull and artifacts against fshare serve', () => {
+  let serve: Serve;
+  let admin: Cli;
+  let token: string;
+  let work: string;
+
+  beforeAll(async () => {
+    serve = await startServe();
+    admin = await createCli();
+    await signIn(admin, serve.url);
+    token = (await admin.run(['token'])).stdout.trim();
+    work = await tempDir('artifacts');
+  });
+
+  afterAll(async () => {
+    await serve?.stop();
+    for (const dir of [admin?.configDir, work])
+      if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  /** A fresh directory under the test's work directory. */
+  let dirs = 0;
+  const freshDir = async (label: string) => {
+    const dir = join(work, `${label}-${++dirs}`);
+    await mkdir(dir, { recursive: true });
+    return dir;
+  };
+
+  const push = (dir: string, name: string, args: string[] = []) =>
+    admin.json<PushJson>(['push', dir, '--name', name, ...args]);
+  const pull = (name: string, dir: string, args: string[] = []) =>
+    admin.json<PullJson>(['pull', name, dir, ...args]);
+
+  /** Shares whose name starts with `prefix`, read over HTTP as the administrator. */
+  const sharesByPrefix = async (prefix: string): Promise<ShareJson[]> => {
+    const res = await get(
+      serve.url,
+      `/files?per_page=1000&name_prefix=${encodeURIComponent(prefix)}`,
+      { token },
+    );
+    expectStatus(res, 200);
+    expect(res.body.next).toBeNull();
+    return res.body.data as ShareJson[];
+  };
+  const dataShares = (name: string) => sharesByPrefix(`${PREFIX}${name}:data:`);
+
+  /** The stored manifest of `name` (exactly one manifest share), read over HTTP. */
+  const manifestOf = async (name: string): Promise<{ share: ShareJson; manifest: Manifest }> => {
+    const res = await get(
+      serve.url,
+      `/files?per_page=1000&file_name=${encodeURIComponent(`${PREFIX}${name}`)}`,
+      { token },
+    );
+    expectStatus(res, 200);
+    const shares = res.body.data as ShareJson[];
+    expect(shares, `manifest shares of ${name}`).toHaveLength(1);
+    const manifest = JSON.parse(
+      (await content(serve.url, token, shares[0]!.share_id)).toString('utf8'),
+    ) as Manifest;
+    return { share: shares[0]!, manifest };
+  };
+
+  /** The share ids a manifest names. */
+  const referenced = (m: Manifest) =>
+    new Set(m.files.map((f) => f.share).filter((s): s is string => s !== null));
+
+  it('push then pull gives back a byte-identical tree: nested and empty dirs, empty and unicode files, modes, large files as shares of their own and small files packed', async () => {
+    const src = await freshDir('tree-src');
+    await put(src, 'top.txt', 'top\n');
+    await put(src, 'empty.txt', '');
+    await put(src, 'bin/run.sh', '#!/bin/sh\necho hi\n', 0o755);
+    await put(src, 'secret/key.pem', randomBytes(512), 0o600);
+    await put(src, 'ünïcödé/çà.txt', 'accents\n');
+    await put(src, '日本語/ファイル.txt', 'nihongo\n', 0o640);
+    await put(src, 'deep/er/and/deeper/leaf.txt', 'leaf\n');
+    await mkdir(join(src, 'emptydir'));
+    await mkdir(join(src, 'nested', 'deeper', 'empty-inside'), { recursive: true });
+    const large = randomBytes(3 * MiB + 17);
+    await put(src, 'big/large.bin', large);
+    await put(src, 'edge/below.bin', randomBytes(PACK_FILE_LIMIT - 1)); // packed
+    await put(src, 'edge/at.bin', randomBytes(PACK_FILE_LIMIT)); // a share of its own
+    for (let i = 0; i < 100; i++)
+      await put(src, `small/${String(i).padStart(3, '0')}.txt`, randomBytes(1 + ((i * 97) % 3000)));
+    // 9 MiB of small files: more than one pack
+    for (let i = 0; i < 10; i++) await put(src, `medium/${i}.bin`, randomBytes(900 * 1024));
+    const want = await snapshot(src);
+    const fileCount = Object.values(want).filter((e) => e.kind === 'file').length;
+    const byteCount = Object.values(want).reduce((n, e) => n + (e.kind === 'file' ? e.size : 0), 0);
+
+    const name = 'tree';
+    const pushed = await push(src, name);
+    expect(pushed).toEqual({
+      name,
+      manifest_id: expect.stringMatching(/^[0-9a-f-]{36}$/),
+      files: fileCount,
+      bytes: byteCount,
+      uploaded: { files: fileCount - 1, bytes: byteCount }, // the empty file needs no upload
+      skipped: { files: 1, bytes: 0 },
+      deleted: { files: 0 },
+      changed: true,
+    });
+
+    const out = await freshDir('tree-out');
+    const pulled = await pull(name, out);
+    expect(pulled).toEqual({
+      name,
+      manifest_id: pushed.manifest_id,
+      dir: out,
+      files: fileCount,
+      bytes: byteCount,
+      downloaded: { files: fileCount, bytes: byteCount },
+      skipped: { files: 0, bytes: 0 },
+      deleted: { files: 0 },
+    });
+    const got = await snapshot(out);
+    expect(got).toEqual(want);
+    expect(emptyDirs(got)).toEqual(['emptydir', 'nested/deeper/empty-inside']);
+    expect((await readFile(join(out, 'big', 'large.bin'))).equals(large)).toBe(true);
+    for (const [path, mode] of [
+      ['bin/run.sh', 0o755],
+      ['secret/key.pem', 0o600],
+      ['top.txt', 0o644],
+      ['日本語/ファイル.txt', 0o640],
+    ] as const)
+      expect(got[path], path).toMatchObject({ kind: 'file', mode });
+
+    // How it is stored: the manifest, large files as shares of their own, small ones packed.
+    const { share, manifest } = await manifestOf(name);
+    expect(share.share_id).toBe(pushed.manifest_id);
+    expect(manifest).toMatchObject({ format: 'fshare-artifact/1', name });
+    expect(manifest.files.map((f) => f.path)).toEqual(
+      Object.keys(want)
+        .filter((p) => want[p]!.kind === 'file')
+        .sort((a, b) => (a < b ? -1 : a > b ? 1 : 0)),
+    );
+    expect([...manifest.dirs].sort()).toEqual(['emptydir', 'nested/deeper/empty-inside']);
+    const data = new Map((await dataShares(name)).map((s) => [s.share_id, s]));
+    for (const s of data.values()) {
+      expect(s.initialized).toBe(true);
+      expect(s.file_name).toBe(`${PREFIX}${name}:data:${s.sha256}`);
+    }
+    expect(new Set(data.keys())).toEqual(referenced(manifest));
+    const entry = (p: string) => manifest.files.find((f) => f.path === p)!;
+    expect(entry('empty.txt')).toMatchObject({ size: 0, share: null });
+    for (const p of ['big/large.bin', 'edge/at.bin']) {
+      const own = data.get(entry(p).share!)!;
+      expect(own.size, p).toBe(entry(p).size);
+      expect(own.sha256, p).toBe(entry(p).sha256);
+      expect(entry(p).offset).toBe(0);
+      expect(manifest.files.filter((f) => f.share === own.share_id)).toHaveLength(1);
+    }
+    const packed = manifest.files.filter((f) => f.size > 0 && f.size < PACK_FILE_LIMIT);
+    const packs = new Set(packed.map((f) => f.share!));
+    expect(packs.size).toBeGreaterThanOrEqual(2); // 10 MiB of small files
+    expect(packs.size).toBeLessThan(packed.length / 10); // packed, not a share each
+    for (const id of packs) expect(data.get(id)!.size!).toBeLessThanOrEqual(PACK_BYTES);
+    expect(data.size).toBe(packs.size + 2);
+
+    // A second pull into the same folder finds everything there already.
+    const again = await pull(name, out);
+    expect(again.downloaded).toEqual({ files: 0, bytes: 0 });
+    expect(again.skipped).toEqual({ files: fileCount, bytes: byteCount });
+    expect(await snapshot(out)).toEqual(want);
+  }, 120_000);
+
+  it('a second push of an unchanged folder uploads nothing and creates no share', async () => {
+    const src = await freshDir('same-src');
+    for (let i = 0; i < 20; i++) await put(src, `f${i}.txt`, randomBytes(1000 + i));
+    await put(src, 'large.bin', randomBytes(2 * MiB));
+    const name = 'unchanged';
+    const first = await push(src, name);
+    expect(first.changed).toBe(true);
+    const before = await allShares(serve.url, token);
+    const manifestBefore = (await manifestOf(name)).share;
+
+    const second = await push(src, name);
+    expect(second).toEqual({
+      name,
+      manifest_id: first.manifest_id,
+      files: 21,
+      bytes: first.bytes,
+      uploaded: { files: 0, bytes: 0 },
+      skipped: { files: 21, bytes: first.bytes },
+      deleted: { files: 0 },
+      changed: false,
+    });
+    const after = await allShares(serve.url, token);
+    expect(after.map((s) => s.share_id).sort()).toEqual(before.map((s) => s.share_id).sort());
+    // the manifest was not even rewritten
+    expect((await manifestOf(name)).share.sha256).toBe(manifestBefore.sha256);
+
+    const text = await admin.run(['push', src, '--name', name]);
+    expect(text.exitCode, text.stderr).toBe(0);
+    expect(text.stdout).toBe(
+      `${name}: unchanged (21 files, ${formatSize(first.bytes)}); nothing uploaded`,
+    );
+    expect((await allShares(serve.url, token)).length).toBe(before.length);
+  }, 60_000);
+
+  it('only a changed file goes up, small or large, and a pull into the old folder fetches only it', async () => {
+    const src = await freshDir('delta-src');
+    for (let i = 0; i < 30; i++) await put(src, `s/${i}.txt`, randomBytes(500 + i * 10));
+    await put(src, 'large.bin', randomBytes(2 * MiB + 5));
+    const name = 'delta';
+    await push(src, name);
+    const out = await freshDir('delta-out');
+    await pull(name, out);
+    expect(await snapshot(out)).toEqual(await snapshot(src));
+
+    // one small file
+    const small = randomBytes(777);
+    await put(src, 's/7.txt', small);
+    const pushedSmall = await push(src, name);
+    expect(pushedSmall).toMatchObject({
+      files: 31,
+      uploaded: { files: 1, bytes: small.length },
+      skipped: { files: 30 },
+      changed: true,
+    });
+    const pulledSmall = await pull(name, out);
+    expect(pulledSmall.downloaded).toEqual({ files: 1, bytes: small.length });
+    expect(pulledSmall.skipped.files).toBe(30);
+    expect(await snapshot(out)).toEqual(await snapshot(src));
+
+    // one large file: only it goes up, and its old share goes away
+    const oldLarge = (await manifestOf(name)).manifest.files.find((f) => f.path === 'large.bin')!;
+    const large = randomBytes(2 * MiB + 9);
+    await put(src, 'large.bin', large);
+    const pushedLarge = await push(src, name);
+    expect(pushedLarge).toMatchObject({
+      uploaded: { files: 1, bytes: large.length },
+      skipped: { files: 30 },
+      changed: true,
+    });
+    const { manifest } = await manifestOf(name);
+    expect(new Set((await dataShares(name)).map((s) => s.share_id))).toEqual(referenced(manifest));
+    expect(referenced(manifest).has(oldLarge.share!)).toBe(false);
+    expectStatus(await get(serve.url, `/files/${oldLarge.share}`, { token }), 404);
+    const pulledLarge = await pull(name, out);
+    expect(pulledLarge.downloaded).toEqual({ files: 1, bytes: large.length });
+    expect(pulledLarge.skipped.files).toBe(30);
+    expect(await snapshot(out)).toEqual(await snapshot(src));
+  }, 120_000);
+
+  it('--delete: push keeps files gone from the folder unless told, then drops them and their data; pull --delete removes extras inside DIR only', async () => {
+    const src = await freshDir('del-src');
+    await put(src, 'keep.txt', 'keep\n');
+    await put(src, 'sub/x.txt', 'x\n');
+    const big = randomBytes(2 * MiB);
+    await put(src, 'big.bin', big);
+    const name = 'deletions';
+    await push(src, name);
+    const bigShare = (await manifestOf(name)).manifest.files.find(
+      (f) => f.path === 'big.bin',
+    )!.share!;
+
+    await unlink(join(src, 'big.bin'));
+    const kept = await push(src, name);
+    expect(kept).toMatchObject({ files: 3, deleted: { files: 0 } });
+    const withBig = await freshDir('del-out-kept');
+    await pull(name, withBig);
+    expect((await readFile(join(withBig, 'big.bin'))).equals(big)).toBe(true);
+
+    const dropped = await push(src, name, ['--delete']);
+    expect(dropped).toMatchObject({ files: 2, deleted: { files: 1 }, changed: true });
+    const { manifest } = await manifestOf(name);
+    expect(manifest.files.map((f) => f.path)).toEqual(['keep.txt', 'sub/x.txt']);
+    expectStatus(await get(serve.url, `/files/${bigShare}`, { token }), 404);
+    expect(new Set((await dataShares(name)).map((s) => s.share_id))).toEqual(referenced(manifest));
+    const without = await freshDir('del-out-dropped');
+    await pull(name, without);
+    expect(Object.keys(await snapshot(without)).sort()).toEqual(['keep.txt', 'sub', 'sub/x.txt']);
+
+    // pull --delete: extras inside DIR go, nothing outside DIR is touched
+    const parent = await freshDir('del-parent');
+    const out = join(parent, 'out');
+    const outside = join(parent, 'outside');
+    await put(parent, 'sibling.txt', 'sibling\n');
+    await put(outside, 'precious.txt', 'precious\n');
+    await put(out, 'extra.txt', 'extra\n');
+    await put(out, 'sub/extra-in-sub.txt', 'extra\n');
+    await mkdir(join(out, 'extra-dir', 'inner'), { recursive: true });
+    await symlink(outside, join(out, 'escape'));
+    const res = await pull(name, out, ['--delete']);
+    expect(res.deleted).toEqual({ files: 3 }); // extra.txt, sub/extra-in-sub.txt, the link
+    expect(await snapshot(out)).toEqual(await snapshot(src));
+    expect(await readFile(join(parent, 'sibling.txt'), 'utf8')).toBe('sibling\n');
+    expect(await snapshot(outside)).toEqual({
+      'precious.txt': {
+        kind: 'file',
+        size: 9,
+        mode: 0o644,
+        sha256: sha256(Buffer.from('precious\n')),
+      },
+    });
+  }, 120_000);
+
+  it('a push killed midway leaves the old set whole; running it again completes, resumes the large file and leaves no stray data', async () => {
+    const src = await freshDir('kill-src');
+    for (let i = 0; i < 40; i++) await put(src, `s/${i}.txt`, randomBytes(2000 + i));
+    await put(src, 'large-v1.bin', randomBytes(2 * MiB));
+    const name = 'killed';
+    const proxy = slowChunks(serve.url);
+    const via = await proxy.start();
+    const env = { FSHARE_TOKEN: token };
+    try {
+      const v1Push = await admin.json<PushJson>(
+        ['--server', via, 'push', src, '--name', name, '-p', '1'],
+        { env },
+      );
+      expect(v1Push.changed).toBe(true);
+      const v1 = await snapshot(src);
+      const v1Manifest = await manifestOf(name);
+      const v1Data = new Set((await dataShares(name)).map((s) => s.share_id));
+
+      // v2: a 40 MiB file, the other large file and half the small files changed
+      const huge = randomBytes(40 * MiB);
+      await put(src, 'huge.bin', huge);
+      await put(src, 'large-v1.bin', randomBytes(2 * MiB));
+      for (let i = 0; i < 40; i += 2) await put(src, `s/${i}.txt`, randomBytes(3000 + i));
+      const v2 = await snapshot(src);
+
+      proxy.state.delayMs = 150;
+      const child = execa('node', [BIN, '--server', via, 'push', src, '--name', name, '-p', '1'], {
+        env: cleanEnv({
+          FSHARE_CONFIG_DIR: admin.configDir,
+          FSHARE_KEYRING: 'off',
+          FSHARE_TOKEN: token,
+        }),
+        extendEnv: false,
+        reject: false,
+        stdin: 'ignore',
+      });
+      // Wait until the large file's data share exists and the server holds a chunk of it.
+      const hugeName = `${PREFIX}${name}:data:${sha256(huge)}`;
+      let fresh: ShareJson | undefined;
+      let received = 0;
+      for (let i = 0; i < 1200 && received === 0; i++) {
+        await sleep(25);
+        fresh ??= (await dataShares(name)).find((s) => s.file_name === hugeName);
+        if (!fresh) continue;
+        const records = await readdir(join(admin.configDir, 'uploads')).catch(() => []);
+        for (const file of records.filter((n) => n.endsWith('.json'))) {
+          const r = JSON.parse(await readFile(join(admin.configDir, 'uploads', file), 'utf8')) as {
+            share_id: string;
+            dzuuid: string;
+          };
+          if (r.share_id !== fresh.share_id) continue;
+          const state = await get(serve.url, `/files/${r.share_id}/uploads/${r.dzuuid}`, {
+            token,
+          });
+          received = ((state.body as { received?: number[] })?.received ?? []).length;
+        }
+      }
+      child.kill('SIGKILL');
+      const killed = await child;
+      expect(killed.signal, `the push ended on its own: ${String(killed.stderr)}`).toBe('SIGKILL');
+      expect(fresh, 'the data share of the large file was created').toBeDefined();
+      expect(received).toBeGreaterThan(0);
+      const sharesAtKill = await dataShares(name);
+      const atKill = new Set(sharesAtKill.map((s) => s.share_id));
+      expect(sharesAtKill.find((s) => s.share_id === fresh!.share_id)?.initialized).toBe(false);
+
+      // The old set is still the set, whole.
+      const after = await manifestOf(name);
+      expect(after.share.sha256).toBe(v1Manifest.share.sha256);
+      const old = await freshDir('kill-out-v1');
+      const pulledOld = await pull(name, old);
+      expect(pulledOld.manifest_id).toBe(v1Push.manifest_id);
+      expect(await snapshot(old)).toEqual(v1);
+
+      // Running it again completes, reusing the share the killed run began.
+      proxy.state.delayMs = 0;
+      const rerun = await admin.run(
+        ['--server', via, '--json', 'push', src, '--name', name, '-p', '1'],
+        { env },
+      );
+      expect(rerun.exitCode, rerun.stderr).toBe(0);
+      const done = JSON.parse(rerun.stdout) as PushJson;
+      expect(done).toMatchObject({
+        files: 42,
+        changed: true,
+        manifest_id: v1Push.manifest_id,
+        uploaded: { files: 22 }, // the two large files and the 20 changed small ones
+        skipped: { files: 20 },
+      });
+      const { manifest } = await manifestOf(name);
+      expect(manifest.files.find((f) => f.path === 'huge.bin')!.share).toBe(fresh!.share_id);
+      const out = await freshDir('kill-out-v2');
+      await pull(name, out);
+      expect(await snapshot(out)).toEqual(v2);
+
+      // Data: what v2 names, plus at most what the killed run left (orphans younger than 24 h
+      // are kept by design); nothing only v1 needed.
+      const used = referenced(manifest);
+      const now = (await dataShares(name)).map((s) => s.share_id);
+      for (const id of now)
+        expect(used.has(id) || (atKill.has(id) && !v1Data.has(id)), `stray share ${id}`).toBe(true);
+      const v1Only = [...v1Data].filter((id) => !used.has(id));
+      expect(v1Only).toHaveLength(1); // the old content of large-v1.bin
+      for (const id of v1Only) expectStatus(await get(serve.url, `/files/${id}`, { token }), 404);
+      const uploadsLeft = await readdir(join(admin.configDir, 'uploads')).catch(() => []);
+      expect(uploadsLeft.filter((n) => n.endsWith('.json'))).toEqual([]);
+    } finally {
+      await proxy.close();
+    }
+  }, 120_000);
+
+  describe('hostile manifests', () => {
+    let mallory: { token: string };
+    const payload = Buffer.from('pwned\n');
+    let n = 0;
+
+    beforeAll(async () => {
+      mallory = await createUser(serve.url, token, ['CREATE', 'READ', 'LIST']);
+    });
+
+    /** Plants the manifest `files`/`dirs` as set `name` (with a valid data share for payload). */
+    const plant = async (name: string, paths: string[], dirList: string[] = []): Promise<void> => {
+      const data = await createShareWithContent(
+        serve.url,
+        mallory.token,
+        `${PREFIX}${name}:data:${sha256(payload)}`,
+        payload,
+      );
+      const manifest = {
+        format: 'fshare-artifact/1',
+        name,
+        created: new Date().toISOString(),
+        files: paths.map((path) => ({
+          path,
+          size: payload.length,
+          mode: 0o644,
+          sha256: sha256(payload),
+          share: data,
+          offset: 0,
+        })),
+        dirs: dirList,
+      };
+      await createShareWithContent(
+        serve.url,
+        mallory.token,
+        `${PREFIX}${name}`,
+        Buffer.from(JSON.stringify(manifest)),
+      );
+    };
+
+    const conflict = /is listed as a file and as a directory/;
+    const cases: [string, RegExp, (parent: string) => { paths: string[]; dirs?: string[] }][] = [
+      ['a parent path', /refused/, () => ({ paths: ['../outside.txt'] })],
+      [
+        'an absolute path',
+        /absolute path refused/,
+        (parent) => ({ paths: [join(parent, 'abs.txt')] }),
+      ],
+      ['a path that climbs out', /refused/, () => ({ paths: ['a/../../x'] })],
+      ['a backslash', /backslash refused/, () => ({ paths: ['a\\b'] })],
+      ['a NUL', /NUL/, () => ({ paths: ['a\u0000b'] })],
+      ['an empty part', /refused/, () => ({ paths: ['a//b'] })],
+      [
+        'a file that is also a directory of another file',
+        conflict,
+        () => ({ paths: ['same', 'same/in'] }),
+      ],
+      [
+        'a file that is also a listed directory',
+        conflict,
+        () => ({ paths: ['same'], dirs: ['same'] }),
+      ],
+      ['a path listed twice', /listed twice/, () => ({ paths: ['dup.txt', 'dup.txt'] })],
+      ['a directory outside', /refused/, () => ({ paths: ['ok.txt'], dirs: ['../evil-dir'] })],
+    ];
+
+    for (const [label, reason, build] of cases)
+      it(`refuses a manifest with ${label}: exit 1, one line with the reason, nothing written`, async () => {
+        const parent = await freshDir('evil');
+        const out = join(parent, 'out');
+        await mkdir(out);
+        const { paths, dirs: dirList = [] } = build(parent);
+        const name = `evil-${++n}`;
+        await plant(name, paths, dirList);
+        const before = await walkAll(parent);
+        const res = await admin.run(['pull', name, out]);
+        expect(res.exitCode, res.stderr).toBe(1);
+        expect(res.stdout).toBe('');
+        // nothing outside DIR, and nothing in it either
+        expect(await walkAll(parent), res.stderr).toEqual(before);
+        expect(await readdir(out), res.stderr).toEqual([]);
+        expect(expectErrorLine(res.stderr)).toMatch(reason);
+      }, 60_000);
+
+    it('refuses to write through a symbolic link in DIR; the place it points to stays empty', async () => {
+      const parent = await freshDir('evil-link');
+      const out = join(parent, 'out');
+      const elsewhere = join(parent, 'elsewhere');
+      await mkdir(out);
+      await mkdir(elsewhere);
+      await symlink(elsewhere, join(out, 'link'));
+      const name = `evil-${++n}`;
+      await plant(name, ['link/payload.txt']);
+      const res = await admin.run(['pull', name, out]);
+      expect(res.exitCode, res.stderr).toBe(1);
+      expect(expectErrorLine(res.stderr)).toMatch(/symbolic link/);
+      expect(await readdir(elsewhere)).toEqual([]);
+      expect(await readdir(out)).toEqual(['link']);
+
+      // the same through a listed directory
+      const viaDir = `evil-${++n}`;
+      await plant(viaDir, ['ok.txt'], ['link/sub']);
+      const again = await admin.run(['pull', viaDir, out]);
+      expect(again.exitCode, again.stderr).toBe(1);
+      expectErrorLine(again.stderr);
+      expect(await readdir(elsewhere)).toEqual([]);
+    }, 60_000);
+
+    it('replaces a symbolic link where a file goes, never writing to its target', async () => {
+      const parent = await freshDir('evil-target');
+      const out = join(parent, 'out');
+      await put(parent, 'target.txt', 'original\n');
+      await mkdir(out);
+      await symlink(join(parent, 'target.txt'), join(out, 'payload.txt'));
+      const name = `evil-${++n}`;
+      await plant(name, ['payload.txt']);
+      const res = await pull(name, out);
+      expect(res.downloaded.files).toBe(1);
+      const st = await lstat(join(out, 'payload.txt'));
+      expect(st.isSymbolicLink()).toBe(false);
+      expect(st.isFile()).toBe(true);
+      expect((await readFile(join(out, 'payload.txt'))).equals(payload)).toBe(true);
+      expect(await readFile(join(parent, 'target.txt'), 'utf8')).toBe('original\n');
+    }, 60_000);
+  });
+
+  it('a data share whose content no longer matches the manifest: exit 7, the file neither created nor changed, no temporary file left', async () => {
+    const src = await freshDir('tamper-src');
+    const victim = randomBytes(4000);
+    await put(src, 'a/victim.txt', victim);
+    await put(src, 'a/other.txt', randomBytes(3000));
+    const name = 'tampered';
+    await push(src, name);
+    const old = await freshDir('tamper-old');
+    await pull(name, old);
+    await put(old, 'a/victim.txt', 'edited locally\n'); // so a pull wants to rewrite it
+
+    const { manifest } = await manifestOf(name);
+    const entry = manifest.files.find((f) => f.path === 'a/victim.txt')!;
+    const pack = await content(serve.url, token, entry.share!);
+    const changed = Buffer.from(pack);
+    for (let i = entry.offset; i < entry.offset + entry.size; i++) changed[i] = changed[i]! ^ 0xff;
+    expect(changed.length).toBe(pack.length);
+    await upload(serve.url, token, entry.share!, changed, 1, 'PUT');
+
+    const fresh = await freshDir('tamper-new');
+    const res = await admin.run(['pull', name, fresh]);
+    expect(res.exitCode, res.stderr).toBe(7);
+    expect(expectErrorLine(res.stderr)).toMatch(/sha256/);
+    expect(existsSync(join(fresh, 'a', 'victim.txt'))).toBe(false);
+    expect(await leftovers(fresh)).toEqual([]);
+
+    const into = await admin.run(['pull', name, old]);
+    expect(into.exitCode, into.stderr).toBe(7);
+    expectErrorLine(into.stderr);
+    expect(await readFile(join(old, 'a', 'victim.txt'), 'utf8')).toBe('edited locally\n');
+    expect(await leftovers(old)).toEqual([]);
+  }, 60_000);
+
+  it('fshare artifacts lists a set; artifacts rm deletes its manifest and data; pull of an unknown set is exit 4', async () => {
+    const src = await freshDir('list-src');
+    await put(src, 'one.txt', randomBytes(1000));
+    await put(src, 'two.bin', randomBytes(PACK_FILE_LIMIT + 10));
+    const name = 'listed-set';
+    const pushed = await push(src, name);
+
+    const list = await admin.json<ArtifactJson[]>(['artifacts']);
+    const item = list.find((a) => a.name === name);
+    expect(item).toEqual({
+      name,
+      manifest_id: pushed.manifest_id,
+      files: 2,
+      bytes: 1000 + PACK_FILE_LIMIT + 10,
+      created: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d/),
+    });
+    const table = await admin.run(['artifacts']);
+    expect(table.exitCode, table.stderr).toBe(0);
+    const row = table.stdout.split('\n').find((l) => l.startsWith(`${name}\t`));
+    expect(row?.split('\t')).toEqual([
+      name,
+      '2',
+      formatSize(1000 + PACK_FILE_LIMIT + 10),
+      item!.created.slice(0, 16).replace('T', ' '),
+    ]);
+
+    const dataCount = (await dataShares(name)).length;
+    expect(dataCount).toBe(2);
+    const rm = await admin.run(['artifacts', 'rm', name]);
+    expect(rm.exitCode, rm.stderr).toBe(0);
+    expect(rm.stdout).toBe(`Deleted artifact ${name} (${dataCount + 1} shares)`);
+    expect(await sharesByPrefix(`${PREFIX}${name}`)).toEqual([]);
+    expect((await admin.json<ArtifactJson[]>(['artifacts'])).map((a) => a.name)).not.toContain(
+      name,
+    );
+
+    const gone = await admin.run(['pull', name, await freshDir('list-out')]);
+    expect(gone.exitCode).toBe(4);
+    expect(expectErrorLine(gone.stderr)).toContain(name);
+    const unknown = await admin.run(['pull', 'never-pushed', await freshDir('list-out')]);
+    expect(unknown.exitCode).toBe(4);
+    expectErrorLine(unknown.stderr);
+    const rmUnknown = await admin.run(['artifacts', 'rm', 'never-pushed']);
+    expect(rmUnknown.exitCode).toBe(4);
+    expectErrorLine(rmUnknown.stderr);
+  }, 60_000);
+
+  it('a set name outside the allowed letters is a usage error (exit 2) and creates nothing', async () => {
+    const src = await freshDir('badname');
+    await put(src, 'f.txt', 'f\n');
+    const before = (await allShares(serve.url, token)).length;
+    for (const args of [
+      ['push', src, '--name', '../up'],
+      ['push', src, '--name', '.hidden'],
+      ['pull', 'a:b', src],
+      ['artifacts', 'rm', 'x/y'],
+    ]) {
+      const res = await admin.run(args);
+      expect(res.exitCode, args.join(' ')).toBe(2);
+      expectErrorLine(res.stderr);
+    }
+    expect((await allShares(serve.url, token)).length).toBe(before);
+  }, 60_000);
+
+  it('--include and --exclude globs choose the files pushed', async () => {
+    const src = await freshDir('glob-src');
+    await put(src, 'app.js', 'app\n');
+    await put(src, 'app.js.map', 'map\n');
+    await put(src, 'lib/util.js', 'util\n');
+    await put(src, 'lib/util.js.map', 'map\n');
+    await put(src, 'lib/deep/x.js', 'x\n');
+    await put(src, 'lib/deep/x.js.map', 'map\n');
+    await put(src, 'css/site.css', 'body{}\n');
+    await put(src, 'README.md', 'readme\n');
+
+    const noMaps = await push(src, 'glob-exclude', ['--exclude', '**/*.map']);
+    expect(noMaps.files).toBe(5);
+    const out1 = await freshDir('glob-out');
+    await pull('glob-exclude', out1);
+    const files1 = Object.entries(await snapshot(out1))
+      .filter(([, e]) => e.kind === 'file')
+      .map(([p]) => p)
+      .sort();
+    expect(files1).toEqual(['README.md', 'app.js', 'css/site.css', 'lib/deep/x.js', 'lib/util.js']);
+
+    const onlyJs = await push(src, 'glob-include', ['--include', '**/*.js']);
+    expect(onlyJs.files).toBe(3);
+    const out2 = await freshDir('glob-out');
+    await pull('glob-include', out2);
+    expect(await snapshot(out2)).toEqual({
+      'app.js': expect.objectContaining({ kind: 'file', size: 4 }),
+      lib: { kind: 'dir' },
+      'lib/util.js': expect.objectContaining({ kind: 'file', size: 5 }),
+      'lib/deep': { kind: 'dir' },
+      'lib/deep/x.js': expect.objectContaining({ kind: 'file', size: 2 }),
+    });
+
+    const both = await push(src, 'glob-both', [
+      '--include',
+      '**/*.js',
+      '--include',
+      '**/*.css',
+      '--exclude',
+      'lib/deep/**',
+    ]);
+    const { manifest } = await manifestOf('glob-both');
+    expect(both.files).toBe(3);
+    expect(manifest.files.map((f) => f.path)).toEqual(['app.js', 'css/site.css', 'lib/util.js']);
+  }, 60_000);
+
+  it('upload - sends standard input as the share content, under --name', async () => {
+    const bytes = Buffer.concat([randomBytes(300_000), Buffer.from([0, 10, 13, 0])]);
+    const res = await execa('node', [BIN, '--json', 'upload', '-', '--name', 'piped.bin'], {
+      env: cleanEnv({ FSHARE_CONFIG_DIR: admin.configDir, FSHARE_KEYRING: 'off' }),
+      extendEnv: false,
+      input: bytes,
+      reject: false,
+    });
+    expect(res.exitCode, String(res.stderr)).toBe(0);
+    const [up] = JSON.parse(String(res.stdout)) as {
+      share_id: string;
+      file_name: string;
+      size: number;
+      sha256: string;
+      path: string | null;
+    }[];
+    expect(up).toMatchObject({
+      file_name: 'piped.bin',
+      size: bytes.length,
+      sha256: sha256(bytes),
+      path: null,
+    });
+    const got = await admin.runBinary(['get', up!.share_id, '-o', '-']);
+    expect(got.exitCode, got.stderr).toBe(0);
+    expect(got.stdout.equals(bytes)).toBe(true);
+    const info = await get(serve.url, `/files/${up!.share_id}`, { token });
+    expect(info.body).toMatchObject({ file_name: 'piped.bin', size: bytes.length });
+  }, 60_000);
+});
