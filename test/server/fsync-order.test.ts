@@ -29,8 +29,24 @@ if (unavailable) console.warn(`fsync-order tests skipped: ${unavailable}`);
 
 let child: ChildProcess | undefined;
 let root: string | undefined;
+/**
+ * Kills strace and the server it traces: strace runs in a process group of its own, and killing
+ * strace alone would leave the traced server running after the tests.
+ */
+async function killTraced(): Promise<void> {
+  const c = child;
+  if (!c || c.exitCode !== null || c.signalCode !== null) return;
+  const exited = new Promise((r) => c.once('exit', r));
+  try {
+    process.kill(-c.pid!, 'SIGKILL');
+  } catch {
+    c.kill('SIGKILL');
+  }
+  await exited;
+}
+
 afterAll(async () => {
-  child?.kill('SIGKILL');
+  await killTraced();
   if (root) await rm(root, { recursive: true, force: true });
 });
 
@@ -121,6 +137,7 @@ async function startTraced(): Promise<{ url: string; log: string; dataDir: strin
         FSHARE_ADMIN_PASSWORD: ADMIN.password,
       },
       stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
     },
   );
   const url = await new Promise<string>((resolve, reject) => {
@@ -147,8 +164,7 @@ describe.skipIf(Boolean(unavailable))('durable steps, in order', () => {
     const uploadAnswered = (await readFile(log, 'utf8')).split('\n').length;
     expectStatus(await del(url, `/files/${id}`, { token }), 200);
     const deleteAnswered = (await readFile(log, 'utf8')).split('\n').length;
-    child!.kill('SIGKILL');
-    await new Promise((r) => child!.once('exit', r));
+    await killTraced();
     const calls = parse(await readFile(log, 'utf8'));
 
     const journal = opens(calls, /db\.journal"/).at(-1)!;
@@ -192,8 +208,7 @@ describe.skipIf(Boolean(unavailable))('durable steps, in order', () => {
     ]);
     expectStatus(res, 200);
     const answered = (await readFile(log, 'utf8')).split('\n').length;
-    child!.kill('SIGKILL');
-    await new Promise((r) => child!.once('exit', r));
+    await killTraced();
     const calls = parse(await readFile(log, 'utf8'));
     const dataSyncs = opens(calls, /\/uploads\/[^"]+\/data"/).map((o) =>
       syncOf(calls, o.fd, o.line),
