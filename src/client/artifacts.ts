@@ -13,9 +13,10 @@
  *   sha256, sets its mode and renames it into place.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { createReadStream, readFileSync } from 'node:fs';
+import { closeSync, createReadStream, openSync, readFileSync, writeSync } from 'node:fs';
 import {
   chmod,
+  copyFile,
   lstat,
   mkdir,
   mkdtemp,
@@ -31,6 +32,7 @@ import {
 } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
+import { Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import picomatch from 'picomatch';
 import type { Share } from '../shared/types.js';
@@ -684,42 +686,144 @@ async function alreadyThere(abs: string, f: ManifestFile): Promise<boolean> {
   return true;
 }
 
-/** Writes bytes [start, start+size) of `source` to a temp file beside `target`, verified. */
-async function placeFrom(
-  source: string,
-  start: number,
-  f: ManifestFile,
-  target: string,
-): Promise<void> {
-  const tmp = join(dirname(target), `${TEMP}${randomBytes(6).toString('hex')}`);
+const tempBeside = (target: string) =>
+  join(dirname(target), `${TEMP}${randomBytes(6).toString('hex')}`);
+
+/** A verified temporary file becomes the file: its mode, then the rename (atomic). */
+async function finishFile(tmp: string, f: ManifestFile, got: string, target: string) {
+  if (got !== f.sha256)
+    throw new VerificationError(
+      `${f.path}: sha256 ${got} does not match the manifest's ${f.sha256}`,
+    );
+  await chmod(tmp, f.mode);
+  await rename(tmp, target);
+}
+
+async function emptyFile(f: ManifestFile, target: string): Promise<void> {
+  const tmp = tempBeside(target);
   try {
-    const hash = createHash('sha256');
-    const out = await open(tmp, 'wx', 0o600);
-    try {
-      if (f.size > 0) {
-        const stream = createReadStream(source, { start, end: start + f.size - 1 });
-        let at = 0;
-        for await (const chunk of stream as AsyncIterable<Buffer>) {
-          hash.update(chunk);
-          await out.write(chunk, 0, chunk.length, at);
-          at += chunk.length;
-        }
-        if (at !== f.size) throw new VerificationError(`${f.path}: the data share is short`);
-      }
-      await out.sync();
-    } finally {
-      await out.close();
-    }
-    const got = hash.digest('hex');
-    if (got !== f.sha256)
-      throw new VerificationError(
-        `${f.path}: sha256 ${got} does not match the manifest's ${f.sha256}`,
-      );
-    await chmod(tmp, f.mode);
-    await rename(tmp, target);
+    await writeFile(tmp, '', { flag: 'wx', mode: 0o600 });
+    await finishFile(tmp, f, createHash('sha256').digest('hex'), target);
   } catch (err) {
     await rm(tmp, { force: true });
     throw err;
+  }
+}
+
+/** A file that is a share of its own: a verified download into a temporary file, renamed. */
+async function downloadInto(
+  client: ApiClient,
+  share: string,
+  f: ManifestFile,
+  target: string,
+  signal?: AbortSignal,
+): Promise<void> {
+  const tmp = tempBeside(target);
+  try {
+    const r = await download(client, share, { output: tmp, overwrite: true, signal });
+    await finishFile(tmp, f, r.sha256 ?? '', target);
+  } catch (err) {
+    await rm(tmp, { force: true });
+    await rm(`${tmp}.part`, { force: true });
+    throw err;
+  }
+}
+
+/**
+ * The bytes of a pack, as they stream in, into the files wanted from it: each range into a
+ * temporary file beside its place, hashed, verified, given its mode and renamed once complete.
+ * Ranges no one wants are passed over; a range several paths share (identical files) is written
+ * once and copied.
+ */
+class PackSplitter extends Writable {
+  private readonly ranges: { start: number; end: number; files: ManifestFile[] }[];
+  private at = 0;
+  private next = 0;
+  private open: { fd: number; tmp: string; hash: ReturnType<typeof createHash> } | null = null;
+  private readonly temps = new Set<string>();
+  private readonly done: Promise<void>[] = [];
+
+  constructor(
+    wanted: ManifestFile[],
+    private readonly targets: Map<ManifestFile, string>,
+    private readonly placed: (f: ManifestFile) => void,
+  ) {
+    super();
+    const byRange = new Map<string, ManifestFile[]>();
+    for (const f of wanted) {
+      const key = `${f.offset}:${f.size}`;
+      byRange.set(key, [...(byRange.get(key) ?? []), f]);
+    }
+    this.ranges = [...byRange.values()]
+      .map((files) => ({ start: files[0]!.offset, end: files[0]!.offset + files[0]!.size, files }))
+      .sort((a, b) => a.start - b.start);
+  }
+
+  override _write(chunk: Buffer, _enc: BufferEncoding, cb: (err?: Error | null) => void): void {
+    try {
+      let pos = 0;
+      while (pos < chunk.length && this.next < this.ranges.length) {
+        const range = this.ranges[this.next]!;
+        const here = this.at + pos;
+        if (here < range.start) {
+          pos += Math.min(chunk.length - pos, range.start - here);
+          continue;
+        }
+        if (!this.open) {
+          const tmp = tempBeside(this.targets.get(range.files[0]!)!);
+          this.temps.add(tmp);
+          this.open = { fd: openSync(tmp, 'wx', 0o600), tmp, hash: createHash('sha256') };
+        }
+        const take = Math.min(chunk.length - pos, range.end - here);
+        const piece = chunk.subarray(pos, pos + take);
+        this.open.hash.update(piece);
+        for (let w = 0; w < piece.length;) w += writeSync(this.open.fd, piece, w);
+        pos += take;
+        if (this.at + pos === range.end) {
+          const { fd, tmp, hash } = this.open;
+          closeSync(fd);
+          this.open = null;
+          this.next++;
+          this.done.push(this.place(range.files, tmp, hash.digest('hex')));
+        }
+      }
+      this.at += chunk.length;
+      cb();
+    } catch (err) {
+      cb(err as Error);
+    }
+  }
+
+  private async place(files: ManifestFile[], tmp: string, got: string): Promise<void> {
+    // Copies first, for the other paths of the same bytes; the original is renamed last.
+    for (const f of files.slice(1)) {
+      const copy = tempBeside(this.targets.get(f)!);
+      this.temps.add(copy);
+      await copyFile(tmp, copy);
+      await finishFile(copy, f, got, this.targets.get(f)!);
+      this.temps.delete(copy);
+      this.placed(f);
+    }
+    await finishFile(tmp, files[0]!, got, this.targets.get(files[0]!)!);
+    this.temps.delete(tmp);
+    this.placed(files[0]!);
+  }
+
+  /** After the download: every wanted file placed, or the first failure. */
+  async finish(): Promise<void> {
+    await settleAll('files', this.done);
+    if (this.next < this.ranges.length)
+      throw new VerificationError(
+        `${this.ranges[this.next]!.files[0]!.path}: the data share ended before its bytes`,
+      );
+  }
+
+  /** A failed download: temporary files go. */
+  async abandon(): Promise<void> {
+    await Promise.allSettled(this.done);
+    if (this.open) closeSync(this.open.fd);
+    this.open = null;
+    for (const tmp of this.temps) await rm(tmp, { force: true });
   }
 }
 
@@ -770,7 +874,7 @@ export async function pull(
           return;
         }
         if (f.share === null) {
-          await placeFrom('/dev/null', 0, f, target);
+          await emptyFile(f, target);
           downloaded.files++;
           progress(f);
           return;
@@ -782,39 +886,44 @@ export async function pull(
     ),
   );
 
-  const work = await mkdtemp(join(root, TEMP));
   const jobs: Limiter = createLimiter(options.parallel ?? 4);
-  try {
-    await settleAll(
-      'downloads',
-      [...byShare].map(([share, wanted]) =>
-        jobs(async () => {
-          const file = join(work, share);
-          // The data share's own digest is checked by the download; each file's after.
-          await download(client, share, {
-            output: file,
-            overwrite: true,
-            signal: options.signal,
-          }).catch((err: unknown) => {
-            if (err instanceof ApiError && err.status === 404)
-              throw new ManifestError(
-                `the data of ${wanted[0]!.path} (share ${share}) is missing on the server`,
-              );
-            throw err;
-          });
-          for (const f of wanted) {
-            await placeFrom(file, f.offset, f, targets.get(f)!);
-            downloaded.files++;
-            downloaded.bytes += f.size;
-            progress(f);
-          }
-          await rm(file, { force: true });
-        }),
-      ),
-    );
-  } finally {
-    await rm(work, { recursive: true, force: true });
-  }
+  const missing = (err: unknown, f: ManifestFile, share: string) => {
+    if (err instanceof ApiError && err.status === 404)
+      return new ManifestError(`the data of ${f.path} (share ${share}) is missing on the server`);
+    return err;
+  };
+  const placed = (f: ManifestFile) => {
+    downloaded.files++;
+    downloaded.bytes += f.size;
+    progress(f);
+  };
+  await settleAll(
+    'downloads',
+    [...byShare].map(([share, wanted]) =>
+      jobs(async () => {
+        if (wanted.length === 1 && wanted[0]!.offset === 0) {
+          // A share of its own: straight into a temporary file beside its place.
+          const f = wanted[0]!;
+          await downloadInto(client, share, f, targets.get(f)!, options.signal).catch(
+            (err: unknown) => {
+              throw missing(err, f, share);
+            },
+          );
+          placed(f);
+          return;
+        }
+        // A pack: split as it streams in, each file into a temporary file beside its place.
+        const splitter = new PackSplitter(wanted, targets, placed);
+        try {
+          await download(client, share, { output: '-', stdout: splitter, signal: options.signal });
+          await splitter.finish();
+        } catch (err) {
+          await splitter.abandon();
+          throw missing(err, wanted[0]!, share);
+        }
+      }),
+    ),
+  );
 
   let deleted = 0;
   if (options.delete) deleted = await deleteExtra(root, manifest);
