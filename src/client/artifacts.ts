@@ -38,6 +38,7 @@ import picomatch from 'picomatch';
 import type { Share } from '../shared/types.js';
 import { deleteFile, findShares } from './api.js';
 import { download } from './download.js';
+import { hashFile } from './hashing.js';
 import {
   ApiError,
   ClientInputError,
@@ -381,21 +382,26 @@ export async function push(
   const totalBytes = files.reduce((n, f) => n + f.size, 0);
   options.onStart?.(files.length, totalBytes);
 
-  // Hash what the cache does not know, a few files at a time.
+  // Hash what the cache does not know: large files on the hashing thread, small ones here, while
+  // the stored manifest and the set's data shares are fetched.
   const hashLimit = createLimiter(4);
-  await Promise.all(
-    files.map((f) =>
-      hashLimit(async () => {
-        const cached = options.hashCache?.get(f.abs, f.size, f.mtimeMs, f.ino);
-        f.sha256 = cached ?? (await sha256Of(f.abs));
-        if (!cached) options.hashCache?.set(f.abs, f.size, f.mtimeMs, f.ino, f.sha256);
-      }),
+  const hashOne = async (f: LocalFile) => {
+    const cached = options.hashCache?.get(f.abs, f.size, f.mtimeMs, f.ino);
+    f.sha256 =
+      cached ??
+      (f.size >= PACK_FILE_LIMIT ? await hashFile(f.abs, 0, f.size) : await sha256Of(f.abs));
+    if (!cached) options.hashCache?.set(f.abs, f.size, f.mtimeMs, f.ino, f.sha256);
+  };
+  const [stored, data] = await Promise.all([
+    readManifest(client, name, options.signal),
+    findShares(client, { name_prefix: dataPrefix(name) }),
+    Promise.all(files.filter((f) => f.size >= PACK_FILE_LIMIT).map((f) => hashOne(f))),
+    Promise.all(
+      files.filter((f) => f.size < PACK_FILE_LIMIT).map((f) => hashLimit(() => hashOne(f))),
     ),
-  );
+  ]);
   await options.hashCache?.save().catch(() => undefined);
 
-  const stored = await readManifest(client, name, options.signal);
-  const data = await findShares(client, { name_prefix: dataPrefix(name) });
   // Content already on the server: every place the old manifest names, and whole data shares
   // (of this push's earlier, interrupted run too) by their sha256.
   const places = new Map<string, Place>();
@@ -461,6 +467,7 @@ export async function push(
             limiter: chunks,
             chunkSize: options.chunkSize,
             resume: options.resume,
+            knownSha256: f.sha256,
             signal: options.signal,
             onNotice: (line) => notice(line),
           });
@@ -482,6 +489,7 @@ export async function push(
                   name: `${dataPrefix(name)}${offsets.sha256}`,
                   limiter: chunks,
                   chunkSize: options.chunkSize,
+                  knownSha256: offsets.sha256,
                   signal: options.signal,
                 })
               ).share_id;

@@ -30,6 +30,12 @@ export interface ChunkOptions {
   resume?: ResumeStore;
   /** Start a fresh upload even if an unfinished one of this file is remembered. */
   restart?: boolean;
+  /**
+   * The file's sha256, when the caller has just computed it (push): the file is not hashed a
+   * second time. Still proved: the server checks the bytes it gets against it (dzsha256), and a
+   * file changed since is refused with 422.
+   */
+  knownSha256?: string;
   signal?: AbortSignal;
 }
 
@@ -272,8 +278,10 @@ export async function uploadContent(
   const file = await localFile(path);
   const fileName = options.fileName ?? basename(path);
   const p = await plan(client, id, file, options.mode, chunkSize, options, fileName);
-  const hash = fileHasher().create();
-  const digest = hash.updateFromFile(file.path, 0, file.size).then(() => hash.digest());
+  const hash = options.knownSha256 === undefined ? fileHasher().create() : undefined;
+  const digest = hash
+    ? hash.updateFromFile(file.path, 0, file.size).then(() => hash.digest())
+    : Promise.resolve(options.knownSha256!);
   digest.catch(() => undefined);
   let sha256: string;
   let verified: boolean;
