@@ -57,6 +57,7 @@ export const ARTIFACT_PREFIX = 'fshare-artifact:';
  * directory being removed), then throws the first failure, saying how many failed.
  */
 async function settleAll(what: string, tasks: Promise<unknown>[]): Promise<void> {
+  // Every task is awaited before anything is thrown.
   const results = await Promise.allSettled(tasks);
   const failed = results.filter((r): r is PromiseRejectedResult => r.status === 'rejected');
   if (failed.length === 0) return;
@@ -383,7 +384,8 @@ export async function push(
   options.onStart?.(files.length, totalBytes);
 
   // Hash what the cache does not know: large files on the hashing thread, small ones here, while
-  // the stored manifest and the set's data shares are fetched.
+  // the stored manifest and the set's data shares are fetched. A large file goes up as soon as
+  // its digest and the stored set are known; the small ones, packed, once all are hashed.
   const hashLimit = createLimiter(4);
   const hashOne = async (f: LocalFile) => {
     const cached = options.hashCache?.get(f.abs, f.size, f.mtimeMs, f.ino);
@@ -392,30 +394,27 @@ export async function push(
       (f.size >= PACK_FILE_LIMIT ? await hashFile(f.abs, 0, f.size) : await sha256Of(f.abs));
     if (!cached) options.hashCache?.set(f.abs, f.size, f.mtimeMs, f.ino, f.sha256);
   };
-  const [stored, data] = await Promise.all([
+  const known = Promise.all([
     readManifest(client, name, options.signal),
     findShares(client, { name_prefix: dataPrefix(name) }),
-    Promise.all(files.filter((f) => f.size >= PACK_FILE_LIMIT).map((f) => hashOne(f))),
-    Promise.all(
-      files.filter((f) => f.size < PACK_FILE_LIMIT).map((f) => hashLimit(() => hashOne(f))),
-    ),
-  ]);
-  await options.hashCache?.save().catch(() => undefined);
-
-  // Content already on the server: every place the old manifest names, and whole data shares
-  // (of this push's earlier, interrupted run too) by their sha256.
-  const places = new Map<string, Place>();
-  const shareIds = new Set(data.map((s) => s.share_id));
-  for (const f of stored?.manifest.files ?? [])
-    if (f.share !== null && shareIds.has(f.share))
-      places.set(f.sha256, { share: f.share, offset: f.offset });
-  const bySha = new Map<string, Share>();
-  for (const s of data) {
-    const sha = s.file_name.slice(dataPrefix(name).length);
-    if (s.initialized && s.sha256 === sha) bySha.set(sha, s);
-  }
-  for (const [sha, s] of bySha)
-    if (!places.has(sha)) places.set(sha, { share: s.share_id, offset: 0 });
+  ]).then(([stored, data]) => {
+    // Content already on the server: every place the old manifest names, and whole data shares
+    // (of this push's earlier, interrupted run too) by their sha256.
+    const places = new Map<string, Promise<Place>>();
+    const shareIds = new Set(data.map((s) => s.share_id));
+    for (const f of stored?.manifest.files ?? [])
+      if (f.share !== null && shareIds.has(f.share))
+        places.set(f.sha256, Promise.resolve({ share: f.share, offset: f.offset }));
+    const bySha = new Map<string, Share>();
+    for (const s of data) {
+      const sha = s.file_name.slice(dataPrefix(name).length);
+      if (s.initialized && s.sha256 === sha) bySha.set(sha, s);
+    }
+    for (const [sha, s] of bySha)
+      if (!places.has(sha)) places.set(sha, Promise.resolve({ share: s.share_id, offset: 0 }));
+    return { stored, data, places, bySha };
+  });
+  known.catch(() => undefined);
 
   let doneFiles = 0;
   let doneBytes = 0;
@@ -426,84 +425,110 @@ export async function push(
   };
   const uploaded: TransferCounts = { files: 0, bytes: 0 };
   const skipped: TransferCounts = { files: 0, bytes: 0 };
-  const needed: LocalFile[] = [];
-  for (const f of files) {
-    if (f.size === 0 || places.has(f.sha256!)) {
-      skipped.files++;
-      skipped.bytes += f.size;
-      progress(1, f.size);
-    } else needed.push(f);
-  }
-
+  const count = (into: TransferCounts, f: LocalFile) => {
+    into.files++;
+    into.bytes += f.size;
+    progress(1, f.size);
+  };
   const chunks = createLimiter(options.parallel ?? 4);
   const jobs = createLimiter(options.parallel ?? 4);
-  const uniqueNeeded = new Map<string, LocalFile>();
-  for (const f of needed) if (!uniqueNeeded.has(f.sha256!)) uniqueNeeded.set(f.sha256!, f);
-  const large = [...uniqueNeeded.values()].filter((f) => f.size >= PACK_FILE_LIMIT);
-  const small = [...uniqueNeeded.values()]
-    .filter((f) => f.size < PACK_FILE_LIMIT)
-    .sort((a, b) => (a.path < b.path ? -1 : 1));
-  const packs: LocalFile[][] = [];
-  for (const f of small) {
-    const last = packs.at(-1);
-    if (last && last.reduce((n, x) => n + x.size, 0) + f.size <= PACK_BYTES) last.push(f);
-    else packs.push([f]);
-  }
-  const countUploaded = (sha: string) => {
-    for (const f of needed)
-      if (f.sha256 === sha) {
-        uploaded.files++;
-        uploaded.bytes += f.size;
-        progress(1, f.size);
-      }
-  };
   const work = await mkdtemp(join(tmpdir(), 'fshare-push-'));
   try {
-    await settleAll('uploads', [
-      ...large.map((f) =>
-        jobs(async () => {
-          const r = await uploadFile(client, f.abs, {
-            name: `${dataPrefix(name)}${f.sha256}`,
-            limiter: chunks,
-            chunkSize: options.chunkSize,
-            resume: options.resume,
-            knownSha256: f.sha256,
-            signal: options.signal,
-            onNotice: (line) => notice(line),
+    const { places, bySha } = await settleAll('hashes and uploads', [
+      // Large files: each its own share.
+      ...files
+        .filter((f) => f.size >= PACK_FILE_LIMIT)
+        .map(async (f) => {
+          await hashOne(f);
+          const { places: at } = await known;
+          const sha = f.sha256!;
+          const there = at.get(sha);
+          if (there) {
+            await there;
+            return count(skipped, f);
+          }
+          const place = jobs(async () => {
+            const r = await uploadFile(client, f.abs, {
+              name: `${dataPrefix(name)}${sha}`,
+              limiter: chunks,
+              chunkSize: options.chunkSize,
+              resume: options.resume,
+              knownSha256: sha,
+              signal: options.signal,
+              onNotice: (line) => notice(line),
+            });
+            if (r.sha256 !== sha)
+              throw new VerificationError(`${f.path} changed while it was pushed; push again`);
+            return { share: r.share_id, offset: 0 };
           });
-          if (r.sha256 !== f.sha256)
-            throw new VerificationError(`${f.path} changed while it was pushed; push again`);
-          places.set(f.sha256!, { share: r.share_id, offset: 0 });
-          countUploaded(f.sha256!);
+          at.set(sha, place);
+          await place;
+          count(uploaded, f);
         }),
-      ),
-      ...packs.map((pack) =>
-        jobs(async () => {
-          const packFile = join(work, `${randomBytes(8).toString('hex')}.pack`);
-          const offsets = await writePack(packFile, pack);
-          const existing = bySha.get(offsets.sha256);
-          const shareId = existing
-            ? existing.share_id
-            : (
-                await uploadFile(client, packFile, {
-                  name: `${dataPrefix(name)}${offsets.sha256}`,
-                  limiter: chunks,
-                  chunkSize: options.chunkSize,
-                  knownSha256: offsets.sha256,
-                  signal: options.signal,
-                })
-              ).share_id;
-          await rm(packFile, { force: true });
-          pack.forEach((f, i) => {
-            places.set(f.sha256!, { share: shareId, offset: offsets.offsets[i]! });
-            countUploaded(f.sha256!);
-          });
-        }),
-      ),
-    ]);
+      // Small files: hashed, then what is missing packed in path order (the same packs again
+      // when an interrupted push runs again, so they are found by their sha256).
+      (async () => {
+        const small = files.filter((f) => f.size < PACK_FILE_LIMIT);
+        await Promise.all(small.map((f) => hashLimit(() => hashOne(f))));
+        const { places: at, bySha: whole } = await known;
+        const needed: LocalFile[] = [];
+        const unique = new Map<string, LocalFile>();
+        for (const f of small) {
+          if (f.size === 0 || at.has(f.sha256!)) count(skipped, f);
+          else {
+            needed.push(f);
+            if (!unique.has(f.sha256!)) unique.set(f.sha256!, f);
+          }
+        }
+        const sorted = [...unique.values()].sort((a, b) => (a.path < b.path ? -1 : 1));
+        const packs: LocalFile[][] = [];
+        let packBytes = 0;
+        for (const f of sorted) {
+          const last = packs.at(-1);
+          if (last && packBytes + f.size <= PACK_BYTES) {
+            last.push(f);
+            packBytes += f.size;
+          } else {
+            packs.push([f]);
+            packBytes = f.size;
+          }
+        }
+        await settleAll(
+          'packs',
+          packs.map((pack) =>
+            jobs(async () => {
+              const packFile = join(work, `${randomBytes(8).toString('hex')}.pack`);
+              const offsets = await writePack(packFile, pack);
+              const existing = whole.get(offsets.sha256);
+              const shareId = existing
+                ? existing.share_id
+                : (
+                    await uploadFile(client, packFile, {
+                      name: `${dataPrefix(name)}${offsets.sha256}`,
+                      limiter: chunks,
+                      chunkSize: options.chunkSize,
+                      knownSha256: offsets.sha256,
+                      signal: options.signal,
+                    })
+                  ).share_id;
+              await rm(packFile, { force: true });
+              const inPack = new Set(pack.map((f) => f.sha256));
+              pack.forEach((f, i) =>
+                at.set(f.sha256!, Promise.resolve({ share: shareId, offset: offsets.offsets[i]! })),
+              );
+              for (const f of needed) if (inPack.has(f.sha256)) count(uploaded, f);
+            }),
+          ),
+        );
+      })(),
+    ]).then(() => known);
+    await options.hashCache?.save().catch(() => undefined);
+    const { stored, data } = await known;
+    const resolved = new Map<string, Place>();
+    for (const [sha, place] of places) resolved.set(sha, await place);
 
     const entries: ManifestFile[] = files.map((f) => {
-      const place = f.size === 0 ? null : places.get(f.sha256!)!;
+      const place = f.size === 0 ? null : resolved.get(f.sha256!)!;
       return {
         path: f.path,
         size: f.size,
