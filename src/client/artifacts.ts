@@ -30,11 +30,13 @@ import {
   stat,
   writeFile,
 } from 'node:fs/promises';
+import type { FileHandle } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import picomatch from 'picomatch';
+import { writeFully } from '../shared/copy.js';
 import type { Share } from '../shared/types.js';
 import { deleteFile, findShares } from './api.js';
 import { download } from './download.js';
@@ -75,6 +77,7 @@ export const PACK_BYTES = 8 * 1024 * 1024;
 const ORPHAN_AGE_MS = 24 * 3600 * 1000;
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 const SHA = /^[0-9a-f]{64}$/;
+const EMPTY_SHA256 = createHash('sha256').digest('hex');
 
 export interface ManifestFile {
   /** Relative, with "/" between components. */
@@ -386,12 +389,9 @@ export async function push(
   // Hash what the cache does not know: large files on the hashing thread, small ones here, while
   // the stored manifest and the set's data shares are fetched. A large file goes up as soon as
   // its digest and the stored set are known; the small ones, packed, once all are hashed.
-  const hashLimit = createLimiter(4);
   const hashOne = async (f: LocalFile) => {
     const cached = options.hashCache?.get(f.abs, f.size, f.mtimeMs, f.ino);
-    f.sha256 =
-      cached ??
-      (f.size >= PACK_FILE_LIMIT ? await hashFile(f.abs, 0, f.size) : await sha256Of(f.abs));
+    f.sha256 = cached ?? (await hashFile(f.abs, 0, f.size));
     if (!cached) options.hashCache?.set(f.abs, f.size, f.mtimeMs, f.ino, f.sha256);
   };
   const known = Promise.all([
@@ -465,61 +465,87 @@ export async function push(
           await place;
           count(uploaded, f);
         }),
-      // Small files: hashed, then what is missing packed in path order (the same packs again
-      // when an interrupted push runs again, so they are found by their sha256).
+      // Small files, one read each, in the walk's (sorted) order: hashed, and what the set lacks
+      // appended to a pack at once; a full pack goes up while the next fills. The same folder
+      // makes the same packs again, so an interrupted push finds them by their sha256.
       (async () => {
-        const small = files.filter((f) => f.size < PACK_FILE_LIMIT);
-        await Promise.all(small.map((f) => hashLimit(() => hashOne(f))));
         const { places: at, bySha: whole } = await known;
-        const needed: LocalFile[] = [];
-        const unique = new Map<string, LocalFile>();
-        for (const f of small) {
-          if (f.size === 0 || at.has(f.sha256!)) count(skipped, f);
-          else {
-            needed.push(f);
-            if (!unique.has(f.sha256!)) unique.set(f.sha256!, f);
-          }
-        }
-        const sorted = [...unique.values()].sort((a, b) => (a.path < b.path ? -1 : 1));
-        const packs: LocalFile[][] = [];
-        let packBytes = 0;
-        for (const f of sorted) {
-          const last = packs.at(-1);
-          if (last && packBytes + f.size <= PACK_BYTES) {
-            last.push(f);
-            packBytes += f.size;
-          } else {
-            packs.push([f]);
-            packBytes = f.size;
-          }
-        }
-        await settleAll(
-          'packs',
-          packs.map((pack) =>
+        const packJobs: Promise<unknown>[] = [];
+        /** sha256 → the files of this push with those bytes, waiting for their pack. */
+        const waiting = new Map<string, LocalFile[]>();
+        type Pack = {
+          handle: FileHandle;
+          file: string;
+          hash: ReturnType<typeof createHash>;
+          bytes: number;
+          members: { sha: string; offset: number }[];
+        };
+        let pack: Pack | null = null;
+        const openPack = async (): Promise<Pack> => {
+          const file = join(work, `${randomBytes(8).toString('hex')}.pack`);
+          return {
+            handle: await open(file, 'wx', 0o600),
+            file,
+            hash: createHash('sha256'),
+            bytes: 0,
+            members: [],
+          };
+        };
+        const seal = (p: Pack) =>
+          packJobs.push(
             jobs(async () => {
-              const packFile = join(work, `${randomBytes(8).toString('hex')}.pack`);
-              const offsets = await writePack(packFile, pack);
-              const existing = whole.get(offsets.sha256);
-              const shareId = existing
-                ? existing.share_id
-                : (
-                    await uploadFile(client, packFile, {
-                      name: `${dataPrefix(name)}${offsets.sha256}`,
-                      limiter: chunks,
-                      chunkSize: options.chunkSize,
-                      knownSha256: offsets.sha256,
-                      signal: options.signal,
-                    })
-                  ).share_id;
-              await rm(packFile, { force: true });
-              const inPack = new Set(pack.map((f) => f.sha256));
-              pack.forEach((f, i) =>
-                at.set(f.sha256!, Promise.resolve({ share: shareId, offset: offsets.offsets[i]! })),
-              );
-              for (const f of needed) if (inPack.has(f.sha256)) count(uploaded, f);
+              await p.handle.close();
+              const sha = p.hash.digest('hex');
+              const shareId =
+                whole.get(sha)?.share_id ??
+                (
+                  await uploadFile(client, p.file, {
+                    name: `${dataPrefix(name)}${sha}`,
+                    limiter: chunks,
+                    chunkSize: options.chunkSize,
+                    knownSha256: sha,
+                    signal: options.signal,
+                  })
+                ).share_id;
+              await rm(p.file, { force: true });
+              for (const m of p.members) {
+                at.set(m.sha, Promise.resolve({ share: shareId, offset: m.offset }));
+                for (const f of waiting.get(m.sha) ?? []) count(uploaded, f);
+              }
             }),
-          ),
-        );
+          );
+        for (const f of files) {
+          if (f.size >= PACK_FILE_LIMIT) continue;
+          const cached = options.hashCache?.get(f.abs, f.size, f.mtimeMs, f.ino);
+          if (f.size === 0 || (cached && at.has(cached))) {
+            f.sha256 = f.size === 0 ? EMPTY_SHA256 : cached;
+            count(skipped, f);
+            continue;
+          }
+          const bytes = await readFile(f.abs);
+          if (bytes.length !== f.size)
+            throw new VerificationError(`${f.path} changed while it was pushed; push again`);
+          const sha = createHash('sha256').update(bytes).digest('hex');
+          f.sha256 = sha;
+          if (sha !== cached) options.hashCache?.set(f.abs, f.size, f.mtimeMs, f.ino, sha);
+          const twins = waiting.get(sha);
+          if (twins) twins.push(f);
+          else if (at.has(sha)) count(skipped, f);
+          else {
+            if (pack && pack.bytes + bytes.length > PACK_BYTES) {
+              seal(pack);
+              pack = null;
+            }
+            pack ??= await openPack();
+            await writeFully(pack.handle, bytes, pack.bytes);
+            pack.hash.update(bytes);
+            pack.members.push({ sha, offset: pack.bytes });
+            pack.bytes += bytes.length;
+            waiting.set(sha, [f]);
+          }
+        }
+        if (pack) seal(pack);
+        await settleAll('packs', packJobs);
       })(),
     ]).then(() => known);
     await options.hashCache?.save().catch(() => undefined);
@@ -593,31 +619,6 @@ export async function push(
   } finally {
     await rm(work, { recursive: true, force: true });
   }
-}
-
-/** Concatenates the files into one pack, hashing it; returns each file's offset. */
-async function writePack(
-  file: string,
-  files: LocalFile[],
-): Promise<{ sha256: string; offsets: number[] }> {
-  const hash = createHash('sha256');
-  const out = await open(file, 'w', 0o600);
-  const offsets: number[] = [];
-  let at = 0;
-  try {
-    for (const f of files) {
-      const bytes = await readFile(f.abs);
-      if (createHash('sha256').update(bytes).digest('hex') !== f.sha256)
-        throw new VerificationError(`${f.path} changed while it was pushed; push again`);
-      offsets.push(at);
-      hash.update(bytes);
-      await out.write(bytes, 0, bytes.length, at);
-      at += bytes.length;
-    }
-  } finally {
-    await out.close();
-  }
-  return { sha256: hash.digest('hex'), offsets };
 }
 
 /**
