@@ -984,7 +984,8 @@ phase (bash's \`times\`: tar included in 4 and 5); with GNU time installed, each
 peak RSS too. Server CPU is the change in the server's utime + stime over the phase.
 
 \`\`\`sh
-npm run bench:artifacts                            # builds dist/, then node bench/artifacts.mjs
+npm run bench                                      # the transfer benchmark, then this one
+npm run bench:artifacts                            # only this one (builds dist/ first)
 npm run bench:artifacts -- --write-readme          # and replaces this section with the results
 npm run -s bench:artifacts -- --json | jq .        # one JSON object on stdout
 node bench/artifacts.mjs --files 2000 --large 1    # smaller; see --help for every option
