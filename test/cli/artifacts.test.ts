@@ -48,6 +48,7 @@ import {
   walkAll,
   type ShareJson,
 } from '../helpers/http.js';
+import { startStandIn, type StandIn } from '../helpers/standin.js';
 
 const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
 
@@ -922,4 +923,46 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     const info = await get(serve.url, `/files/${up!.share_id}`, { token });
     expect(info.body).toMatchObject({ file_name: 'piped.bin', size: bytes.length });
   }, 60_000);
+});
+
+describe('fshare push and pull against a server without fshare extensions (the reference stand-in)', () => {
+  let standIn: StandIn;
+  let cli: Cli;
+  let work: string;
+  const run = (args: string[]) =>
+    cli.run(['--server', standIn.url, ...args], { env: { FSHARE_TOKEN: 'any-token' } });
+
+  beforeAll(async () => {
+    standIn = await startStandIn();
+    cli = await createCli();
+    work = await tempDir('artifacts-standin');
+  });
+  afterAll(async () => {
+    await standIn?.close();
+    for (const dir of [cli?.configDir, work])
+      if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it('without name filters or sha256, push and pull still give an identical tree, and an unchanged push uploads nothing', async () => {
+    const src = join(work, 'src');
+    for (let i = 0; i < 30; i++) await put(src, `d${i % 3}/f${i}.txt`, randomBytes(100 + i * 37));
+    await put(src, 'big.bin', randomBytes(2 * MiB), 0o755);
+    await put(src, 'empty', '');
+    const first = await run(['--json', 'push', src, '--name', 'ref']);
+    expect(first.exitCode, first.stderr).toBe(0);
+    expect(JSON.parse(first.stdout)).toMatchObject({ files: 32, changed: true });
+    // The stand-in ignores ?file_name= and ?name_prefix=: the client walked the whole list.
+    expect(standIn.requests.filter((r) => r === 'GET /files').length).toBeGreaterThan(0);
+
+    const out = join(work, 'out');
+    const pulled = await run(['--json', 'pull', 'ref', out]);
+    expect(pulled.exitCode, pulled.stderr).toBe(0);
+    expect(await snapshot(out)).toEqual(await snapshot(src));
+
+    const sharesBefore = standIn.requests.filter((r) => r === 'POST /files').length;
+    const again = await run(['--json', 'push', src, '--name', 'ref']);
+    expect(again.exitCode, again.stderr).toBe(0);
+    expect(JSON.parse(again.stdout)).toMatchObject({ changed: false, uploaded: { files: 0 } });
+    expect(standIn.requests.filter((r) => r === 'POST /files').length).toBe(sharesBefore);
+  }, 120_000);
 });
