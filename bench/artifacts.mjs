@@ -30,6 +30,7 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { startServe, stopServe } from './serve.mjs';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const BIN = join(ROOT, 'bin', 'fshare.js');
@@ -209,39 +210,17 @@ const nodeFlags = (phase) =>
 // The server
 
 async function startServer(dataDir, adminPassword) {
-  const env = {
-    ...process.env,
-    FSHARE_ADMIN_USER: 'admin',
-    FSHARE_ADMIN_PASSWORD: adminPassword,
-    TMPDIR: join(tmpRoot, 'tmp'),
-  };
-  delete env.FSHARE_SECRET;
-  const child = spawn(
-    process.execPath,
-    [...nodeFlags('server'), BIN, 'serve', '--port', '0', '--quiet', '--data-dir', dataDir],
-    { env, stdio: ['ignore', 'pipe', 'pipe'] },
-  );
-  children.add(child);
-  const s = { child, pid: child.pid, url: null, stderr: '', exited: null };
-  server = s;
-  child.stderr.on('data', (d) => (s.stderr = (s.stderr + d).slice(-4000)));
-  child.once('exit', (code, signal) => (s.exited = code ?? signal));
-  s.url = await new Promise((resolve, reject) => {
-    let out = '';
-    const timer = setTimeout(() => reject(fail('the server did not start within 30 s')), 30_000);
-    child.stdout.on('data', (d) => {
-      out += d;
-      const m = /Listening on (http:\/\/\S+)/.exec(out);
-      if (m) {
-        clearTimeout(timer);
-        resolve(m[1]);
-      }
-    });
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(fail(`the server exited (${code}) before listening:\n${s.stderr.trim()}`));
-    });
+  server = null;
+  const s = await startServe({
+    bin: BIN,
+    dataDir,
+    adminPassword,
+    env: { TMPDIR: join(tmpRoot, 'tmp') },
+    nodeFlags: nodeFlags('server'),
+    children,
+    fail,
   });
+  server = s;
   return s;
 }
 
@@ -249,17 +228,7 @@ async function stopServer() {
   const s = server;
   if (!s) return;
   server = null;
-  if (s.exited === null) {
-    const exited = new Promise((r) => s.child.once('exit', r));
-    s.child.kill('SIGTERM');
-    const late = await Promise.race([exited.then(() => false), sleep(15_000).then(() => true)]);
-    if (late) {
-      note('the server did not stop within 15 s of SIGTERM; killing it');
-      s.child.kill('SIGKILL');
-      await exited;
-    }
-  }
-  children.delete(s.child);
+  await stopServe(s, { children, note });
 }
 
 let cleaning = null;
