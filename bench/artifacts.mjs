@@ -249,8 +249,10 @@ function cleanup() {
   return cleaning;
 }
 
+let interrupted = false;
 for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
   process.on(signal, () => {
+    interrupted = true;
     note(`${signal}: cleaning up`);
     void cleanup().finally(() => process.exit(130));
   });
@@ -953,7 +955,7 @@ phase (bash's \`times\`: tar included in 4 and 5); with GNU time installed, each
 peak RSS too. Server CPU is the change in the server's utime + stime over the phase.
 
 \`\`\`sh
-npm run bench                                      # the transfer benchmark, then this one
+npm run bench                                      # the transfer benchmark (its options), then this one
 npm run bench:artifacts                            # only this one (builds dist/ first)
 npm run bench:artifacts -- --write-readme          # and replaces this section with the results
 npm run -s bench:artifacts -- --json | jq .        # one JSON object on stdout
@@ -1019,6 +1021,9 @@ try {
   if (opts.writeReadme) await writeReadme(result);
   await cleanup();
 } catch (err) {
+  // After a signal the cleanup has pulled the server and the files from under the phase that
+  // was running: its error is a consequence, not a finding.
+  if (interrupted) await new Promise(() => {}); // the signal handler exits with 130
   const detail = err.benchFailure ? err.message : (err.stack ?? String(err));
   process.stderr.write(`bench: failed: ${detail}\n`);
   if (server?.stderr.trim())

@@ -684,11 +684,18 @@ const TEMP = '.fshare-tmp-';
  * Makes the directories of `rel` under `root`, refusing to pass through anything that is not a
  * real directory (a symbolic link planted in DIR would lead the write elsewhere).
  */
-async function safeParent(root: string, rel: string, create = true): Promise<string> {
+async function safeParent(
+  root: string,
+  rel: string,
+  create = true,
+  /** Directories already found to be real directories (made or checked) by this pull. */
+  known?: Set<string>,
+): Promise<string> {
   const parts = rel.split('/').slice(0, -1);
   let at = root;
   for (const part of parts) {
     at = join(at, part);
+    if (known?.has(at)) continue;
     const st = await lstat(at).catch((err: NodeJS.ErrnoException) => {
       if (err.code === 'ENOENT') return null;
       throw err;
@@ -704,7 +711,9 @@ async function safeParent(root: string, rel: string, create = true): Promise<str
         `${relative(root, at)} is a symbolic link; refusing to write through it`,
       );
     else if (!st.isDirectory()) throw new ManifestError(`${relative(root, at)} is not a directory`);
+    known?.add(at);
   }
+  if (known?.has(at)) return at;
   const st = await lstat(at);
   if (!st.isDirectory() || st.isSymbolicLink())
     throw new ManifestError(`${relative(root, at) || '.'} is not a directory`);
@@ -885,12 +894,15 @@ export async function pull(
 
   // Every path is checked before anything is written (and again as it is written).
   const targets = new Map<ManifestFile, string>();
+  const checked = new Set<string>();
   for (const f of manifest.files) {
     targets.set(f, join(root, ...f.path.split('/')));
-    await safeParent(root, f.path, false);
+    await safeParent(root, f.path, false, checked);
   }
-  for (const d of manifest.dirs) await safeParent(root, `${d}/x`, false);
-  for (const d of manifest.dirs) await safeParent(root, `${d}/x`);
+  for (const d of manifest.dirs) await safeParent(root, `${d}/x`, false, checked);
+  // Each directory is made (or checked) once, not once per file in it.
+  const made = new Set<string>();
+  for (const d of manifest.dirs) await safeParent(root, `${d}/x`, true, made);
 
   const skipped: TransferCounts = { files: 0, bytes: 0 };
   const downloaded: TransferCounts = { files: 0, bytes: 0 };
@@ -900,7 +912,7 @@ export async function pull(
     manifest.files.map((f) =>
       checks(async () => {
         const target = targets.get(f)!;
-        await safeParent(root, f.path);
+        await safeParent(root, f.path, true, made);
         if (await alreadyThere(target, f)) {
           skipped.files++;
           skipped.bytes += f.size;

@@ -184,6 +184,10 @@ export function registerArtifacts(program: Command): void {
     .command('rm')
     .description('delete a named set: its manifest first, then its data')
     .argument('<names...>', 'artifact names')
+    .addHelpText(
+      'after',
+      examples(['fshare artifacts rm build-1234', 'fshare artifacts rm nightly-1 nightly-2']),
+    )
     .action(async (names: string[], _options: object, cmd: Command) => {
       const session = openSession(cmd);
       const client = await session.client();
