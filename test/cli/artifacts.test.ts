@@ -15,13 +15,6 @@ import {
   unlink,
   writeFile,
 } from 'node:fs/promises';
-import {
-  createServer,
-  request as httpRequest,
-  type IncomingMessage,
-  type ServerResponse,
-} from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
@@ -48,6 +41,7 @@ import {
   walkAll,
   type ShareJson,
 } from '../helpers/http.js';
+import { chunkCounter } from '../helpers/chunk-proxy.js';
 import { startStandIn, type StandIn } from '../helpers/standin.js';
 
 const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
@@ -170,53 +164,6 @@ function expectErrorLine(stderr: string): string {
 /** Every `.fshare-tmp-*` entry under dir. */
 async function leftovers(dir: string): Promise<string[]> {
   return (await walkAll(dir)).filter((p) => p.split('/').pop()!.startsWith('.fshare-tmp-'));
-}
-
-/**
- * A pass-through proxy that holds each chunk request (a non-GET on /files/<id>/content) back for
- * `delayMs`, so that a push is still running when the test stops it.
- */
-function slowChunks(target: string) {
-  const upstream = new URL(target);
-  const state = { delayMs: 0 };
-  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
-    const isChunk =
-      /^\/files\/[^/]+\/content$/.test(req.url ?? '') &&
-      req.method !== 'GET' &&
-      req.method !== 'HEAD';
-    const go = () => {
-      const forward = httpRequest(
-        {
-          host: upstream.hostname,
-          port: upstream.port,
-          method: req.method,
-          path: req.url,
-          headers: req.headers,
-        },
-        (up) => {
-          res.writeHead(up.statusCode ?? 502, up.headers);
-          up.pipe(res);
-        },
-      );
-      forward.on('error', () => res.destroy());
-      req.on('error', () => forward.destroy());
-      req.pipe(forward);
-    };
-    if (isChunk && state.delayMs) setTimeout(go, state.delayMs);
-    else go();
-  });
-  return {
-    state,
-    async start(): Promise<string> {
-      await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
-      return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-    },
-    close: () =>
-      new Promise<void>((done) => {
-        server.closeAllConnections();
-        server.close(() => done());
-      }),
-  };
 }
 
 describe('fshare push, pull and artifacts against fshare serve', () => {
@@ -521,7 +468,7 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     for (let i = 0; i < 40; i++) await put(src, `s/${i}.txt`, randomBytes(2000 + i));
     await put(src, 'large-v1.bin', randomBytes(2 * MiB));
     const name = 'killed';
-    const proxy = slowChunks(serve.url);
+    const proxy = chunkCounter(serve.url);
     const via = await proxy.start();
     const env = { FSHARE_TOKEN: token };
     try {
