@@ -30,6 +30,7 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { commandExists, fail, median, note, parseSize, prng, sleep } from './common.mjs';
 import { startServe, stopServe } from './serve.mjs';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -66,25 +67,6 @@ const USAGE = `usage: node bench/artifacts.mjs [options]   (or: npm run bench:ar
 // ---------------------------------------------------------------------------------------------
 // Small helpers
 
-const t0 = performance.now();
-const note = (msg) =>
-  process.stderr.write(`bench: [${((performance.now() - t0) / 1000).toFixed(1)}s] ${msg}\n`);
-
-function fail(msg) {
-  const err = new Error(msg);
-  err.benchFailure = true;
-  return err;
-}
-
-/** "512m", "1g", "16k" or bytes; binary units like the CLI's --chunk-size. */
-function parseSize(text) {
-  const units = { '': 1, b: 1, k: 2 ** 10, m: 2 ** 20, g: 2 ** 30, t: 2 ** 40 };
-  const m = /^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$/i.exec(String(text));
-  if (!m) return null;
-  const bytes = Math.round(Number(m[1]) * units[m[2].toLowerCase()]);
-  return Number.isSafeInteger(bytes) && bytes > 0 ? bytes : null;
-}
-
 function size(text, name) {
   const n = parseSize(text);
   if (n === null) throw fail(`${name}: not a size: ${text} (try 16k or 64m)`);
@@ -99,32 +81,9 @@ function count(text, name, min = 1) {
 
 const round = (x, digits = 1) =>
   x === null || x === undefined || !Number.isFinite(x) ? null : Number(x.toFixed(digits));
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const n = (x) => x.toLocaleString('en-US');
 /** Single-quoted for sh. */
 const sq = (s) => `'${String(s).replaceAll("'", `'\\''`)}'`;
-
-function median(values) {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
-}
-
-/** Seeded PRNG (mulberry32): the same sizes and layout in every run with the same seed. */
-function prng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-function commandExists(cmd) {
-  return spawnSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' }).status === 0;
-}
 
 const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout) || 100;
 

@@ -27,6 +27,7 @@ import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
+import { commandExists, fail, median, note, parseSize, prng, sleep } from './common.mjs';
 import { startServe, stopServe } from './serve.mjs';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -76,25 +77,6 @@ const USAGE = `usage: node bench/run.mjs [options]   (or: npm run bench -- [opti
 // ---------------------------------------------------------------------------------------------
 // Small helpers
 
-const t0 = performance.now();
-const note = (msg) =>
-  process.stderr.write(`bench: [${((performance.now() - t0) / 1000).toFixed(1)}s] ${msg}\n`);
-
-function fail(msg) {
-  const err = new Error(msg);
-  err.benchFailure = true;
-  return err;
-}
-
-/** "512m", "1g", "1.5GiB" or bytes; binary units like the CLI's --chunk-size. */
-function parseSize(text) {
-  const units = { '': 1, b: 1, k: 2 ** 10, m: 2 ** 20, g: 2 ** 30, t: 2 ** 40 };
-  const m = /^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$/i.exec(String(text));
-  if (!m) return null;
-  const bytes = Math.round(Number(m[1]) * units[m[2].toLowerCase()]);
-  return Number.isSafeInteger(bytes) && bytes > 0 ? bytes : null;
-}
-
 function positiveInt(text, name) {
   const n = Number(text);
   if (!/^\d+$/.test(String(text)) || n < 1) throw fail(`${name} must be a positive integer`);
@@ -103,35 +85,12 @@ function positiveInt(text, name) {
 
 const round = (x, digits = 1) => (x === null || x === undefined ? null : Number(x.toFixed(digits)));
 const mbps = (bytes, seconds) => bytes / MB / seconds;
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** Nearest-rank percentile of an unsorted array of numbers. */
 function percentile(values, p) {
   const sorted = [...values].sort((a, b) => a - b);
   const rank = Math.ceil((p / 100) * sorted.length);
   return sorted[Math.min(sorted.length, Math.max(1, rank)) - 1];
-}
-
-function median(values) {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
-}
-
-/** Seeded PRNG (mulberry32) so the page sequence is the same in every run. */
-function prng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-function commandExists(cmd) {
-  return spawnSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' }).status === 0;
 }
 
 /** VmHWM (peak resident set) of a live process, in bytes; null once it has gone. */

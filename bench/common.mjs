@@ -1,0 +1,46 @@
+// Helpers both benchmarks (bench/run.mjs, bench/artifacts.mjs) use.
+import { spawnSync } from 'node:child_process';
+import { performance } from 'node:perf_hooks';
+
+const t0 = performance.now();
+export const note = (msg) =>
+  process.stderr.write(`bench: [${((performance.now() - t0) / 1000).toFixed(1)}s] ${msg}\n`);
+
+export function fail(msg) {
+  const err = new Error(msg);
+  err.benchFailure = true;
+  return err;
+}
+
+/** "512m", "1g", "1.5GiB" or bytes; binary units like the CLI's --chunk-size. */
+export function parseSize(text) {
+  const units = { '': 1, b: 1, k: 2 ** 10, m: 2 ** 20, g: 2 ** 30, t: 2 ** 40 };
+  const m = /^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$/i.exec(String(text));
+  if (!m) return null;
+  const bytes = Math.round(Number(m[1]) * units[m[2].toLowerCase()]);
+  return Number.isSafeInteger(bytes) && bytes > 0 ? bytes : null;
+}
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+export function median(values) {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+}
+
+export function commandExists(cmd) {
+  return spawnSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' }).status === 0;
+}
+
+/** Seeded PRNG (mulberry32): the same sequence in every run with the same seed. */
+export function prng(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
