@@ -1,10 +1,50 @@
 import { defineConfig } from 'vitest/config';
 
+/**
+ * Test files of the server suite that are about the embedded store and file storage
+ * themselves (its journal, fsync order, data-directory layout, full disks, fshare 0.1 data
+ * directories, killed `fshare serve` processes on a data directory) or that test the other
+ * backends directly; every other server test also runs on PostgreSQL + S3 and on two servers.
+ */
+const EMBEDDED_ONLY = [
+  'test/server/journal.test.ts',
+  'test/server/fsync-order.test.ts',
+  'test/server/disk-full.test.ts',
+  'test/server/migration.test.ts',
+  'test/server/crash.test.ts',
+  'test/server/crash-points.test.ts',
+  'test/server/link-crash.test.ts',
+  'test/server/postgres-store.test.ts',
+  'test/server/s3-storage.test.ts',
+  'test/server/two-servers.test.ts',
+];
+
+/** The server suite on PostgreSQL (a throwaway cluster) and s3rver, started by the setup. */
+const sharedBackend = (name: string) => ({
+  extends: true as const,
+  test: {
+    name,
+    include: ['test/server/**/*.test.ts'],
+    exclude: EMBEDDED_ONLY,
+    globalSetup: ['test/helpers/backends-setup.ts'],
+    env: {
+      FSHARE_TEST_BACKEND: name,
+      AWS_ACCESS_KEY_ID: 'S3RVER',
+      AWS_SECRET_ACCESS_KEY: 'S3RVER',
+      AWS_REGION: 'us-east-1',
+    },
+  },
+});
+
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: 'forks',
+    projects: [
+      { extends: true, test: { name: 'embedded', include: ['test/**/*.test.ts'] } },
+      sharedBackend('postgres-s3'),
+      sharedBackend('two-servers'),
+    ],
   },
 });

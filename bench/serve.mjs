@@ -5,7 +5,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 
 /**
  * Starts the server and resolves once it prints its URL: `{ child, pid, url, stderr, exited }`.
- * `children` (a Set) gets the process, for clean-up; `fail(message)` makes the error thrown.
+ * `children` (a Set) gets the process, for clean-up; `fail(message)` makes the error thrown;
+ * `args` go after the fixed ones (`--database …`, `--storage …`).
  */
 export async function startServe({
   bin,
@@ -13,6 +14,7 @@ export async function startServe({
   adminPassword,
   env = {},
   nodeFlags = [],
+  args = [],
   children,
   fail,
 }) {
@@ -25,7 +27,7 @@ export async function startServe({
   delete full.FSHARE_SECRET;
   const child = spawn(
     process.execPath,
-    [...nodeFlags, bin, 'serve', '--port', '0', '--quiet', '--data-dir', dataDir],
+    [...nodeFlags, bin, 'serve', '--port', '0', '--quiet', '--data-dir', dataDir, ...args],
     { env: full, stdio: ['ignore', 'pipe', 'pipe'] },
   );
   children.add(child);

@@ -7,6 +7,7 @@ import { registerFiles } from './commands/files.js';
 import { registerLinks } from './commands/links.js';
 import { registerTransfers } from './commands/transfers.js';
 import { registerServe } from './commands/serve.js';
+import { registerAdmin } from './commands/admin.js';
 import { registerSettings } from './commands/settings.js';
 import { registerUsers } from './commands/users.js';
 
@@ -61,6 +62,7 @@ or an upload the server did not complete), 130 interrupted (Ctrl-C).`,
   registerUsers(program);
   registerSettings(program);
   registerServe(program);
+  registerAdmin(program);
   registerCompletion(program);
   return program;
 }

@@ -1,3 +1,4 @@
+import type { RateLimiterAbstract } from 'rate-limiter-flexible';
 import type { Tokens } from './auth.js';
 import type { ShareExpiry } from './expiry.js';
 import type { Limits } from './limits.js';
@@ -14,6 +15,11 @@ export interface Context {
   passwords: PasswordHasher;
   throttle: LoginThrottle;
   limits: Limits;
+  /**
+   * A rate limiter (points per window of `seconds`): in memory for the embedded store, in the
+   * database with PostgreSQL, so that every server on it counts together.
+   */
+  limiter: (keyPrefix: string, points: number, seconds: number) => RateLimiterAbstract;
   /** Milliseconds since the epoch: expiry of shares and links (injectable for tests). */
   clock: () => number;
   expiry: ShareExpiry;

@@ -1,9 +1,10 @@
 import { createHmac, randomBytes, randomUUID } from 'node:crypto';
-import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import type { RequestListener, Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import express, { type Express, type RequestHandler } from 'express';
+import { RateLimiterMemory, type RateLimiterAbstract } from 'rate-limiter-flexible';
 import { PERMISSIONS } from '../shared/permissions.js';
 import { isoNoZone } from '../shared/dates.js';
 import { identify, Tokens } from './auth.js';
@@ -27,10 +28,9 @@ import { linkRoutes, redactLinkPath } from './routes/links.js';
 import { settingsRoutes } from './routes/settings.js';
 import { userRoutes } from './routes/users.js';
 import { whoamiRoutes } from './routes/whoami.js';
-import { FileStorage } from './storage/files.js';
+import { openStorage, openStore } from './backends.js';
 import type { ContentStorage } from './storage/index.js';
-import { blobOf, type MetadataStore } from './store/index.js';
-import { LowdbStore } from './store/lowdb.js';
+import { blobOf, DuplicateUserError, type MetadataStore } from './store/index.js';
 import { UNPARSABLE } from './validate.js';
 
 export type { RequestEntry, ServerOptions } from './options.js';
@@ -200,15 +200,18 @@ async function openServer(
 ): Promise<FshareServer> {
   await mkdir(dataDir, { recursive: true, mode: 0o700 });
   await chmod(dataDir, 0o700);
-  const store = await LowdbStore.open(dataDir, { repair: options.repair, log });
+  const { store, shared } = await openStore(options, dataDir, log);
   const noDigest = process.env.FSHARE_BENCH_NO_DIGEST === '1';
   if (noDigest) log('FSHARE_BENCH_NO_DIGEST=1: new content gets no sha256 (for benchmarks only)');
   const hasher = new HashWorker({ disabled: noDigest });
-  const storage = new FileStorage(dataDir, {
-    hasher,
-    minFreeBytes: limits.minFreeBytes,
-    log,
-  });
+  let storage: ContentStorage;
+  try {
+    storage = await openStorage(options, dataDir, store, hasher, limits, log);
+  } catch (err) {
+    await hasher.close();
+    await store.close();
+    throw err;
+  }
   const referenced = new Set<string>();
   for await (const share of store.eachShare()) if (share.initialized) referenced.add(blobOf(share));
   await storage.init((blob) => referenced.has(blob));
@@ -228,7 +231,12 @@ async function openServer(
   // Shares that expired while the server was down go first.
   await expiry.sweepDue();
 
-  const secret = options.secret ?? (await loadSecret(dataDir));
+  const secret =
+    options.secret ?? (shared ? await shared.sharedSecret() : await loadSecret(dataDir));
+  const limiter = (keyPrefix: string, points: number, seconds: number): RateLimiterAbstract =>
+    shared
+      ? shared.limiter(keyPrefix, points, seconds)
+      : new RateLimiterMemory({ keyPrefix, points, duration: seconds });
   const tokens = new Tokens(
     secret,
     options.tokenLifetimeSeconds ?? DEFAULT_TOKEN_LIFETIME_SECONDS,
@@ -241,6 +249,15 @@ async function openServer(
   if ((await store.userCount()) === 0) {
     const username = options.adminUser ?? 'admin';
     const password = options.adminPassword ?? randomBytes(12).toString('base64url');
+    const admin = {
+      id: randomUUID(),
+      username,
+      permissions: [...PERMISSIONS],
+      register_date: isoNoZone(),
+      password_hash: await passwords.hash(password),
+      token_gen: 0,
+      quota: null,
+    };
     if (!options.adminPassword) {
       generatedAdmin = { username, password, file: join(dataDir, 'admin-password') };
       // Also kept where only this account can read it: a printed password is easily lost.
@@ -249,14 +266,11 @@ async function openServer(
         flag: 'w',
       });
     }
-    await store.addUser({
-      id: randomUUID(),
-      username,
-      permissions: [...PERMISSIONS],
-      register_date: isoNoZone(),
-      password_hash: await passwords.hash(password),
-      token_gen: 0,
-      quota: null,
+    // Servers starting together on one new database: one of them creates the administrator.
+    await store.addUser(admin).catch(async (err: unknown) => {
+      if (!(err instanceof DuplicateUserError)) throw err;
+      if (generatedAdmin) await rm(generatedAdmin.file, { force: true });
+      generatedAdmin = undefined;
     });
   }
 
@@ -265,8 +279,9 @@ async function openServer(
     storage,
     tokens,
     passwords,
-    throttle: new LoginThrottle(),
+    throttle: new LoginThrottle((prefix, w) => limiter(prefix, w.points, w.seconds)),
     limits,
+    limiter,
     clock,
     expiry,
     linkKey: createHmac('sha256', secret).update('fshare link grants').digest(),

@@ -1,9 +1,26 @@
 import type { Limits } from './limits.js';
 
 export interface ServerOptions {
-  /** Where metadata (db.json), the signing secret, content and chunks live. Created 0700. */
+  /**
+   * Where metadata (db.json), the signing secret, content and chunks live. Created 0700. With
+   * `database` and `storage` both given, only temporary files (incoming chunks) are kept here.
+   */
   dataDir: string;
-  /** JWT signing secret; when absent, read from or generated into `<dataDir>/secret` (0600). */
+  /**
+   * `postgres://…`: metadata in PostgreSQL instead of `<dataDir>/db.json`, shared by every
+   * server on the same database (docs/DEPLOY.md).
+   */
+  database?: string;
+  /** `s3://BUCKET[/PREFIX]`: content in S3-compatible object storage instead of `<dataDir>`. */
+  storage?: string;
+  /** The S3 API's URL when it is not AWS (MinIO, Garage, R2, Ceph RGW…). */
+  s3Endpoint?: string;
+  /** Path-style S3 URLs (`ENDPOINT/BUCKET/KEY`), which most S3 servers but AWS need. */
+  s3ForcePathStyle?: boolean;
+  /**
+   * JWT signing secret; when absent, the database's (with `database`: every server on it
+   * shares one), else read from or generated into `<dataDir>/secret` (0600).
+   */
   secret?: string;
   /** Token lifetime in seconds; default 7 days. */
   tokenLifetimeSeconds?: number;

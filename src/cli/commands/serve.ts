@@ -2,6 +2,7 @@ import { resolve } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { parseChunkSize, parseDuration } from '../args.js';
 import type { RequestEntry } from '../../server/options.js';
+import { backendOptions, describeBackends } from '../backends.js';
 
 interface ServeOptions {
   host: string;
@@ -22,6 +23,10 @@ interface ServeOptions {
   logFormat: 'pretty' | 'json';
   grace: number;
   publicUrl?: string;
+  database?: string;
+  storage?: string;
+  s3Endpoint?: string;
+  s3ForcePathStyle?: boolean;
 }
 
 function port(value: string): number {
@@ -125,6 +130,10 @@ export function registerServe(program: Command): void {
       'base of the share-link URLs handed out, when clients reach the server through a proxy',
       publicUrl,
     )
+    .addOption(backendOptions.database())
+    .addOption(backendOptions.storage())
+    .addOption(backendOptions.s3Endpoint())
+    .addOption(backendOptions.s3ForcePathStyle())
     .option('-q, --quiet', 'no request log')
     .addOption(
       new Option('--log-format <format>', 'request log: one line per request, or one JSON object')
@@ -143,12 +152,16 @@ export function registerServe(program: Command): void {
       'after',
       `
 Environment: FSHARE_ADMIN_USER, FSHARE_ADMIN_PASSWORD (first start only), FSHARE_SECRET (JWT
-signing secret; default: generated into <data-dir>/secret), FSHARE_DATA_DIR.
+signing secret; default: the database's, or generated into <data-dir>/secret), FSHARE_DATA_DIR,
+FSHARE_DATABASE, FSHARE_STORAGE, FSHARE_S3_ENDPOINT; AWS_REGION, AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY, AWS_PROFILE (S3 credentials, or ~/.aws files); PGPASSWORD (or ~/.pgpass).
 
 Examples:
   fshare serve                                   http://127.0.0.1:5000, data in ./fshare-data
   fshare serve --host 0.0.0.0 --port 8080 --data-dir /srv/fshare
-  FSHARE_ADMIN_PASSWORD=s3cret fshare serve --admin-user alice`,
+  FSHARE_ADMIN_PASSWORD=s3cret fshare serve --admin-user alice
+  fshare serve --database postgres://fshare@db/fshare --storage s3://bucket/fshare \\
+    --s3-endpoint http://minio:9000 --s3-force-path-style     (several servers: docs/DEPLOY.md)`,
     )
     .action(async (opts: ServeOptions) => {
       const dataDir = resolve(opts.dataDir);
@@ -176,6 +189,10 @@ Examples:
         },
         tokenLifetimeSeconds: opts.tokenLifetime,
         publicUrl: opts.publicUrl,
+        database: opts.database,
+        storage: opts.storage,
+        s3Endpoint: opts.s3Endpoint,
+        s3ForcePathStyle: opts.s3ForcePathStyle,
         repair: opts.repair,
         requestLog: opts.quiet ? undefined : requestLogger(opts.logFormat),
         notice,
@@ -193,7 +210,7 @@ Examples:
             ` then delete that file)\n`,
         );
       }
-      process.stdout.write(`Listening on ${url}  (data: ${dataDir})\n`);
+      process.stdout.write(`Listening on ${url}  (${describeBackends(opts, dataDir)})\n`);
 
       let stopping = false;
       const stop = (signal: string) => {

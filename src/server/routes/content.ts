@@ -134,7 +134,7 @@ export function contentRoutes(ctx: Context): Router {
     if (!owner || owner.quota === null) return { room: Infinity, owner: undefined };
     let used = await store.usageOf(owner.id);
     if (replacing) used -= share.size ?? 0;
-    for (const [shareId, pending] of storage.unfinished()) {
+    for (const [shareId, pending] of await storage.unfinished()) {
       if ((await store.getShare(shareId))?.owner_id === owner.id) used += pending.bytes;
     }
     return { room: Math.max(0, owner.quota - used), owner };
@@ -147,8 +147,8 @@ export function contentRoutes(ctx: Context): Router {
 
   /** A chunk that starts a new upload: the share's and the user's unfinished uploads are bounded. */
   const checkNewUpload = async (req: Request, share: ShareRecord, fields: ChunkFields) => {
-    if (storage.isUnfinished(share.share_id, fields.uploadId)) return;
-    const all = storage.unfinished();
+    if (await storage.isUnfinished(share.share_id, fields.uploadId)) return;
+    const all = await storage.unfinished();
     if ((all.get(share.share_id)?.uploads ?? 0) >= limits.maxUploadsPerShare)
       throw Errors.tooManyUploads(
         `This share has ${limits.maxUploadsPerShare} unfinished uploads, the most it may have; finish one, or wait for it to expire`,

@@ -1,6 +1,5 @@
 import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import express, { Router, type Request, type Response } from 'express';
-import { RateLimiterMemory } from 'rate-limiter-flexible';
 import type { Link } from '../../shared/types.js';
 import { isoNoZone } from '../../shared/dates.js';
 import { need } from '../auth.js';
@@ -222,14 +221,19 @@ export function linkRoutes(ctx: Context): Router {
     );
   };
 
-  const guesses = new RateLimiterMemory({
-    keyPrefix: 'link-password',
-    points: limits.linkPasswordFailures.points,
-    duration: limits.linkPasswordFailures.seconds,
-  });
+  const guesses = ctx.limiter(
+    'link-password',
+    limits.linkPasswordFailures.points,
+    limits.linkPasswordFailures.seconds,
+  );
 
-  /** Link id and client address → until when a ranged request continues a counted download. */
-  const continuing = new Map<string, number>();
+  /**
+   * Link id and client address of counted downloads, each kept for limits.linkResumeWindowMs:
+   * a ranged request within it continues that download. In a limiter's store, so that with a
+   * shared database every server knows it (and a resume may reach any of them).
+   */
+  const windowSeconds = Math.max(1, Math.ceil(limits.linkResumeWindowMs / 1000));
+  const continuing = ctx.limiter('link-resume', 1, windowSeconds);
   const continuationKey = (link: LinkRecord, req: Request) =>
     `${link.id}\0${req.socket.remoteAddress ?? ''}`;
 
@@ -238,15 +242,14 @@ export function linkRoutes(ctx: Context): Router {
    * bytes counts once, unless it is a range starting after byte 0 from the address of this
    * link's last counted download within limits.linkResumeWindowMs (it resumes that download).
    */
-  const continues = (req: Request, link: LinkRecord, start: number) => {
-    const until = continuing.get(continuationKey(link, req));
-    return start > 0 && until !== undefined && until >= clock();
+  const continues = async (req: Request, link: LinkRecord, start: number) => {
+    if (start <= 0) return false;
+    const seen = await continuing.get(continuationKey(link, req));
+    return seen !== null && seen.msBeforeNext > 0;
   };
 
   const countDownload = async (req: Request, link: LinkRecord, start: number) => {
-    const now = clock();
-    const key = continuationKey(link, req);
-    if (!continues(req, link, start)) {
+    if (!(await continues(req, link, start))) {
       try {
         await store.countDownload(link.id);
         await fault('link.after-count');
@@ -256,9 +259,7 @@ export function linkRoutes(ctx: Context): Router {
         throw err;
       }
     }
-    if (continuing.size > 10_000)
-      for (const [k, t] of continuing) if (t < now) continuing.delete(k);
-    continuing.set(key, now + limits.linkResumeWindowMs);
+    await continuing.set(continuationKey(link, req), 1, windowSeconds);
   };
 
   /** The link of a token, checked for expiry; the download limit is checked by the caller. */
@@ -308,7 +309,7 @@ export function linkRoutes(ctx: Context): Router {
     if (!share.initialized) throw new HttpError(404, 'The file has not been uploaded yet');
     // A link with no downloads left is gone for HEAD and conditional requests too (they count
     // nothing, so they are checked here); only the resume of a counted download goes on.
-    if (usedUp(link) && !continues(req, link, rangeStart(req)))
+    if (usedUp(link) && !(await continues(req, link, rangeStart(req))))
       throw new HttpError(410, 'This link has reached its download limit');
     res.set('Referrer-Policy', 'no-referrer');
     await sendContent(req, res, share, storage, store, {

@@ -318,7 +318,7 @@ export class FileStorage implements ContentStorage {
     }
   }
 
-  isUnfinished(shareId: string, uploadId: string): boolean {
+  async isUnfinished(shareId: string, uploadId: string): Promise<boolean> {
     return this.uploads.get(this.uploadName(shareId, uploadId))?.persisted === true;
   }
 
@@ -342,7 +342,7 @@ export class FileStorage implements ContentStorage {
     }
   }
 
-  unfinished(): Map<string, { uploads: number; bytes: number }> {
+  async unfinished(): Promise<Map<string, { uploads: number; bytes: number }>> {
     const out = new Map<string, { uploads: number; bytes: number }>();
     for (const upload of this.uploads.values()) {
       if (!upload.persisted || upload.state !== 'open') continue;

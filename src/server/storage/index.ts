@@ -54,7 +54,7 @@ export interface ContentStorage {
   ): Promise<'stored' | 'complete'>;
 
   /** True when an upload of this share with this dzuuid has stored chunks and is not finished. */
-  isUnfinished(shareId: string, uploadId: string): boolean;
+  isUnfinished(shareId: string, uploadId: string): Promise<boolean>;
 
   /**
    * What the server holds of one upload of a share: the indexes of its committed chunks (sorted)
@@ -67,7 +67,7 @@ export interface ContentStorage {
   ): Promise<{ total: number; received: number[]; bytes: number } | 'finished' | null>;
 
   /** Per share with unfinished uploads: how many, and the bytes their stored chunks hold. */
-  unfinished(): Map<string, { uploads: number; bytes: number }>;
+  unfinished(): Promise<Map<string, { uploads: number; bytes: number }>>;
 
   /** Opens content for reading; null when it does not exist. */
   open(blob: string): Promise<ContentReader | null>;

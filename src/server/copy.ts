@@ -1,0 +1,174 @@
+import { randomUUID } from 'node:crypto';
+import { mkdir } from 'node:fs/promises';
+import { Readable } from 'node:stream';
+import { HashWorker } from '../shared/hasher.js';
+import { openStorage, openStore } from './backends.js';
+import type { ServerOptions } from './options.js';
+import type { ChunkFields, ContentStorage, NewContent } from './storage/index.js';
+import { blobOf, type MetadataStore, type ShareRecord } from './store/index.js';
+
+/** Where a server's data is: the data directory, and PostgreSQL and S3 when given. */
+export type Backend = Pick<
+  ServerOptions,
+  'dataDir' | 'database' | 'storage' | 's3Endpoint' | 's3ForcePathStyle'
+>;
+
+export interface CopyReport {
+  users: number;
+  shares: number;
+  links: number;
+  /** Bytes of content copied (and read back and checked). */
+  bytes: number;
+}
+
+/** The copy cannot be made, or went wrong; the message names what and why. */
+export class CopyError extends Error {}
+
+interface Opened {
+  store: MetadataStore;
+  storage: ContentStorage;
+  hasher: HashWorker;
+}
+
+async function open(backend: Backend, log: (line: string) => void): Promise<Opened> {
+  await mkdir(backend.dataDir, { recursive: true, mode: 0o700 });
+  const options: ServerOptions = { ...backend };
+  const { store } = await openStore(options, backend.dataDir, log);
+  const hasher = new HashWorker();
+  try {
+    // No reserve: a copy is run by an administrator, with the servers stopped.
+    const storage = await openStorage(
+      options,
+      backend.dataDir,
+      store,
+      hasher,
+      { minFreeBytes: 0 },
+      log,
+    );
+    return { store, storage, hasher };
+  } catch (err) {
+    await hasher.close();
+    await store.close();
+    throw err;
+  }
+}
+
+async function close(o: Opened | undefined): Promise<void> {
+  if (!o) return;
+  await o.storage.close();
+  await o.hasher.close();
+  await o.store.close();
+}
+
+/**
+ * Copies one share's content into `to`, verified: the target storage computes the sha256 as the
+ * bytes arrive and refuses them unless it is the source's (the chunk protocol's dzsha256).
+ */
+async function copyContent(from: Opened, to: Opened, share: ShareRecord): Promise<NewContent> {
+  const reader = await from.storage.open(blobOf(share));
+  if (!reader) throw new CopyError(`The content of share ${share.share_id} is missing`);
+  const body = reader.size === 0 ? Readable.from([]) : reader.stream(0, reader.size - 1);
+  if (reader.size === 0) await reader.close();
+  const fields: ChunkFields = {
+    uploadId: `copy-${randomUUID()}`,
+    index: 0,
+    total: 1,
+    ...(share.sha256 ? { sha256: share.sha256 } : {}),
+  };
+  const received = await to.storage.receive(share.share_id, fields, body, Number.MAX_SAFE_INTEGER);
+  let content: NewContent | undefined;
+  try {
+    await to.storage.commit(share.share_id, fields, received, async (c) => {
+      content = c;
+      return undefined;
+    });
+  } catch (err) {
+    throw new CopyError(
+      `The content of share ${share.share_id} (${share.file_name}) did not copy whole: ${(err as Error).message}`,
+    );
+  } finally {
+    await to.storage.discard(received);
+  }
+  if (!content) throw new CopyError(`The content of share ${share.share_id} was not stored`);
+  return content;
+}
+
+/**
+ * Copies a server's whole data (settings, users, shares with their content, links) from one
+ * backend to another, e.g. from a data directory to PostgreSQL and S3 (`fshare admin import`)
+ * and back (`fshare admin export`). Every share's content is checked by sha256 twice: as it is
+ * written, and read back from the target at the end. The target must be empty; the source's
+ * content is only read. Every user's token generation is advanced, so tokens issued before the copy
+ * (and any revoked among them) are not accepted by the target: users sign in again.
+ */
+export async function copyServerData(
+  source: Backend,
+  target: Backend,
+  progress: (line: string) => void = () => undefined,
+): Promise<CopyReport> {
+  let from: Opened | undefined;
+  let to: Opened | undefined;
+  const report: CopyReport = { users: 0, shares: 0, links: 0, bytes: 0 };
+  try {
+    from = await open(source, progress);
+    to = await open(target, progress);
+    if ((await to.store.userCount()) > 0 || (await to.store.shareCount()) > 0)
+      throw new CopyError(
+        'The target already holds users or shares; copy into a new database, bucket prefix or directory',
+      );
+    await to.storage.init(() => false);
+
+    await to.store.setSettings(await from.store.getSettings());
+    const page = 500;
+    for (let offset = 0; ; offset += page) {
+      const users = await from.store.listUsers(offset, page);
+      for (const user of users) {
+        await to.store.addUser({ ...user, token_gen: user.token_gen + 1 });
+        report.users++;
+      }
+      if (users.length < page) break;
+    }
+
+    const copied: { id: string; sha256: string }[] = [];
+    for await (const share of from.store.eachShare()) {
+      const { owner_name: _name, ...record } = share;
+      if (share.initialized) {
+        const content = await copyContent(from, to, share);
+        if (share.sha256 && content.sha256 !== share.sha256)
+          throw new CopyError(`The content of share ${share.share_id} changed while it was copied`);
+        await to.store.addShare({
+          ...record,
+          blob: content.blob,
+          size: content.size,
+          sha256: content.sha256,
+        });
+        copied.push({ id: share.share_id, sha256: content.sha256 });
+        report.bytes += content.size;
+      } else {
+        const { blob: _blob, ...empty } = record;
+        await to.store.addShare(empty);
+      }
+      report.shares++;
+      if (report.shares % 100 === 0) progress(`${report.shares} shares copied`);
+    }
+
+    for (const link of await from.store.listLinks()) {
+      if (!(await to.store.getShare(link.share_id))) continue;
+      await to.store.addLink(link);
+      report.links++;
+    }
+
+    // Read back from the target: what a server on it will serve.
+    progress('Reading the copied content back to check it');
+    for (const { id, sha256 } of copied) {
+      const share = await to.store.getShare(id);
+      const actual = share ? await to.storage.digest(blobOf(share)) : '';
+      if (actual !== sha256)
+        throw new CopyError(`Share ${id}: the copy reads back with another sha256 than the source`);
+    }
+    return report;
+  } finally {
+    await close(to).catch(() => undefined);
+    await close(from).catch(() => undefined);
+  }
+}

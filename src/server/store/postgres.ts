@@ -1,0 +1,937 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { createHash, randomBytes } from 'node:crypto';
+import {
+  Client,
+  DatabaseError,
+  Pool,
+  types,
+  type ClientConfig,
+  type PoolClient,
+  type QueryResultRow,
+} from 'pg';
+import { RateLimiterPostgres, type RateLimiterAbstract } from 'rate-limiter-flexible';
+import type { Permission } from '../../shared/permissions.js';
+import { KeyedMutex } from '../mutex.js';
+import {
+  DuplicateUserError,
+  LinkUsedUpError,
+  MissingRecordError,
+  type LinkRecord,
+  type MetadataStore,
+  type NewShare,
+  type Settings,
+  type ShareChanges,
+  type ShareRecord,
+  type UserChanges,
+  type UserRecord,
+} from './index.js';
+
+/**
+ * The schema, one entry per version (entry 0 is version 1). An entry that has shipped is never
+ * edited: a change is a new entry. Dates are kept as the strings the records carry; `seq` is
+ * the order of insertion, which is the order every list is in (as lowdb's arrays are);
+ * `sha256_absent` and `expires_absent` tell a record without the field (written by fshare 0.1)
+ * from one where it is null. A user's `legacy_tokens` is NULL when the record has no such field.
+ */
+export const MIGRATIONS: readonly string[] = [
+  `CREATE TABLE fshare_users (
+     seq bigint GENERATED ALWAYS AS IDENTITY CONSTRAINT fshare_users_seq_key UNIQUE,
+     id text CONSTRAINT fshare_users_pkey PRIMARY KEY,
+     username text NOT NULL CONSTRAINT fshare_users_username_key UNIQUE,
+     permissions text[] NOT NULL,
+     register_date text NOT NULL,
+     password_hash text NOT NULL,
+     token_gen bigint NOT NULL,
+     quota bigint,
+     legacy_tokens boolean
+   );
+   -- Deleted users' last names, so that their shares can say whose they were.
+   CREATE TABLE fshare_former_users (id text PRIMARY KEY, username text NOT NULL);
+   CREATE TABLE fshare_shares (
+     seq bigint GENERATED ALWAYS AS IDENTITY CONSTRAINT fshare_shares_seq_key UNIQUE,
+     share_id text CONSTRAINT fshare_shares_pkey PRIMARY KEY,
+     -- UTF-8 bytes: a file name may hold U+0000, which text cannot.
+     file_name bytea NOT NULL,
+     owner_id text,
+     initialized boolean NOT NULL,
+     locked boolean NOT NULL,
+     create_date text NOT NULL,
+     size bigint,
+     sha256 text,
+     sha256_absent boolean NOT NULL DEFAULT false,
+     expires text,
+     expires_absent boolean NOT NULL DEFAULT false,
+     -- Date.parse(expires), computed where lowdb computes it: in the server.
+     expires_ms double precision,
+     blob text
+   );
+   CREATE INDEX fshare_shares_owner ON fshare_shares (owner_id);
+   CREATE INDEX fshare_shares_expiry ON fshare_shares (expires_ms) WHERE expires_ms IS NOT NULL;
+   CREATE TABLE fshare_links (
+     seq bigint GENERATED ALWAYS AS IDENTITY CONSTRAINT fshare_links_seq_key UNIQUE,
+     id text CONSTRAINT fshare_links_pkey PRIMARY KEY,
+     share_id text NOT NULL REFERENCES fshare_shares (share_id) ON DELETE CASCADE,
+     token_sha256 text NOT NULL CONSTRAINT fshare_links_token_key UNIQUE,
+     created_by text,
+     create_date text NOT NULL,
+     expires text,
+     max_downloads bigint,
+     downloads bigint NOT NULL,
+     password_hash text
+   );
+   CREATE INDEX fshare_links_share ON fshare_links (share_id);
+   CREATE INDEX fshare_links_creator ON fshare_links (created_by);
+   -- Revoked token ids and their expiry (seconds since the epoch), kept until then.
+   CREATE TABLE fshare_revoked (jti text PRIMARY KEY, exp double precision NOT NULL);
+   CREATE INDEX fshare_revoked_exp ON fshare_revoked (exp);
+   -- json, not jsonb: the settings come back exactly as they were written.
+   CREATE TABLE fshare_settings (
+     id boolean PRIMARY KEY DEFAULT true CHECK (id),
+     settings json NOT NULL
+   );
+   CREATE TABLE fshare_secrets (name text PRIMARY KEY, value text NOT NULL);
+   -- rate-limiter-flexible's own table (RateLimiterPostgres._getCreateTableStmt), made here so
+   -- that the limiters never create it themselves.
+   CREATE TABLE fshare_rate_limits (
+     key varchar(255) PRIMARY KEY,
+     points integer NOT NULL DEFAULT 0,
+     expire bigint
+   );
+   CREATE INDEX fshare_rate_limits_expire ON fshare_rate_limits (expire);`,
+];
+
+const RATE_LIMIT_TABLE = 'fshare_rate_limits';
+/** Shares per query when eachShare pages through them. */
+export const EACH_SHARE_PAGE = 200;
+/** Rate-limit rows are swept this often, once they expired an hour ago. */
+const SWEEP_MS = 5 * 60_000;
+
+export interface PostgresStoreOptions {
+  log?: (line: string) => void;
+  /** Connections for queries; default 10. */
+  poolSize?: number;
+  /** Connections that hold share locks (one per lock taken outside any other); default 10. */
+  lockPoolSize?: number;
+}
+
+/** A signed 64-bit advisory-lock key for a string: the first 8 bytes of its sha256. */
+function lockKey(name: string): string {
+  return createHash('sha256').update(name).digest().readBigInt64BE(0).toString();
+}
+
+const MIGRATION_LOCK = lockKey('fshare:migrations');
+const REVOCATION_LOCK = lockKey('fshare:revocations');
+
+/** bigint columns as numbers (every count and size here is far below 2^53). */
+const numberTypes = {
+  getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
+    oid === types.builtins.INT8 && format !== 'binary'
+      ? (value: string) => Number(value)
+      : types.getTypeParser(oid, format)) as typeof types.getTypeParser,
+};
+
+/** "host:port" of a connection URL, for messages (never the password). */
+function describeServer(url: string): string {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return 'the server the URL names';
+  }
+  const host =
+    parsed.searchParams.get('host') ||
+    decodeURIComponent(parsed.hostname) ||
+    process.env.PGHOST ||
+    'localhost';
+  const port = parsed.searchParams.get('port') || parsed.port || process.env.PGPORT || '5432';
+  return `${host}:${port}`;
+}
+
+function isViolation(err: unknown, code: '23505' | '23503', constraint?: string): boolean {
+  return (
+    err instanceof DatabaseError &&
+    err.code === code &&
+    (constraint === undefined || err.constraint === constraint)
+  );
+}
+
+/** An error's message; a failed connection to every address of a name has none of its own. */
+function reason(err: unknown): string {
+  if (err instanceof AggregateError && !err.message)
+    return [...new Set(err.errors.map((e: unknown) => reason(e)))].join('; ');
+  if (err instanceof Error) return err.message || (err as NodeJS.ErrnoException).code || err.name;
+  return String(err);
+}
+
+const closedError = () => new Error('the metadata store is closed');
+
+// Rows as the queries below select them, and the records they make.
+
+interface UserRow {
+  id: string;
+  username: string;
+  permissions: string[];
+  register_date: string;
+  password_hash: string;
+  token_gen: number;
+  quota: number | null;
+  legacy_tokens: boolean | null;
+}
+
+const USER_COLUMNS =
+  'id, username, permissions, register_date, password_hash, token_gen, quota, legacy_tokens';
+
+function userOf(row: UserRow): UserRecord {
+  const user: UserRecord = {
+    id: row.id,
+    username: row.username,
+    permissions: row.permissions as Permission[],
+    register_date: row.register_date,
+    password_hash: row.password_hash,
+    token_gen: row.token_gen,
+    quota: row.quota,
+  };
+  if (row.legacy_tokens !== null) user.legacy_tokens = row.legacy_tokens;
+  return user;
+}
+
+interface ShareRow {
+  seq: number;
+  share_id: string;
+  file_name: Buffer;
+  owner_id: string | null;
+  initialized: boolean;
+  locked: boolean;
+  create_date: string;
+  size: number | null;
+  sha256: string | null;
+  sha256_absent: boolean;
+  expires: string | null;
+  expires_absent: boolean;
+  blob: string | null;
+  owner_name: string | null;
+}
+
+/** A share with `owner_name`: its owner's current name, or whose it was (state.ts ownerName). */
+const SHARE_SELECT = `
+  SELECT s.seq, s.share_id, s.file_name, s.owner_id, s.initialized, s.locked, s.create_date, s.size,
+         s.sha256, s.sha256_absent, s.expires, s.expires_absent, s.blob,
+         CASE WHEN s.owner_id IS NULL THEN NULL
+              ELSE coalesce(u.username, coalesce(f.username, 'unknown') || ' (deleted)')
+         END AS owner_name
+    FROM fshare_shares s
+    LEFT JOIN fshare_users u ON u.id = s.owner_id
+    LEFT JOIN fshare_former_users f ON f.id = s.owner_id`;
+
+function shareOf(row: ShareRow): ShareRecord {
+  const share: Omit<ShareRecord, 'owner_name'> = {
+    share_id: row.share_id,
+    file_name: row.file_name.toString('utf8'),
+    owner_id: row.owner_id,
+    initialized: row.initialized,
+    locked: row.locked,
+    create_date: row.create_date,
+    size: row.size,
+  };
+  if (!row.sha256_absent) share.sha256 = row.sha256;
+  if (!row.expires_absent) share.expires = row.expires;
+  if (row.blob !== null) share.blob = row.blob;
+  return { ...share, owner_name: row.owner_name };
+}
+
+/** When a share expires, as lowdb's state computes it (a share with a falsy expiry never does). */
+function expiryMs(expires: string | null | undefined): number | null {
+  if (!expires) return null;
+  const at = Date.parse(expires);
+  return Number.isNaN(at) ? null : at;
+}
+
+const LINK_COLUMNS =
+  'id, share_id, token_sha256, created_by, create_date, expires, max_downloads, downloads, password_hash';
+
+function linkOf(row: LinkRecord): LinkRecord {
+  return {
+    id: row.id,
+    share_id: row.share_id,
+    token_sha256: row.token_sha256,
+    created_by: row.created_by,
+    create_date: row.create_date,
+    expires: row.expires,
+    max_downloads: row.max_downloads,
+    downloads: row.downloads,
+    password_hash: row.password_hash,
+  };
+}
+
+/** `column = $n` assignments for an UPDATE, numbering parameters after those in `values`. */
+class Assignments {
+  readonly sets: string[] = [];
+  constructor(readonly values: unknown[]) {}
+
+  /** Adds a parameter; returns its placeholder. */
+  param(value: unknown): string {
+    this.values.push(value);
+    return `$${this.values.length}`;
+  }
+
+  set(column: string, value: unknown): void {
+    this.sets.push(`${column} = ${this.param(value)}`);
+  }
+}
+
+/**
+ * rate-limiter-flexible's PostgreSQL limiter with its keys hashed: callers join the parts of a
+ * key with U+0000, which text cannot hold, and a key may be longer than the table's 255.
+ */
+class SharedLimiter extends RateLimiterPostgres {
+  override getKey(key: string | number): string {
+    return super.getKey(createHash('sha256').update(String(key)).digest('base64url'));
+  }
+}
+
+/**
+ * The locks one task holds on one lock connection. Locks taken inside the task (nested, other
+ * keys) join its connection, so nesting never needs a second connection from the lock pool;
+ * the connection goes back to the pool when the last of them is released.
+ */
+class LockSession {
+  private holders = 1;
+  private lost: Error | undefined;
+  private readonly onError = (err: Error) => {
+    this.lost ??= err;
+    this.log(
+      `metadata: lost the PostgreSQL connection holding share locks (${err.message}); ` +
+        `its locks were released with it`,
+    );
+  };
+
+  constructor(
+    private readonly client: PoolClient,
+    private readonly log: (line: string) => void,
+  ) {
+    client.on('error', this.onError);
+  }
+
+  /** Joins this session for a nested lock; false once it has been given back. */
+  join(): boolean {
+    if (this.holders === 0) return false;
+    this.holders += 1;
+    return true;
+  }
+
+  async lock(key: string): Promise<void> {
+    await this.query('SELECT pg_advisory_lock($1::bigint)', key);
+  }
+
+  async unlock(key: string): Promise<void> {
+    // A connection that failed has released its locks; it is destroyed in leave().
+    await this.query('SELECT pg_advisory_unlock($1::bigint)', key).catch(() => undefined);
+  }
+
+  leave(): void {
+    this.holders -= 1;
+    if (this.holders > 0) return;
+    this.client.off('error', this.onError);
+    this.client.release(this.lost);
+  }
+
+  private async query(text: string, key: string): Promise<void> {
+    try {
+      await this.client.query(text, [key]);
+    } catch (err) {
+      this.lost ??= err as Error;
+      throw err;
+    }
+  }
+}
+
+/**
+ * Metadata in PostgreSQL, shared by any number of fshare servers: each rule the embedded store
+ * keeps by applying one change at a time is kept here by a constraint, a single statement or a
+ * transaction, so servers on one database behave as one server. A change resolves after its
+ * commit (durable, with PostgreSQL's default synchronous_commit) and a change that rejects was
+ * rolled back. Records are built fresh from rows: a caller can never change the store through one.
+ */
+export class PostgresStore implements MetadataStore {
+  private closed = false;
+  /** Tasks on one key that need a lock connection, one at a time. */
+  private readonly connecting = new KeyedMutex();
+  /** The keys locked in this process, whether on a connection of their own or nested. */
+  private readonly held = new KeyedMutex();
+  private readonly sessions = new AsyncLocalStorage<LockSession>();
+  private readonly sweeper: NodeJS.Timeout;
+
+  private constructor(
+    private readonly pool: Pool,
+    /** Only for share locks: a lock holder waiting for a query connection never starves it. */
+    private readonly lockPool: Pool,
+    private readonly log: (line: string) => void,
+  ) {
+    const lost = (err: Error) =>
+      log(`metadata: an idle PostgreSQL connection failed (${err.message}); it was closed`);
+    pool.on('error', lost);
+    lockPool.on('error', lost);
+    this.sweeper = setInterval(() => void this.sweepRateLimits(), SWEEP_MS).unref();
+  }
+
+  /** Connects, brings the schema up to date and returns the store. */
+  static async open(url: string, options: PostgresStoreOptions = {}): Promise<PostgresStore> {
+    const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`));
+    const where = describeServer(url);
+    const config: ClientConfig = {
+      connectionString: url,
+      application_name: 'fshare',
+      keepAlive: true,
+      types: numberTypes,
+    };
+    const client = new Client({ ...config, connectionTimeoutMillis: 15_000 });
+    // An error event while connecting also rejects connect(); without a listener it would throw.
+    client.on('error', () => undefined);
+    try {
+      await client.connect();
+    } catch (err) {
+      await client.end().catch(() => undefined);
+      throw new Error(`cannot connect to PostgreSQL at ${where}: ${reason(err)}`);
+    }
+    try {
+      await migrate(client, log);
+    } catch (err) {
+      throw new Error(`PostgreSQL at ${where}: ${reason(err)}`);
+    } finally {
+      await client.end().catch(() => undefined);
+    }
+    const poolSize = options.poolSize ?? 10;
+    const pool = new Pool({ ...config, max: poolSize });
+    const lockPool = new Pool({
+      ...config,
+      application_name: 'fshare-locks',
+      max: options.lockPoolSize ?? 10,
+    });
+    return new PostgresStore(pool, lockPool, log);
+  }
+
+  /**
+   * The JWT signing secret every server on this database shares: the first server to ask makes
+   * it, and every later (or simultaneous) one reads the same.
+   */
+  async sharedSecret(): Promise<string> {
+    this.live();
+    await this.pool.query(
+      `INSERT INTO fshare_secrets (name, value) VALUES ('jwt', $1) ON CONFLICT (name) DO NOTHING`,
+      [randomBytes(48).toString('base64url')],
+    );
+    const { rows } = await this.pool.query<{ value: string }>(
+      `SELECT value FROM fshare_secrets WHERE name = 'jwt'`,
+    );
+    return rows[0]!.value;
+  }
+
+  /** A limiter whose counts every server on this database shares. */
+  limiter(keyPrefix: string, points: number, durationSeconds: number): RateLimiterAbstract {
+    this.live();
+    return new SharedLimiter({
+      storeClient: this.pool,
+      storeType: 'pool',
+      tableName: RATE_LIMIT_TABLE,
+      tableCreated: true, // by the migrations
+      clearExpiredByTimeout: false, // swept once per store instead (sweepRateLimits)
+      keyPrefix,
+      points,
+      duration: durationSeconds,
+    });
+  }
+
+  private async sweepRateLimits(): Promise<void> {
+    if (this.closed) return;
+    await this.pool
+      .query(`DELETE FROM ${RATE_LIMIT_TABLE} WHERE expire < $1`, [Date.now() - 3_600_000])
+      .catch(() => undefined); // the next sweep tries again
+  }
+
+  // Reads
+
+  async getUser(name: string) {
+    return this.oneUser('username', name);
+  }
+
+  async getUserById(id: string) {
+    return this.oneUser('id', id);
+  }
+
+  private async oneUser(column: 'id' | 'username', value: string) {
+    const rows = await this.byKey<UserRow>(
+      value,
+      `SELECT ${USER_COLUMNS} FROM fshare_users WHERE ${column} = $1`,
+    );
+    return rows[0] && userOf(rows[0]);
+  }
+
+  async userCount() {
+    const rows = await this.query<{ n: number }>('SELECT count(*) AS n FROM fshare_users');
+    return rows[0]!.n;
+  }
+
+  async listUsers(offset: number, limit: number) {
+    const rows = await this.query<UserRow>(
+      `SELECT ${USER_COLUMNS} FROM fshare_users ORDER BY seq OFFSET $1 LIMIT $2`,
+      [offset, limit],
+    );
+    return rows.map(userOf);
+  }
+
+  async usageOf(userId: string) {
+    const rows = await this.byKey<{ used: number }>(
+      userId,
+      'SELECT coalesce(sum(size), 0)::bigint AS used FROM fshare_shares WHERE owner_id = $1',
+    );
+    return rows[0]?.used ?? 0;
+  }
+
+  async getShare(id: string) {
+    const rows = await this.byKey<ShareRow>(
+      id.toLowerCase(),
+      `${SHARE_SELECT} WHERE s.share_id = $1`,
+    );
+    return rows[0] && shareOf(rows[0]);
+  }
+
+  async shareCount() {
+    const rows = await this.query<{ n: number }>('SELECT count(*) AS n FROM fshare_shares');
+    return rows[0]!.n;
+  }
+
+  async listShares(offset: number, limit: number) {
+    const rows = await this.query<ShareRow>(`${SHARE_SELECT} ORDER BY s.seq OFFSET $1 LIMIT $2`, [
+      offset,
+      limit,
+    ]);
+    return rows.map(shareOf);
+  }
+
+  /**
+   * The shares that existed when the iteration began, a page at a time (keyset pagination on
+   * the insertion order, so shares added or deleted meanwhile shift nothing).
+   */
+  async *eachShare() {
+    const { last } = (
+      await this.query<{ last: number | null }>('SELECT max(seq) AS last FROM fshare_shares')
+    )[0]!;
+    if (last === null) return;
+    let after = 0;
+    for (;;) {
+      const rows = await this.query<ShareRow>(
+        `${SHARE_SELECT} WHERE s.seq > $1 AND s.seq <= $2 ORDER BY s.seq LIMIT $3`,
+        [after, last, EACH_SHARE_PAGE],
+      );
+      for (const row of rows) yield shareOf(row);
+      if (rows.length < EACH_SHARE_PAGE) return;
+      after = rows[rows.length - 1]!.seq;
+    }
+  }
+
+  async getSettings(): Promise<Settings> {
+    const rows = await this.query<{ settings: Settings }>(
+      'SELECT settings FROM fshare_settings WHERE id',
+    );
+    return rows[0]?.settings ?? { default_permissions: [] };
+  }
+
+  async isRevoked(jti: string) {
+    const rows = await this.byKey(jti, 'SELECT 1 FROM fshare_revoked WHERE jti = $1');
+    return rows.length > 0;
+  }
+
+  async getLink(id: string) {
+    const rows = await this.byKey<LinkRecord>(
+      id,
+      `SELECT ${LINK_COLUMNS} FROM fshare_links WHERE id = $1`,
+    );
+    return rows[0] && linkOf(rows[0]);
+  }
+
+  async getLinkByTokenHash(tokenSha256: string) {
+    const rows = await this.byKey<LinkRecord>(
+      tokenSha256,
+      `SELECT ${LINK_COLUMNS} FROM fshare_links WHERE token_sha256 = $1`,
+    );
+    return rows[0] && linkOf(rows[0]);
+  }
+
+  async listLinks(shareId?: string) {
+    const rows =
+      shareId === undefined
+        ? await this.query<LinkRecord>(`SELECT ${LINK_COLUMNS} FROM fshare_links ORDER BY seq`)
+        : await this.byKey<LinkRecord>(
+            shareId,
+            `SELECT ${LINK_COLUMNS} FROM fshare_links WHERE share_id = $1 ORDER BY seq`,
+          );
+    return rows.map(linkOf);
+  }
+
+  async expiredShares(now: number) {
+    const rows = await this.query<ShareRow>(
+      `${SHARE_SELECT} WHERE s.expires_ms <= $1 ORDER BY s.seq`,
+      [now],
+    );
+    return rows.map(shareOf);
+  }
+
+  async nextExpiry() {
+    const rows = await this.query<{ next: number | null }>(
+      'SELECT min(expires_ms) AS next FROM fshare_shares',
+    );
+    return rows[0]!.next;
+  }
+
+  // Changes: one statement, or one transaction; PostgreSQL's constraints and row locks keep
+  // the rules between servers.
+
+  async addUser(user: UserRecord) {
+    try {
+      await this.query(
+        `INSERT INTO fshare_users (${USER_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+        [
+          user.id,
+          user.username,
+          [...user.permissions],
+          user.register_date,
+          user.password_hash,
+          user.token_gen,
+          user.quota ?? null,
+          user.legacy_tokens ?? null,
+        ],
+      );
+    } catch (err) {
+      if (isViolation(err, '23505', 'fshare_users_username_key')) throw new DuplicateUserError();
+      if (isViolation(err, '23505', 'fshare_users_pkey')) {
+        // The embedded store checks the name first.
+        if (await this.getUser(user.username)) throw new DuplicateUserError();
+        throw new Error('user id already in use');
+      }
+      throw err;
+    }
+  }
+
+  async updateUser(id: string, changes: UserChanges) {
+    const a = new Assignments([id]);
+    if (changes.permissions !== undefined) a.set('permissions', [...changes.permissions]);
+    if (changes.password_hash !== undefined) a.set('password_hash', changes.password_hash);
+    if (changes.token_gen !== undefined) a.set('token_gen', changes.token_gen);
+    if (changes.quota !== undefined) a.set('quota', changes.quota);
+    // Right-hand sides see the row before the update: "username = new" means not renamed.
+    const legacy = changes.legacy_tokens === false ? 'false' : 'legacy_tokens';
+    if (changes.username !== undefined) {
+      const name = a.param(changes.username);
+      a.sets.push(`username = ${name}`);
+      // Tokens of fshare 0.1 name their user; after a rename that name may be another's.
+      a.sets.push(`legacy_tokens = CASE WHEN username = ${name} THEN ${legacy} ELSE NULL END`);
+    } else if (changes.legacy_tokens !== undefined) {
+      a.sets.push(`legacy_tokens = ${legacy}`);
+    }
+    try {
+      await this.updateOne('fshare_users', 'id', a, 'user');
+    } catch (err) {
+      if (isViolation(err, '23505', 'fshare_users_username_key')) throw new DuplicateUserError();
+      throw err;
+    }
+  }
+
+  /** Removes a user, remembers their name for their shares and removes the links they made. */
+  async deleteUser(id: string) {
+    if (id.includes('\0')) throw new MissingRecordError('user'); // see byKey
+    await this.transaction(async (client) => {
+      const { rows } = await client.query<{ username: string }>(
+        'DELETE FROM fshare_users WHERE id = $1 RETURNING username',
+        [id],
+      );
+      if (rows.length === 0) throw new MissingRecordError('user');
+      await client.query(
+        `INSERT INTO fshare_former_users (id, username) VALUES ($1, $2)
+           ON CONFLICT (id) DO UPDATE SET username = excluded.username`,
+        [id, rows[0]!.username],
+      );
+      // The links a user made end with the user, as their tokens do.
+      await client.query('DELETE FROM fshare_links WHERE created_by = $1', [id]);
+    });
+  }
+
+  async addShare(share: NewShare) {
+    try {
+      await this.query(
+        `INSERT INTO fshare_shares (share_id, file_name, owner_id, initialized, locked,
+           create_date, size, sha256, sha256_absent, expires, expires_absent, expires_ms, blob)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+        [
+          share.share_id,
+          Buffer.from(share.file_name, 'utf8'),
+          share.owner_id,
+          share.initialized,
+          share.locked,
+          share.create_date,
+          share.size ?? null,
+          share.sha256 ?? null,
+          share.sha256 === undefined,
+          share.expires ?? null,
+          share.expires === undefined,
+          expiryMs(share.expires),
+          share.blob ?? null,
+        ],
+      );
+    } catch (err) {
+      if (isViolation(err, '23505', 'fshare_shares_pkey'))
+        throw new Error('share id already in use');
+      throw err;
+    }
+  }
+
+  async updateShare(id: string, changes: ShareChanges) {
+    const a = new Assignments([id]);
+    if (changes.file_name !== undefined) a.set('file_name', Buffer.from(changes.file_name, 'utf8'));
+    for (const column of ['owner_id', 'initialized', 'locked', 'size'] as const)
+      if (changes[column] !== undefined) a.set(column, changes[column]);
+    if (changes.sha256 !== undefined) {
+      a.set('sha256', changes.sha256);
+      a.sets.push('sha256_absent = false');
+    }
+    if (changes.expires !== undefined) {
+      a.set('expires', changes.expires);
+      a.set('expires_ms', expiryMs(changes.expires));
+      a.sets.push('expires_absent = false');
+    }
+    if (changes.blob !== undefined) a.set('blob', changes.blob);
+    await this.updateOne('fshare_shares', 'share_id', a, 'share');
+  }
+
+  /** Removes a share; its links go with it (the foreign key cascades, in the same statement). */
+  async deleteShare(id: string) {
+    const rows = await this.byKey(id, 'DELETE FROM fshare_shares WHERE share_id = $1 RETURNING 1');
+    if (rows.length === 0) throw new MissingRecordError('share');
+  }
+
+  async setSettings(settings: Settings) {
+    await this.query(
+      `INSERT INTO fshare_settings (id, settings) VALUES (true, $1)
+         ON CONFLICT (id) DO UPDATE SET settings = excluded.settings`,
+      [JSON.stringify(settings)],
+    );
+  }
+
+  /** Records a revocation and forgets those whose tokens expired; one revocation at a time. */
+  async revoke(jti: string, exp: number) {
+    const now = Math.floor(Date.now() / 1000);
+    await this.transaction(async (client) => {
+      // Serialised, as in the embedded store: two revocations never delete rows crosswise.
+      await client.query('SELECT pg_advisory_xact_lock($1::bigint)', [REVOCATION_LOCK]);
+      await client.query('DELETE FROM fshare_revoked WHERE exp < $1', [now]);
+      await client.query(
+        `INSERT INTO fshare_revoked (jti, exp) VALUES ($1, $2)
+           ON CONFLICT (jti) DO UPDATE SET exp = excluded.exp`,
+        [jti, exp],
+      );
+    });
+  }
+
+  async addLink(link: LinkRecord) {
+    try {
+      // The foreign key refuses a share deleted after the check (another server's delete).
+      const rows = await this.query(
+        `INSERT INTO fshare_links (${LINK_COLUMNS})
+           SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::bigint,
+                  $8::bigint, $9::text
+            WHERE EXISTS (SELECT 1 FROM fshare_shares WHERE share_id = $2)
+         RETURNING 1`,
+        [
+          link.id,
+          link.share_id,
+          link.token_sha256,
+          link.created_by,
+          link.create_date,
+          link.expires,
+          link.max_downloads,
+          link.downloads,
+          link.password_hash,
+        ],
+      );
+      if (rows.length === 0) throw new MissingRecordError('share');
+    } catch (err) {
+      if (isViolation(err, '23503')) throw new MissingRecordError('share');
+      if (isViolation(err, '23505')) throw new Error('link id already in use');
+      throw err;
+    }
+  }
+
+  async deleteLink(id: string) {
+    const rows = await this.byKey(id, 'DELETE FROM fshare_links WHERE id = $1 RETURNING 1');
+    if (rows.length === 0) throw new MissingRecordError('link');
+  }
+
+  /** One statement: concurrent counts on any server wait for one another's row and recheck. */
+  async countDownload(id: string) {
+    const counted = await this.byKey(
+      id,
+      `UPDATE fshare_links SET downloads = downloads + 1
+        WHERE id = $1 AND (max_downloads IS NULL OR downloads < max_downloads)
+       RETURNING 1`,
+    );
+    if (counted.length > 0) return;
+    const exists = await this.byKey(id, 'SELECT 1 FROM fshare_links WHERE id = $1');
+    throw exists.length > 0 ? new LinkUsedUpError() : new MissingRecordError('link');
+  }
+
+  /**
+   * Runs `task` while no task on any server holds the same key: a PostgreSQL advisory lock on a
+   * 64-bit hash of the key (case-insensitive, as share ids are), held on a connection of the lock
+   * pool. In this process, tasks on one key first queue on a mutex, so one connection at most
+   * waits for each key. A lock taken inside a task uses that task's connection: it never waits
+   * for the lock pool, which the tasks holding it may be waiting for.
+   */
+  async withShareLock<T>(id: string, task: () => Promise<T>): Promise<T> {
+    this.live();
+    const key = id.toLowerCase();
+    const outer = this.sessions.getStore();
+    if (outer?.join()) return this.lockedOn(outer, key, task);
+    // A task waiting here or for a connection holds nothing a nested lock waits for.
+    return this.connecting.run(key, async () =>
+      this.lockedOn(new LockSession(await this.lockPool.connect(), this.log), key, task),
+    );
+  }
+
+  /** Takes the key's lock on the session (in this process, then in PostgreSQL), runs the task. */
+  private async lockedOn<T>(session: LockSession, key: string, task: () => Promise<T>) {
+    try {
+      return await this.held.run(key, async () => {
+        const pgKey = lockKey(key);
+        await session.lock(pgKey);
+        try {
+          return await this.sessions.run(session, task);
+        } finally {
+          await session.unlock(pgKey);
+        }
+      });
+    } finally {
+      session.leave();
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    clearInterval(this.sweeper);
+    await Promise.all([this.pool.end(), this.lockPool.end()]);
+  }
+
+  // Plumbing
+
+  private live(): void {
+    if (this.closed) throw closedError();
+  }
+
+  private async query<R extends QueryResultRow = QueryResultRow>(
+    text: string,
+    values?: unknown[],
+  ): Promise<R[]> {
+    this.live();
+    return (await this.pool.query<R>(text, values)).rows;
+  }
+
+  /**
+   * A query whose $1 is `key`. PostgreSQL's text cannot hold U+0000, so nothing stored under a
+   * key has one: a key with one (from a request's URL, say) matches nothing and is not sent.
+   */
+  private async byKey<R extends QueryResultRow = QueryResultRow>(
+    key: string,
+    text: string,
+    values: unknown[] = [key],
+  ): Promise<R[]> {
+    this.live();
+    return key.includes('\0') ? [] : this.query<R>(text, values);
+  }
+
+  /** Applies the assignments to the row whose `key` is $1, or rejects if there is none. */
+  private async updateOne(
+    table: string,
+    key: string,
+    a: Assignments,
+    kind: 'user' | 'share',
+  ): Promise<void> {
+    const id = a.values[0] as string;
+    const rows =
+      a.sets.length === 0
+        ? await this.byKey(id, `SELECT 1 FROM ${table} WHERE ${key} = $1`)
+        : await this.byKey(
+            id,
+            `UPDATE ${table} SET ${a.sets.join(', ')} WHERE ${key} = $1 RETURNING 1`,
+            a.values,
+          );
+    if (rows.length === 0) throw new MissingRecordError(kind);
+  }
+
+  /** Runs `work` in a transaction on one connection: committed if it resolves, else rolled back. */
+  private async transaction<T>(work: (client: PoolClient) => Promise<T>): Promise<T> {
+    this.live();
+    const client = await this.pool.connect();
+    let broken: Error | undefined;
+    const onError = (err: Error) => (broken ??= err);
+    client.on('error', onError);
+    try {
+      await client.query('BEGIN');
+      const result = await work(client);
+      await client.query('COMMIT');
+      return result;
+    } catch (err) {
+      await client.query('ROLLBACK').catch((rollbackErr: Error) => (broken ??= rollbackErr));
+      throw err;
+    } finally {
+      client.off('error', onError);
+      client.release(broken);
+    }
+  }
+}
+
+/**
+ * Applies the migrations this database lacks, each in its own transaction. Every transaction
+ * first takes one advisory lock, so servers starting together apply each migration once.
+ */
+async function migrate(client: Client, log: (line: string) => void): Promise<void> {
+  const inTransaction = async <T>(work: () => Promise<T>): Promise<T> => {
+    await client.query('BEGIN');
+    try {
+      await client.query('SELECT pg_advisory_xact_lock($1::bigint)', [MIGRATION_LOCK]);
+      const result = await work();
+      await client.query('COMMIT');
+      return result;
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw err;
+    }
+  };
+  const applied = async () =>
+    (await client.query<{ version: number }>('SELECT version FROM fshare_migrations')).rows.map(
+      (r) => r.version,
+    );
+  const done = await inTransaction(async () => {
+    await client.query(
+      `CREATE TABLE IF NOT EXISTS fshare_migrations (
+         version integer PRIMARY KEY,
+         applied_at timestamptz NOT NULL DEFAULT now()
+       )`,
+    );
+    return applied();
+  });
+  const newest = Math.max(0, ...done);
+  if (newest > MIGRATIONS.length)
+    throw new Error(
+      `the database has schema version ${newest}, newer than this fshare knows ` +
+        `(${MIGRATIONS.length}): upgrade fshare`,
+    );
+  for (let version = 1; version <= MIGRATIONS.length; version++) {
+    if (done.includes(version)) continue;
+    await inTransaction(async () => {
+      // Another server may have applied it while this one waited for the lock.
+      if ((await applied()).includes(version)) return;
+      await client.query(MIGRATIONS[version - 1]!);
+      await client.query('INSERT INTO fshare_migrations (version) VALUES ($1)', [version]);
+      log(`metadata: applied PostgreSQL schema migration ${version}`);
+    });
+  }
+}

@@ -1,0 +1,259 @@
+import { randomBytes } from 'node:crypto';
+import { readdir, readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createCli, tempDir, type Cli } from '../helpers/cli.js';
+import {
+  createShare,
+  createShareWithContent,
+  createUser,
+  expectFail,
+  expectStatus,
+  get,
+  patch,
+  post,
+  sha256hex,
+  type ShareJson,
+} from '../helpers/http.js';
+import { createDatabase, startPostgres, type PgCluster } from '../helpers/postgres.js';
+import { createBucket, S3_TEST_ENV, startS3, type S3Server } from '../helpers/s3.js';
+import { ADMIN, login, startServer } from '../helpers/server.js';
+
+/**
+ * `fshare admin import` / `admin export` (the built binary) move a whole server between a data
+ * directory and PostgreSQL + S3 (a throwaway cluster and s3rver): every share's bytes, ids, names,
+ * owners and states, users' passwords, settings and links arrive, each content checked by sha256;
+ * tokens issued before the copy stop working; a damaged source or a non-empty target stops the
+ * copy with one line.
+ */
+let pg: PgCluster;
+let s3: S3Server;
+let cli: Cli;
+
+beforeAll(async () => {
+  Object.assign(process.env, S3_TEST_ENV);
+  [pg, s3] = await Promise.all([startPostgres(), startS3()]);
+  cli = await createCli();
+});
+
+afterAll(async () => {
+  await s3?.stop();
+  await pg?.stop();
+});
+
+interface Seeded {
+  dataDir: string;
+  adminToken: string;
+  bob: { username: string; password: string };
+  shares: Map<string, { json: ShareJson; data: Buffer | null }>;
+  link: { id: string; token: string };
+}
+
+/** An embedded server with users, shares of every kind, settings and a half-used link. */
+async function seed(): Promise<Seeded> {
+  const ts = await startServer();
+  const base = ts.url;
+  const adminToken = await login(base, ADMIN.username, ADMIN.password);
+  const bob = await createUser(base, adminToken, ['READ', 'CREATE', 'MODIFY', 'LIST']);
+  const big = randomBytes(3 * 1024 * 1024 + 17);
+  const small = Buffer.from('hello from the embedded store\n');
+  const ids = [
+    await createShareWithContent(base, bob.token, 'build/app.tar.gz', big, 4),
+    await createShareWithContent(base, adminToken, 'notes é.txt', small),
+    await createShareWithContent(base, bob.token, 'empty.bin', Buffer.alloc(0)),
+    await createShare(base, bob.token, 'never-uploaded.iso'),
+  ];
+  expectStatus(
+    await patch(base, `/files/${ids[1]}`, { token: adminToken, json: { locked: true } }),
+    200,
+  );
+  expectStatus(
+    await patch(base, `/files/${ids[0]}`, { token: bob.token, json: { expires_in: 86400 } }),
+    200,
+  );
+  expectStatus(
+    await patch(base, '/admin/settings', {
+      token: adminToken,
+      json: { default_permissions: ['READ'] },
+    }),
+    200,
+  );
+  const made = await post(base, `/files/${ids[1]}/links`, {
+    token: adminToken,
+    json: { max_downloads: 3 },
+  });
+  expectStatus(made, 201);
+  const linkToken = /\/l\/([^/?#]+)$/.exec(new URL(made.body.url as string).pathname)![1]!;
+  expectStatus(await get(base, `/l/${linkToken}?download`), 200); // one of three used
+  const shares = new Map<string, { json: ShareJson; data: Buffer | null }>();
+  const datas = [big, small, Buffer.alloc(0), null];
+  for (const [i, id] of ids.entries()) {
+    const res = await get(base, `/files/${id}`, { token: adminToken });
+    expectStatus(res, 200);
+    shares.set(id, { json: res.body as ShareJson, data: datas[i]! });
+  }
+  await ts.close(false);
+  return {
+    dataDir: ts.dataDir,
+    adminToken,
+    bob: { username: bob.username, password: bob.password },
+    shares,
+    link: { id: made.body.id as string, token: linkToken },
+  };
+}
+
+/** Everything seeded is on the server at `base`, byte for byte. */
+async function expectSame(base: string, seeded: Seeded, downloads: number): Promise<void> {
+  // Tokens from before the copy are not accepted, whatever the secret.
+  expectFail(await get(base, '/whoami', { token: seeded.adminToken }), 401);
+  const admin = await login(base, ADMIN.username, ADMIN.password);
+  await login(base, seeded.bob.username, seeded.bob.password);
+  for (const [id, { json, data }] of seeded.shares) {
+    const res = await get(base, `/files/${id}`, { token: admin });
+    expectStatus(res, 200);
+    expect(res.body).toEqual(json);
+    if (data) {
+      const bytes = await get(base, `/files/${id}/content`, { token: admin });
+      expectStatus(bytes, 200);
+      expect(bytes.buf.length).toBe(data.length);
+      expect(sha256hex(bytes.buf)).toBe(sha256hex(data));
+      expect(bytes.headers.etag).toBe(`"${sha256hex(data)}"`);
+    }
+  }
+  const settings = await get(base, '/admin/settings', { token: admin });
+  expect(settings.body.default_permissions).toEqual(['READ']);
+  const link = await get(base, `/links/${seeded.link.id}`, { token: admin });
+  expectStatus(link, 200);
+  expect(link.body).toMatchObject({ downloads, max_downloads: 3 });
+  // The link's URL still works (only its hash is stored, and it was copied).
+  expectStatus(await get(base, `/l/${seeded.link.token}?download`), 200);
+}
+
+function backendArgs(database: string, storage: string): string[] {
+  return [
+    '--database',
+    database,
+    '--storage',
+    storage,
+    '--s3-endpoint',
+    s3.endpoint,
+    '--s3-force-path-style',
+  ];
+}
+
+describe('fshare admin import and export', () => {
+  it('moves a data directory into PostgreSQL + S3 and back, every byte checked', async () => {
+    const seeded = await seed();
+    const database = await createDatabase(pg.adminUrl);
+    const storage = await createBucket(s3.endpoint);
+
+    const imported = await cli.run(
+      ['admin', 'import', seeded.dataDir, ...backendArgs(database, storage), '--json'],
+      { env: S3_TEST_ENV },
+    );
+    expect(imported.exitCode, imported.stderr).toBe(0);
+    expect(JSON.parse(imported.stdout)).toEqual({
+      users: 2,
+      shares: 4,
+      links: 1,
+      bytes: 3 * 1024 * 1024 + 17 + 30,
+      verified: 'sha256',
+    });
+
+    const shared = await startServer({
+      database,
+      storage,
+      s3Endpoint: s3.endpoint,
+      s3ForcePathStyle: true,
+    });
+    try {
+      await expectSame(shared.url, seeded, 1);
+    } finally {
+      await shared.close();
+    }
+
+    const back = await tempDir('exported');
+    const exported = await cli.run(['admin', 'export', back, ...backendArgs(database, storage)], {
+      env: S3_TEST_ENV,
+    });
+    expect(exported.exitCode, exported.stderr).toBe(0);
+    expect(exported.stdout).toMatch(
+      /^Copied 2 users, 4 shares \(3145775 bytes, every one checked by sha256\) and 1 links/,
+    );
+    const embedded = await startServer({ dataDir: back });
+    try {
+      // The link was used once more on the shared server; its count came back with it.
+      await expectSame(embedded.url, seeded, 2);
+    } finally {
+      await embedded.close();
+    }
+  });
+
+  it('refuses a target that already holds data, and changes nothing there', async () => {
+    const seeded = await seed();
+    const database = await createDatabase(pg.adminUrl);
+    const storage = await createBucket(s3.endpoint);
+    const args = ['admin', 'import', seeded.dataDir, ...backendArgs(database, storage)];
+    expect((await cli.run(args, { env: S3_TEST_ENV })).exitCode).toBe(0);
+    const again = await cli.run(args, { env: S3_TEST_ENV });
+    expect(again.exitCode).toBe(1);
+    expect(again.stderr.trim().split('\n')).toHaveLength(1);
+    expect(again.stderr).toMatch(/already holds users or shares/);
+
+    const notEmpty = await tempDir('not-empty');
+    await writeFile(join(notEmpty, 'keep.txt'), 'mine');
+    const exported = await cli.run(
+      ['admin', 'export', notEmpty, ...backendArgs(database, storage)],
+      {
+        env: S3_TEST_ENV,
+      },
+    );
+    expect(exported.exitCode).toBe(2);
+    expect(exported.stderr).toMatch(/is not empty/);
+    expect(await readdir(notEmpty)).toEqual(['keep.txt']);
+  });
+
+  it('stops at damaged content in the source, naming the share', async () => {
+    const seeded = await seed();
+    // Flip one byte of the big share's content on disk (the only content over 1 MiB).
+    const contentDir = join(seeded.dataDir, 'content');
+    for (const name of await readdir(contentDir)) {
+      const file = join(contentDir, name);
+      const bytes = await readFile(file);
+      if (bytes.length < 1024 * 1024) continue;
+      bytes[12345] ^= 0xff;
+      await writeFile(file, bytes);
+    }
+    const bigId = [...seeded.shares].find(([, s]) => (s.data?.length ?? 0) > 1024 * 1024)![0];
+    const database = await createDatabase(pg.adminUrl);
+    const storage = await createBucket(s3.endpoint);
+    const res = await cli.run(
+      ['admin', 'import', seeded.dataDir, ...backendArgs(database, storage)],
+      { env: S3_TEST_ENV },
+    );
+    expect(res.exitCode).toBe(1);
+    expect(res.stderr).toContain(bigId);
+    expect(res.stderr).toMatch(/did not copy whole/);
+  });
+
+  it('needs a backend to copy to, and a data directory to copy from', async () => {
+    const none = await cli.run(['admin', 'import', await tempDir('nothing')]);
+    expect(none.exitCode).toBe(2);
+    expect(none.stderr).toMatch(/give --database, --storage or both/);
+    const database = await createDatabase(pg.adminUrl);
+    const notData = await cli.run(
+      [
+        'admin',
+        'import',
+        await tempDir('nothing'),
+        '--database',
+        database,
+        '--data-dir',
+        await tempDir('x'),
+      ],
+      { env: S3_TEST_ENV },
+    );
+    expect(notData.exitCode).toBe(2);
+    expect(notData.stderr).toMatch(/not an fshare data directory/);
+  });
+});
