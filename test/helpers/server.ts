@@ -1,10 +1,11 @@
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { inject } from 'vitest';
 import { createServer, type FshareServer } from '../../src/server/index.js';
 import type { ServerOptions } from '../../src/server/options.js';
 import { startBalancer, type Balancer } from './balancer.js';
+import { walkFiles } from './http.js';
 import { createDatabase } from './postgres.js';
 import { createBucket } from './s3.js';
 
@@ -15,9 +16,7 @@ import { createBucket } from './s3.js';
  * balancer, so consecutive requests reach different servers).
  */
 export const BACKEND = (process.env.FSHARE_TEST_BACKEND ?? 'embedded') as
-  | 'embedded'
-  | 'postgres-s3'
-  | 'two-servers';
+  'embedded' | 'postgres-s3' | 'two-servers';
 
 /** The database and bucket of each data directory, so that a restart finds its data again. */
 const backends = new Map<string, { database: string; storage: string }>();
@@ -40,6 +39,11 @@ export const ADMIN = { username: 'admin', password: 'admin-password-123' };
 export interface TestServer {
   url: string;
   dataDir: string;
+  /** With PostgreSQL (the postgres-s3 and two-servers configurations): its URL. */
+  database?: string;
+  /** With S3: `s3://BUCKET`, and the endpoint of its server. */
+  storage?: string;
+  s3Endpoint?: string;
   server: FshareServer;
   /** Stops the server; the data directory is kept unless `removeData` is true. */
   close(removeData?: boolean): Promise<void>;
@@ -80,6 +84,9 @@ export async function startServer(options: Partial<ServerOptions> = {}): Promise
   return {
     url,
     dataDir,
+    database: base.database,
+    storage: base.storage,
+    s3Endpoint: base.s3Endpoint,
     server,
     async close(removeData = true) {
       await balancer?.close();
@@ -106,4 +113,100 @@ export async function login(url: string, username: string, password: string): Pr
   if (res.status !== 200) throw new Error(`login ${username}: HTTP ${res.status}`);
   const body = (await res.json()) as { auth_token: string };
   return body.auth_token;
+}
+
+/** Every key in the test server's bucket, or null when its content is in files. */
+async function bucketKeys(srv: TestServer): Promise<string[] | null> {
+  if (!srv.storage) return null;
+  const { S3Client, ListObjectsV2Command } = await import('@aws-sdk/client-s3');
+  const client = new S3Client({ endpoint: srv.s3Endpoint, forcePathStyle: true });
+  const bucket = srv.storage.replace(/^s3:\/\//, '').split('/')[0]!;
+  const keys: string[] = [];
+  try {
+    let token: string | undefined;
+    do {
+      const page = await client.send(
+        new ListObjectsV2Command({ Bucket: bucket, ContinuationToken: token }),
+      );
+      for (const o of page.Contents ?? []) keys.push(o.Key!);
+      token = page.IsTruncated ? page.NextContinuationToken : undefined;
+    } while (token);
+  } finally {
+    client.destroy();
+  }
+  return keys;
+}
+
+/**
+ * The names of the stored content objects of a share (or of every share): files in
+ * `<dataDir>/content`, or objects under `content/` in the bucket. Both are named
+ * `<share id>.<something new for each content>`.
+ */
+export async function storedContent(srv: TestServer, shareId = ''): Promise<string[]> {
+  const keys = await bucketKeys(srv);
+  const names =
+    keys === null
+      ? await readdir(join(srv.dataDir, 'content')).catch(() => [] as string[])
+      : keys.filter((k) => k.startsWith('content/')).map((k) => k.slice('content/'.length));
+  return names.filter((n) => n.startsWith(shareId));
+}
+
+/**
+ * The unfinished uploads the storage holds for a share (or every share), one name each
+ * (`<share id>.<key>` for files, `<share id>/<key>` in a bucket), leaving out records of
+ * finished uploads; and whether any chunk bytes of them are stored.
+ */
+export async function storedUploads(srv: TestServer, shareId = ''): Promise<string[]> {
+  const keys = await bucketKeys(srv);
+  if (keys === null) {
+    const dir = join(srv.dataDir, 'uploads');
+    const out: string[] = [];
+    for (const name of await readdir(dir).catch(() => [] as string[])) {
+      if (!name.startsWith(shareId)) continue;
+      const inside = await readdir(join(dir, name)).catch(() => [] as string[]);
+      if (inside.some((f) => f !== 'done')) out.push(name);
+    }
+    return out;
+  }
+  const uploads = new Set<string>();
+  for (const k of keys) {
+    const m = /^uploads\/([^/]+)\/([^/]+)\//.exec(k);
+    if (m && m[1]!.startsWith(shareId)) uploads.add(`${m[1]}/${m[2]}`);
+  }
+  return [...uploads];
+}
+
+/** Temporary files of requests in progress (chunk bodies): none once every request is done. */
+export async function incomingFiles(srv: TestServer): Promise<string[]> {
+  return walkFiles(join(srv.dataDir, 'incoming'));
+}
+
+/**
+ * Everything the server keeps as metadata, as text: db.json and db.journal, or every table of
+ * its PostgreSQL database as JSON. For checks that no secret (a password, a link's token) is
+ * stored.
+ */
+export async function metadataText(srv: TestServer): Promise<string> {
+  if (!srv.database) {
+    const read = (f: string) => readFile(join(srv.dataDir, f), 'utf8').catch(() => '');
+    return (await read('db.json')) + (await read('db.journal'));
+  }
+  const { default: pg } = await import('pg');
+  const client = new pg.Client({ connectionString: srv.database });
+  await client.connect();
+  try {
+    const tables = await client.query<{ table_name: string }>(
+      "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'",
+    );
+    let text = '';
+    for (const { table_name } of tables.rows) {
+      const rows = await client.query<{ j: string | null }>(
+        `SELECT json_agg(t)::text AS j FROM "${table_name.replace(/"/g, '""')}" t`,
+      );
+      text += `${table_name}: ${rows.rows[0]?.j ?? '[]'}\n`;
+    }
+    return text;
+  } finally {
+    await client.end();
+  }
 }

@@ -20,6 +20,9 @@ import {
 import { sendContent } from './content.js';
 import { findShare, isAdmin } from './shares.js';
 
+/** Resume windows are kept as seconds after this (2023-11-14), so they fit a 32-bit count. */
+const WINDOW_EPOCH_S = 1_700_000_000;
+
 /** How long a correct link password is remembered by the browser that gave it. */
 const GRANT_SECONDS = 3600;
 const TOKEN = /^[A-Za-z0-9_-]{22,128}$/;
@@ -228,9 +231,11 @@ export function linkRoutes(ctx: Context): Router {
   );
 
   /**
-   * Link id and client address of counted downloads, each kept for limits.linkResumeWindowMs:
-   * a ranged request within it continues that download. In a limiter's store, so that with a
-   * shared database every server knows it (and a resume may reach any of them).
+   * Link id and client address of counted downloads → the end of their resume window (a ranged
+   * request before it continues that download), kept in a limiter's store so that with a shared
+   * database every server knows it and a resume may reach any of them. The entry's points hold
+   * the window's end in seconds (after WINDOW_EPOCH_S, to stay a small integer) by the server's
+   * clock; the store forgets it a little after the window, in real time.
    */
   const windowSeconds = Math.max(1, Math.ceil(limits.linkResumeWindowMs / 1000));
   const continuing = ctx.limiter('link-resume', 1, windowSeconds);
@@ -245,7 +250,7 @@ export function linkRoutes(ctx: Context): Router {
   const continues = async (req: Request, link: LinkRecord, start: number) => {
     if (start <= 0) return false;
     const seen = await continuing.get(continuationKey(link, req));
-    return seen !== null && seen.msBeforeNext > 0;
+    return seen !== null && (seen.consumedPoints + WINDOW_EPOCH_S) * 1000 >= clock();
   };
 
   const countDownload = async (req: Request, link: LinkRecord, start: number) => {
@@ -259,7 +264,8 @@ export function linkRoutes(ctx: Context): Router {
         throw err;
       }
     }
-    await continuing.set(continuationKey(link, req), 1, windowSeconds);
+    const until = Math.floor((clock() + limits.linkResumeWindowMs) / 1000) - WINDOW_EPOCH_S;
+    await continuing.set(continuationKey(link, req), until, windowSeconds + 60);
   };
 
   /** The link of a token, checked for expiry; the download limit is checked by the caller. */
