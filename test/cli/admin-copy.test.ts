@@ -63,10 +63,7 @@ async function seed(): Promise<Seeded> {
     await createShareWithContent(base, bob.token, 'empty.bin', Buffer.alloc(0)),
     await createShare(base, bob.token, 'never-uploaded.iso'),
   ];
-  expectStatus(
-    await patch(base, `/files/${ids[1]}`, { token: adminToken, json: { locked: true } }),
-    200,
-  );
+  expectStatus(await post(base, `/files/${ids[1]}/lock`, { token: adminToken }), 200);
   expectStatus(
     await patch(base, `/files/${ids[0]}`, { token: bob.token, json: { expires_in: 86400 } }),
     200,

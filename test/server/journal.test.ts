@@ -1,13 +1,19 @@
 // Metadata durability (issue 8): a change is acknowledged only once appended in full and fsynced
 // to db.journal. Replay drops only a torn last line (and says so); any other damage stops the
 // start with the file and line and the way out (--repair), which keeps every valid entry.
+import { randomUUID } from 'node:crypto';
 import { cp, mkdtemp, readFile, readdir, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createServer } from '../../src/server/index.js';
 import { encodeLine } from '../../src/server/store/journal.js';
-import { DamagedMetadataError } from '../../src/server/store/index.js';
+import {
+  DamagedMetadataError,
+  DuplicateUserError,
+  MissingRecordError,
+} from '../../src/server/store/index.js';
+import { LowdbStore } from '../../src/server/store/lowdb.js';
 import { createShare, get, getShare } from '../helpers/http.js';
 import { ensureBuilt, serve, stop } from '../helpers/serve.js';
 import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
@@ -170,5 +176,50 @@ describe('damage that is not a torn end', () => {
       max_downloads: null,
     });
     expect(await getShare(repaired.url, token, ids[0]!)).toMatchObject({ locked: false });
+  });
+});
+
+describe('changes made one right after another (a change resumed by the previous one)', () => {
+  const user = (name: string) => ({
+    id: randomUUID(),
+    username: name,
+    permissions: [],
+    register_date: '2026-11-23T00:00:00.000000',
+    password_hash: 'x',
+    token_gen: 0,
+    quota: null,
+  });
+
+  // Guards: a change made by code that the previous change's acknowledgement resumed is written
+  // (and acknowledged) at once, not left waiting for some later change. It once waited forever,
+  // which hung `fshare admin export` (adding users one after another) with nothing else to do.
+  it('each is durable and acknowledged without a later change to push it out', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'fshare-sequential-'));
+    const store = await LowdbStore.open(dir, { log: () => undefined });
+    const names = Array.from({ length: 20 }, (_, i) => `seq-${i}`);
+    // Each awaited directly, as `admin export` adds users: no other change ever comes along.
+    const all = (async () => {
+      for (const name of names) await store.addUser(user(name));
+      return 'written';
+    })();
+    const late = new Promise((resolve) => setTimeout(() => resolve('stuck'), 5000).unref());
+    expect(await Promise.race([all, late])).toBe('written');
+    await store.close();
+    const again = await LowdbStore.open(dir, { log: () => undefined });
+    expect((await again.listUsers(0, 100)).map((u) => u.username)).toEqual(names);
+    await again.close();
+  });
+
+  it('a refused change is a rejected promise, never a synchronous throw', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'fshare-refused-'));
+    const store = await LowdbStore.open(dir, { log: () => undefined });
+    await store.addUser(user('taken'));
+    let promise: Promise<void> | undefined;
+    expect(() => (promise = store.addUser(user('taken')))).not.toThrow();
+    await expect(promise).rejects.toBeInstanceOf(DuplicateUserError);
+    await expect(store.updateShare(randomUUID(), { locked: true })).rejects.toBeInstanceOf(
+      MissingRecordError,
+    );
+    await store.close();
   });
 });

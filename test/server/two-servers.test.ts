@@ -66,7 +66,9 @@ describe('two servers on one database and bucket', () => {
   it('start together on a new database with one administrator and one signing secret', async () => {
     const users = await get(b.url, '/users', { token: admin });
     expectStatus(users, 200);
-    expect((users.body as { username: string }[]).map((u) => u.username)).toEqual([ADMIN.username]);
+    expect((users.body.data as { username: string }[]).map((u) => u.username)).toEqual([
+      ADMIN.username,
+    ]);
     // A token signed by one is accepted by the other: the secret is the database's.
     expectStatus(await get(b.url, '/whoami', { token: admin }), 200);
   });
@@ -106,10 +108,14 @@ describe('two servers on one database and bucket', () => {
     expect([x.status, y.status].sort()).toEqual([200, 201]);
     const res = await get(b.url, `/files/${id}/content`, { token: admin });
     expect(sha256hex(res.buf)).toBe(sha256hex(data));
-    // A late chunk of the finished upload is refused by either server.
-    expectFail(
-      await sendChunk(b.url, admin, id, { dzuuid, index: 1, total: 4, data: chunks[1]! }),
-      409,
+    // A late chunk of the finished upload is refused by either server (the share has content).
+    for (const server of [a.url, b.url])
+      expectFail(
+        await sendChunk(server, admin, id, { dzuuid, index: 1, total: 4, data: chunks[1]! }),
+        423,
+      );
+    expect(sha256hex((await get(a.url, `/files/${id}/content`, { token: admin })).buf)).toBe(
+      sha256hex(data),
     );
   });
 

@@ -400,7 +400,11 @@ export class LowdbStore implements MetadataStore {
     // Copied into the line first: the state keeps the op's objects and changes them later.
     const seq = this.state.data.seq + 1;
     const line = encodeLine({ seq, ...op } as Entry);
-    this.state.apply(op); // throws, having changed nothing, when the change cannot apply
+    try {
+      this.state.apply(op); // throws, having changed nothing, when the change cannot apply
+    } catch (err) {
+      return Promise.reject(err as Error); // a refused change is a rejection, like any other
+    }
     this.state.data.seq = seq;
     return new Promise<void>((resolve, reject) => {
       this.pending.push({ line, resolve, reject });
@@ -412,6 +416,9 @@ export class LowdbStore implements MetadataStore {
   flush(): Promise<void> {
     this.writing ??= this.writeLoop().finally(() => {
       this.writing = null;
+      // A change made after the loop's last look (by code its last batch resumed) was handed
+      // this ending loop by flush(): it is written now, not whenever the next change comes.
+      if (this.pending.length > 0) void this.flush();
     });
     return this.writing;
   }
