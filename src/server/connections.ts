@@ -28,6 +28,8 @@ export function createHttpServer(
   app: http.RequestListener,
   limits: Limits,
   log: (line: string) => void,
+  /** Trusted proxies: many clients' connections come from one of them, so no per-address limit. */
+  isProxy: (address: string) => boolean = () => false,
 ): http.Server {
   const server = http.createServer(
     {
@@ -70,7 +72,7 @@ export function createHttpServer(
       socket.destroy();
       return;
     }
-    if (fromThere >= limits.maxConnectionsPerAddress) {
+    if (fromThere >= limits.maxConnectionsPerAddress && !isProxy(address)) {
       say(
         `address ${address}`,
         `refusing connections from ${address}: ${fromThere} are open (the limit per address, --max-connections-per-address)`,

@@ -4,6 +4,7 @@ import type { RequestListener, Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import express, { type Express, type RequestHandler } from 'express';
+import proxyaddr from 'proxy-addr';
 import { RateLimiterMemory, type RateLimiterAbstract } from 'rate-limiter-flexible';
 import { PERMISSIONS } from '../shared/permissions.js';
 import { isoNoZone } from '../shared/dates.js';
@@ -88,7 +89,7 @@ function requestLog(log: (entry: RequestEntry) => void): RequestHandler {
     res.on('close', () => {
       log({
         time: new Date().toISOString(),
-        remote: socket.remoteAddress ?? '-',
+        remote: req.ip ?? socket.remoteAddress ?? '-',
         method: req.method,
         // Never the query string (where a secret would go), never a link's token.
         path: redactLinkPath(req.originalUrl.replace(/\?.*$/s, ''), res.locals.linkId),
@@ -100,6 +101,13 @@ function requestLog(log: (entry: RequestEntry) => void): RequestHandler {
     });
     next();
   };
+}
+
+/** Whether a connection's address is one of the trusted proxies (`trustProxy`). */
+function trustedProxies(options: ServerOptions): (address: string) => boolean {
+  if (!options.trustProxy?.length) return () => false;
+  const trust = proxyaddr.compile(options.trustProxy);
+  return (address) => trust(address, 0);
 }
 
 /** The plain one-line form of a request entry. */
@@ -162,7 +170,13 @@ export async function createServer(options: ServerOptions): Promise<FshareServer
   };
   let bound: { server: Server; url: string; port: number } | undefined;
   if (options.bind)
-    bound = await bindHttp((req, res) => handler(req, res), limits, log, options.bind);
+    bound = await bindHttp(
+      (req, res) => handler(req, res),
+      limits,
+      log,
+      options.bind,
+      trustedProxies(options),
+    );
   try {
     return await openServer(options, dataDir, limits, log, bound, (app) => (handler = app));
   } catch (err) {
@@ -177,9 +191,10 @@ function bindHttp(
   limits: Limits,
   log: (line: string) => void,
   { port, host }: { port: number; host: string },
+  isProxy: (address: string) => boolean,
 ): Promise<{ server: Server; url: string; port: number }> {
   return new Promise((resolve, reject) => {
-    const s = createHttpServer(listener, limits, log);
+    const s = createHttpServer(listener, limits, log, isProxy);
     s.once('error', reject);
     s.listen(port, host, () => {
       s.off('error', reject);
@@ -291,6 +306,11 @@ async function openServer(
   app.disable('x-powered-by');
   app.set('etag', false);
   app.set('query parser', 'simple');
+  // req.ip: the client's address, from X-Forwarded-For only when a trusted proxy sent it.
+  app.set(
+    'trust proxy',
+    options.trustProxy?.length ? proxyaddr.compile(options.trustProxy) : false,
+  );
   if (options.requestLog) app.use(requestLog(options.requestLog));
   else if (options.log) {
     const line = options.log;
@@ -316,7 +336,7 @@ async function openServer(
     generatedAdmin,
     async listen(port, host) {
       if (bound) return { url: bound.url, port: bound.port }; // bound before the data was opened
-      const b = await bindHttp(app, limits, log, { port, host });
+      const b = await bindHttp(app, limits, log, { port, host }, trustedProxies(options));
       server = b.server;
       return { url: b.url, port: b.port };
     },

@@ -43,6 +43,13 @@ export interface ServerOptions {
    * injectable for tests.
    */
   clock?: () => number;
+  /**
+   * Load balancers and proxies in front of the server (addresses, CIDR ranges, or `loopback`,
+   * `linklocal`, `uniquelocal`): for a request from one of them, the client's address is taken
+   * from `X-Forwarded-For`, for the per-address limits, link resumes and the request log; and
+   * the per-address connection limit does not apply to them. Default: none.
+   */
+  trustProxy?: string[];
   /** Any of the limits of limits.ts, to change its default. */
   limits?: Partial<Limits>;
   /** Receives one line per request (method, path, status, ms); absent: no request log. */

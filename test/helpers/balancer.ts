@@ -46,7 +46,14 @@ export async function startBalancer(upstreams: string[]): Promise<Balancer> {
         port: target.port,
         method: req.method,
         path: req.url,
-        headers: { ...forwardable(req.headers), host: req.headers.host ?? target.host },
+        headers: {
+          ...forwardable(req.headers),
+          host: req.headers.host ?? target.host,
+          // As production balancers do; the servers trust it from loopback (`trustProxy`).
+          'x-forwarded-for': [req.headers['x-forwarded-for'], req.socket.remoteAddress]
+            .filter(Boolean)
+            .join(', '),
+        },
         agent: agents[i],
       },
       (up) => {

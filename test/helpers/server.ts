@@ -68,6 +68,8 @@ export async function startServer(options: Partial<ServerOptions> = {}): Promise
     ...options,
     dataDir,
   };
+  // Behind the balancer, each server learns the client's address from X-Forwarded-For.
+  if (BACKEND === 'two-servers') base.trustProxy = ['loopback'];
   const server = await createServer(base);
   let { url } = await server.listen(0, '127.0.0.1');
   // The second server of `two-servers`: same database and bucket, its own temp space.

@@ -1,5 +1,6 @@
 import { resolve } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
+import proxyaddr from 'proxy-addr';
 import { parseChunkSize, parseDuration } from '../args.js';
 import type { RequestEntry } from '../../server/options.js';
 import { backendOptions, describeBackends } from '../backends.js';
@@ -27,6 +28,7 @@ interface ServeOptions {
   storage?: string;
   s3Endpoint?: string;
   s3ForcePathStyle?: boolean;
+  trustProxy?: string[];
 }
 
 function port(value: string): number {
@@ -55,6 +57,23 @@ function duration(value: string): number {
   } catch {
     throw new InvalidArgumentError('expected a duration such as 7d, 12h or 3600');
   }
+}
+
+/** Addresses, CIDR ranges and proxy-addr's names (loopback, linklocal, uniquelocal). */
+function proxyList(value: string): string[] {
+  const list = value
+    .split(',')
+    .map((a) => a.trim())
+    .filter(Boolean);
+  try {
+    proxyaddr.compile(list);
+  } catch {
+    throw new InvalidArgumentError(
+      'expected addresses or CIDR ranges, comma-separated (10.0.0.0/8,192.168.1.5), or loopback',
+    );
+  }
+  if (list.length === 0) throw new InvalidArgumentError('expected at least one address');
+  return list;
 }
 
 /** An http(s) URL, kept without a trailing slash. */
@@ -134,6 +153,14 @@ export function registerServe(program: Command): void {
     .addOption(backendOptions.storage())
     .addOption(backendOptions.s3Endpoint())
     .addOption(backendOptions.s3ForcePathStyle())
+    .addOption(
+      new Option(
+        '--trust-proxy <addresses>',
+        'load balancers in front (comma-separated addresses, CIDRs, or loopback): the client address comes from their X-Forwarded-For',
+      )
+        .env('FSHARE_TRUST_PROXY')
+        .argParser(proxyList),
+    )
     .option('-q, --quiet', 'no request log')
     .addOption(
       new Option('--log-format <format>', 'request log: one line per request, or one JSON object')
@@ -193,6 +220,7 @@ Examples:
         storage: opts.storage,
         s3Endpoint: opts.s3Endpoint,
         s3ForcePathStyle: opts.s3ForcePathStyle,
+        trustProxy: opts.trustProxy,
         repair: opts.repair,
         requestLog: opts.quiet ? undefined : requestLogger(opts.logFormat),
         notice,

@@ -6,9 +6,12 @@ import { route, success } from '../http.js';
 import type { UserRecord } from '../store/index.js';
 import { onlyFields, requireFields, requireObject, stringField } from '../validate.js';
 
-/** The address failed sign-ins are counted against. */
+/**
+ * The client's address: failed sign-ins, link passwords and link resumes are counted against it.
+ * Behind a trusted proxy (`trustProxy`), the one it forwarded; otherwise the connection's.
+ */
 export function clientAddress(req: Request): string {
-  return req.socket.remoteAddress ?? 'unknown';
+  return req.ip ?? req.socket.remoteAddress ?? 'unknown';
 }
 
 export function authRoutes({ store, tokens, passwords, throttle }: Context): Router {

@@ -17,6 +17,7 @@ import {
   requireObject,
   stringField,
 } from '../validate.js';
+import { clientAddress } from './auth.js';
 import { sendContent } from './content.js';
 import { findShare, isAdmin } from './shares.js';
 
@@ -239,8 +240,7 @@ export function linkRoutes(ctx: Context): Router {
    */
   const windowSeconds = Math.max(1, Math.ceil(limits.linkResumeWindowMs / 1000));
   const continuing = ctx.limiter('link-resume', 1, windowSeconds);
-  const continuationKey = (link: LinkRecord, req: Request) =>
-    `${link.id}\0${req.socket.remoteAddress ?? ''}`;
+  const continuationKey = (link: LinkRecord, req: Request) => `${link.id}\0${clientAddress(req)}`;
 
   /**
    * Counts a download as its answer starts (docs/API.md, "Counting downloads"): a request for
@@ -377,7 +377,7 @@ export function linkRoutes(ctx: Context): Router {
       if (link.password_hash !== null) {
         const body = (req.body ?? {}) as Record<string, unknown>;
         const password = typeof body.password === 'string' ? body.password : '';
-        const key = `${link.id}\0${req.socket.remoteAddress ?? ''}`;
+        const key = `${link.id}\0${clientAddress(req)}`;
         const seen = await guesses.get(key);
         if (seen && seen.consumedPoints >= guesses.points && seen.msBeforeNext > 0)
           throw new HttpError(
