@@ -6,7 +6,9 @@
  * Points: journal.mid-write, journal.before-fsync, compact.after-rename, chunk.mid-body,
  * chunk.before-record, chunk.after-record, complete.after-link, complete.after-publish,
  * complete.after-tombstone, link.after-count (a share-link download counted durably, before any
- * header of its answer).
+ * header of its answer); with S3 storage, s3.before-publish (content assembled under a new name
+ * and its publishing record written) and s3.after-publish (recorded in the metadata, before the
+ * upload's tombstone and clean-up).
  */
 const spec = /^([a-z.-]+)(?::(\d+))?$/.exec(process.env.FSHARE_FAULT ?? '');
 const armed = spec?.[1];

@@ -38,6 +38,11 @@ export const ADMIN = { username: 'admin', password: 'admin-password-123' };
 
 export interface TestServer {
   url: string;
+  /**
+   * The first server itself, not the balancer in front of it (two-servers): for tests of one
+   * server's connections (raw sockets, slow clients), which a balancer would answer instead.
+   */
+  direct: string;
   dataDir: string;
   /** With PostgreSQL (the postgres-s3 and two-servers configurations): its URL. */
   database?: string;
@@ -72,6 +77,7 @@ export async function startServer(options: Partial<ServerOptions> = {}): Promise
   if (BACKEND === 'two-servers') base.trustProxy = ['loopback'];
   const server = await createServer(base);
   let { url } = await server.listen(0, '127.0.0.1');
+  const direct = url;
   // The second server of `two-servers`: same database and bucket, its own temp space.
   let second: { server: FshareServer; dataDir: string } | undefined;
   let balancer: Balancer | undefined;
@@ -85,6 +91,7 @@ export async function startServer(options: Partial<ServerOptions> = {}): Promise
   }
   return {
     url,
+    direct,
     dataDir,
     database: base.database,
     storage: base.storage,
@@ -178,9 +185,16 @@ export async function storedUploads(srv: TestServer, shareId = ''): Promise<stri
   return [...uploads];
 }
 
-/** Temporary files of requests in progress (chunk bodies): none once every request is done. */
+/**
+ * Temporary files of requests in progress (chunk bodies), on every server of the test (with
+ * two servers, the second one's data directory is `<dataDir>-second`): none once every request
+ * is done.
+ */
 export async function incomingFiles(srv: TestServer): Promise<string[]> {
-  return walkFiles(join(srv.dataDir, 'incoming'));
+  const files = await walkFiles(join(srv.dataDir, 'incoming'));
+  if (BACKEND === 'two-servers')
+    files.push(...(await walkFiles(join(`${srv.dataDir}-second`, 'incoming'))));
+  return files;
 }
 
 /**

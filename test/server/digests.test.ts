@@ -23,7 +23,7 @@ import {
   upload,
   verifyAllContent,
 } from '../helpers/http.js';
-import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
+import { ADMIN, BACKEND, login, startServer, type TestServer } from '../helpers/server.js';
 
 const FIXTURES = join(dirname(fileURLToPath(import.meta.url)), '..', 'fixtures');
 const base64 = (hex: string) => Buffer.from(hex, 'hex').toString('base64');
@@ -130,79 +130,83 @@ it('is computed while the bytes arrive: no upload ever needs a second pass', asy
   }
 });
 
-describe('a data directory of fshare 0.1', () => {
-  for (const fixture of ['v0.1-clean', 'v0.1-crashed']) {
-    it(`${fixture}: opens, computes every digest in the background, and finishes 0.1's uploads`, async () => {
-      const dataDir = await mkdtemp(join(tmpdir(), `fshare-${fixture}-`));
-      await cp(join(FIXTURES, fixture), dataDir, { recursive: true });
-      const info = JSON.parse(await readFile(join(FIXTURES, `${fixture}.json`), 'utf8')) as {
-        shares: Record<string, string>;
-      };
-      const srv = await startServer({ dataDir, secret: undefined, notice: () => undefined });
-      try {
-        const token = await login(srv.url, ADMIN.username, ADMIN.password);
-        // The digests of old content appear without anyone asking (a background migration).
-        const deadline = Date.now() + 10_000;
-        for (;;) {
-          const shares = await allShares(srv.url, token);
-          if (shares.every((s) => !s.initialized || s.sha256)) break;
-          if (Date.now() > deadline) throw new Error('the old content was never digested');
-          await new Promise((r) => setTimeout(r, 50));
+// The fixtures are fshare 0.1 data directories (db.json, content/, uploads/), which only the
+// embedded store and file storage open.
+if (BACKEND === 'embedded') {
+  describe('a data directory of fshare 0.1', () => {
+    for (const fixture of ['v0.1-clean', 'v0.1-crashed']) {
+      it(`${fixture}: opens, computes every digest in the background, and finishes 0.1's uploads`, async () => {
+        const dataDir = await mkdtemp(join(tmpdir(), `fshare-${fixture}-`));
+        await cp(join(FIXTURES, fixture), dataDir, { recursive: true });
+        const info = JSON.parse(await readFile(join(FIXTURES, `${fixture}.json`), 'utf8')) as {
+          shares: Record<string, string>;
+        };
+        const srv = await startServer({ dataDir, secret: undefined, notice: () => undefined });
+        try {
+          const token = await login(srv.url, ADMIN.username, ADMIN.password);
+          // The digests of old content appear without anyone asking (a background migration).
+          const deadline = Date.now() + 10_000;
+          for (;;) {
+            const shares = await allShares(srv.url, token);
+            if (shares.every((s) => !s.initialized || s.sha256)) break;
+            if (Date.now() > deadline) throw new Error('the old content was never digested');
+            await new Promise((r) => setTimeout(r, 50));
+          }
+          const shares = await verifyAllContent(srv.url, token);
+          expect(shares.size).toBe(Object.keys(info.shares).length);
+          const bytes = (n: number, seed: number) =>
+            Buffer.from(Array.from({ length: n }, (_, i) => (i * 31 + seed) & 255));
+          expect(
+            (await content(srv.url, token, info.shares.placed!)).equals(bytes(300_000, 1)),
+          ).toBe(true);
+          expect(
+            (await content(srv.url, token, info.shares.joined!)).equals(bytes(50_000, 7)),
+          ).toBe(true);
+          // 0.1's unfinished uploads: chunks 0 and 2 of a placed one, chunk 1 of a loose one.
+          const pending = bytes(30_000, 3);
+          const alice = await login(srv.url, 'alice', 'alice-pw');
+          expectStatus(
+            await sendParts(srv.url, alice, info.shares.pendingPlaced!, [
+              { name: 'dzuuid', value: 'u-pending-placed' },
+              { name: 'dzchunkindex', value: '1' },
+              { name: 'dztotalchunks', value: '3' },
+              { name: 'dzchunkbyteoffset', value: '10000' },
+              { name: 'upload', filename: 'blob', data: pending.subarray(10_000, 20_000) },
+            ]),
+            201,
+          );
+          expect((await content(srv.url, token, info.shares.pendingPlaced!)).equals(pending)).toBe(
+            true,
+          );
+          for (const index of [0, 2]) {
+            const res = await sendChunk(srv.url, alice, info.shares.pendingLoose!, {
+              dzuuid: 'u-pending-loose',
+              index,
+              total: 3,
+              data: pending.subarray(index * 10_000, (index + 1) * 10_000),
+            });
+            expectStatus(res, index === 2 ? 201 : 200);
+          }
+          expect((await content(srv.url, token, info.shares.pendingLoose!)).equals(pending)).toBe(
+            true,
+          );
+          await verifyAllContent(srv.url, token);
+        } finally {
+          await srv.close();
         }
-        const shares = await verifyAllContent(srv.url, token);
-        expect(shares.size).toBe(Object.keys(info.shares).length);
-        const bytes = (n: number, seed: number) =>
-          Buffer.from(Array.from({ length: n }, (_, i) => (i * 31 + seed) & 255));
-        expect((await content(srv.url, token, info.shares.placed!)).equals(bytes(300_000, 1))).toBe(
-          true,
-        );
-        expect((await content(srv.url, token, info.shares.joined!)).equals(bytes(50_000, 7))).toBe(
-          true,
-        );
-        // 0.1's unfinished uploads: chunks 0 and 2 of a placed one, chunk 1 of a loose one.
-        const pending = bytes(30_000, 3);
-        const alice = await login(srv.url, 'alice', 'alice-pw');
-        expectStatus(
-          await sendParts(srv.url, alice, info.shares.pendingPlaced!, [
-            { name: 'dzuuid', value: 'u-pending-placed' },
-            { name: 'dzchunkindex', value: '1' },
-            { name: 'dztotalchunks', value: '3' },
-            { name: 'dzchunkbyteoffset', value: '10000' },
-            { name: 'upload', filename: 'blob', data: pending.subarray(10_000, 20_000) },
-          ]),
-          201,
-        );
-        expect((await content(srv.url, token, info.shares.pendingPlaced!)).equals(pending)).toBe(
-          true,
-        );
-        for (const index of [0, 2]) {
-          const res = await sendChunk(srv.url, alice, info.shares.pendingLoose!, {
-            dzuuid: 'u-pending-loose',
-            index,
-            total: 3,
-            data: pending.subarray(index * 10_000, (index + 1) * 10_000),
-          });
-          expectStatus(res, index === 2 ? 201 : 200);
+        // Everything, digests included, is there after a restart.
+        const again = await startServer({ dataDir });
+        try {
+          const token = await login(again.url, ADMIN.username, ADMIN.password);
+          const shares = await verifyAllContent(again.url, token);
+          expect([...shares.values()].every((s) => !s.initialized || s.sha256)).toBe(true);
+        } finally {
+          await again.close();
         }
-        expect((await content(srv.url, token, info.shares.pendingLoose!)).equals(pending)).toBe(
-          true,
-        );
-        await verifyAllContent(srv.url, token);
-      } finally {
-        await srv.close();
-      }
-      // Everything, digests included, is there after a restart.
-      const again = await startServer({ dataDir });
-      try {
-        const token = await login(again.url, ADMIN.username, ADMIN.password);
-        const shares = await verifyAllContent(again.url, token);
-        expect([...shares.values()].every((s) => !s.initialized || s.sha256)).toBe(true);
-      } finally {
-        await again.close();
-      }
-    });
-  }
-});
+      });
+    }
+  });
+}
 
 it('a fresh upload of a share keeps its digest across restarts', async () => {
   const srv = await startServer();

@@ -2,7 +2,7 @@
 // "Settings and identity": every server here runs on an injected clock (`clock: () => now`), so
 // time moves only when a test moves it. Links themselves are in links.test.ts.
 import { randomBytes } from 'node:crypto';
-import { readdir, readFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Link } from '../../src/shared/types.js';
@@ -22,7 +22,15 @@ import {
   upload,
   type Res,
 } from '../helpers/http.js';
-import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
+import {
+  ADMIN,
+  BACKEND,
+  login,
+  metadataText,
+  startServer,
+  storedContent,
+  type TestServer,
+} from '../helpers/server.js';
 
 const PERMS = ['CREATE', 'MODIFY', 'DELETE', 'LOCK', 'LIST', 'READ'];
 const HTML = { accept: 'text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8' };
@@ -99,12 +107,6 @@ function expectPage(res: Res, status: number): void {
   expect(res.headers['content-type']).toMatch(/^text\/html/);
   expect(String(res.headers['content-security-policy'])).toMatch(/^default-src 'none'; /);
   expect(res.headers['referrer-policy']).toBe('no-referrer');
-}
-
-/** Content files of a share in the data directory (content/<share>.<hex>). */
-async function contentFiles(dataDir: string, shareId: string): Promise<string[]> {
-  const names = await readdir(join(dataDir, 'content')).catch(() => [] as string[]);
-  return names.filter((n) => n.startsWith(shareId));
 }
 
 describe('link expiry', () => {
@@ -235,7 +237,7 @@ describe('share expiry', () => {
     expect(share.body.expires).toBe(iso(t0 + 60_000));
     const link = await makeLink(c.url, c.admin, id);
     expect(link.res.body.expires).toBe(iso(t0 + 60_000));
-    expect(await contentFiles(c.srv.dataDir, id)).toHaveLength(1);
+    expect(await storedContent(c.srv, id)).toHaveLength(1);
     expectStatus(await get(c.url, `/files/${id}/content`, { token: c.admin }), 200);
 
     c.tick(61);
@@ -258,7 +260,7 @@ describe('share expiry', () => {
     expect((await allShares(c.url, c.admin)).map((s) => s.share_id)).not.toContain(id);
     const links = await get(c.url, '/links?per_page=1000', { token: c.admin });
     expect((links.body.data as Link[]).map((l) => l.id)).not.toContain(link.id);
-    expect(await contentFiles(c.srv.dataDir, id)).toEqual([]);
+    expect(await storedContent(c.srv, id)).toEqual([]);
     expectFail(await get(c.url, link.path, { headers: JSON_ONLY }), 404);
 
     // The deletion is durable: even with the clock set back before the expiry, after a restart
@@ -267,13 +269,18 @@ describe('share expiry', () => {
     await c.restart();
     expectFail(await get(c.url, `/files/${id}`, { token: c.admin }), 404);
     expectFail(await get(c.url, link.path, { headers: JSON_ONLY }), 404);
-    const snapshot = await readFile(join(c.srv.dataDir, 'db.json'), 'utf8');
-    const journal = await readFile(join(c.srv.dataDir, 'db.journal'), 'utf8').catch(() => '');
-    const state = JSON.parse(snapshot) as { shares: { share_id: string }[]; links: unknown[] };
-    expect(state.shares.map((s) => s.share_id)).not.toContain(id);
-    // Anything the journal still says about it ends with its deletion.
-    const lines = journal.split('\n').filter((l) => l.includes(id));
-    if (lines.length) expect(lines.at(-1)).toContain('deleteShare');
+    if (BACKEND === 'embedded') {
+      const snapshot = await readFile(join(c.srv.dataDir, 'db.json'), 'utf8');
+      const journal = await readFile(join(c.srv.dataDir, 'db.journal'), 'utf8').catch(() => '');
+      const state = JSON.parse(snapshot) as { shares: { share_id: string }[]; links: unknown[] };
+      expect(state.shares.map((s) => s.share_id)).not.toContain(id);
+      // Anything the journal still says about it ends with its deletion.
+      const lines = journal.split('\n').filter((l) => l.includes(id));
+      if (lines.length) expect(lines.at(-1)).toContain('deleteShare');
+    } else {
+      // PostgreSQL keeps no history: no row of any table names the share any more.
+      expect(await metadataText(c.srv)).not.toContain(id);
+    }
   });
 
   it('a locked share expires too (an expiry is a deletion asked for in advance)', async () => {
@@ -287,7 +294,7 @@ describe('share expiry', () => {
     c.tick(31);
     expectFail(await get(c.url, `/files/${id}`, { token: c.admin }), 404);
     expect((await allShares(c.url, c.admin)).map((s) => s.share_id)).not.toContain(id);
-    expect(await contentFiles(c.srv.dataDir, id)).toEqual([]);
+    expect(await storedContent(c.srv, id)).toEqual([]);
   });
 
   it('expires: null (PATCH) keeps a share past its old expiry; PUT without expiry fields leaves it as it is', async () => {
@@ -316,7 +323,7 @@ describe('share expiry', () => {
     expectStatus(after, 200);
     expect(after.body.expires).toBeNull();
     expect((await allShares(c.url, c.admin)).map((s) => s.share_id)).toContain(id);
-    expect(await contentFiles(c.srv.dataDir, id)).toHaveLength(1);
+    expect(await storedContent(c.srv, id)).toHaveLength(1);
   });
 
   it('the sweeper survives a restart: a share that fell due while the server was down is gone before the first answer', async () => {
@@ -331,14 +338,13 @@ describe('share expiry', () => {
     const link = await makeLink(c.url, c.admin, id);
     await c.srv.close(false);
     c.tick(120);
-    const dataDir = c.srv.dataDir;
     // Still there while the server is down.
-    expect(await contentFiles(dataDir, id)).toHaveLength(1);
-    const srv = await startServer({ clock: c.now, dataDir });
+    expect(await storedContent(c.srv, id)).toHaveLength(1);
+    const srv = await startServer({ clock: c.now, dataDir: c.srv.dataDir });
     started.push(srv);
     // Swept during start: no request was needed.
-    expect(await contentFiles(dataDir, id)).toEqual([]);
-    expect(await contentFiles(dataDir, keep)).toHaveLength(1);
+    expect(await storedContent(srv, id)).toEqual([]);
+    expect(await storedContent(srv, keep)).toHaveLength(1);
     const admin = await login(srv.url, ADMIN.username, ADMIN.password);
     expectFail(await get(srv.url, `/files/${id}`, { token: admin }), 404);
     expectFail(await get(srv.url, link.path, { headers: JSON_ONLY }), 404);

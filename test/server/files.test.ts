@@ -21,7 +21,14 @@ import {
   upload,
   UUID,
 } from '../helpers/http.js';
-import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
+import {
+  ADMIN,
+  login,
+  startServer,
+  storedContent,
+  storedUploads,
+  type TestServer,
+} from '../helpers/server.js';
 
 const ALL = ['CREATE', 'MODIFY', 'DELETE', 'LOCK', 'LIST', 'ADMIN', 'READ'];
 const SHARE_KEYS = [
@@ -502,12 +509,15 @@ describe('DELETE /files/<id>', () => {
     const marker = `fshare-delete-marker-${randomUUID()}`;
     const data = Buffer.concat([Buffer.from(marker), randomBytes(5000), Buffer.from(marker)]);
     const id = await createShareWithContent(base, alice.token, 'gone.bin', data, 3);
-    expect((await filesContaining(srv.dataDir, marker)).length).toBeGreaterThan(0);
+    expect(await storedContent(srv, id)).toHaveLength(1);
     const res = await del(base, `/files/${id}`, { token: alice.token });
     expectStatus(res, 200);
     expect(res.body.status).toBe('success');
     expectFail(await get(base, `/files/${id}`, { token: alice.token }), 404);
     expectFail(await get(base, `/files/${id}/content`, { token: alice.token }), 404);
+    expect(await storedContent(srv, id)).toEqual([]);
+    expect(await storedUploads(srv, id)).toEqual([]);
+    // Nor is any copy of the bytes left among the server's files (temp files with S3).
     expect(await filesContaining(srv.dataDir, marker)).toEqual([]);
     const list = await get(base, '/files?per_page=1000', { token: alice.token });
     expect(list.body.data.map((s: { share_id: string }) => s.share_id)).not.toContain(id);
@@ -526,8 +536,9 @@ describe('DELETE /files/<id>', () => {
       }),
       200,
     );
-    expect((await filesContaining(srv.dataDir, marker)).length).toBeGreaterThan(0);
+    expect(await storedUploads(srv, id)).toHaveLength(1);
     expectStatus(await del(base, `/files/${id}`, { token: alice.token }), 200);
+    expect(await storedUploads(srv, id)).toEqual([]);
     expect(await filesContaining(srv.dataDir, marker)).toEqual([]);
   });
 

@@ -2,10 +2,8 @@
 // Dropzone's `dzchunkbyteoffset` is written in place, so completing the upload copies nothing.
 // Clients that do not send it (the reference's) keep working, also mixed within one upload.
 import { randomBytes, randomUUID } from 'node:crypto';
-import { readdir } from 'node:fs/promises';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
+import { ADMIN, login, startServer, storedUploads, type TestServer } from '../helpers/server.js';
 import {
   content,
   createShare,
@@ -73,9 +71,10 @@ describe('placed chunks', () => {
       size: data.length,
     });
     // Nothing of the upload is left behind but the record that refuses its late chunks.
-    const dirs = (await readdir(join(srv.dataDir, 'uploads'))).filter((d) => d.startsWith(id));
-    expect(dirs).toHaveLength(1);
-    expect(await readdir(join(srv.dataDir, 'uploads', dirs[0]!))).toEqual(['done']);
+    expect(await storedUploads(srv, id)).toEqual([]);
+    // (PUT: a POST to a share with content is refused before its upload is looked at.)
+    expectFail(await sendPlaced(id, { dzuuid, total: 7, ...chunks[3]! }, 'PUT'), 409);
+    expect(await storedUploads(srv, id)).toEqual([]);
   });
 
   it('a re-sent placed chunk replaces the earlier one and is not counted twice', async () => {

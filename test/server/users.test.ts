@@ -1,6 +1,4 @@
 // API.md "Users": login, extend, logout, password, and /users management.
-import { readFile } from 'node:fs/promises';
-import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -16,7 +14,7 @@ import {
   request,
   unique,
 } from '../helpers/http.js';
-import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
+import { ADMIN, login, metadataText, startServer, type TestServer } from '../helpers/server.js';
 
 const ALL = ['CREATE', 'MODIFY', 'DELETE', 'LOCK', 'LIST', 'ADMIN', 'READ'];
 const DATE = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?$/;
@@ -546,30 +544,30 @@ describe('password storage', () => {
     const password = `same-${randomUUID()}`;
     const a = await createUser(base, admin, ['READ'], unique('salt-a'), password);
     const b = await createUser(base, admin, ['READ'], unique('salt-b'), password);
-    // Metadata is db.json (snapshot) plus db.journal (changes since): read both.
-    const db = [
-      JSON.parse(await readFile(join(srv.dataDir, 'db.json'), 'utf8')),
-      ...(await readFile(join(srv.dataDir, 'db.journal'), 'utf8'))
-        .split('\n')
-        .filter(Boolean)
-        .map((line) => JSON.parse(line.slice(line.indexOf(' ') + 1))), // "<crc32> <json>"
-    ];
+    // Every user record as the metadata holds it: an object of its own in db.json (snapshot),
+    // in a db.journal entry (changes since), or a row of PostgreSQL's users table.
+    const text = await metadataText(srv);
     const records: Array<Record<string, unknown>> = [];
-    const visit = (node: unknown): void => {
-      if (Array.isArray(node)) node.forEach(visit);
-      else if (node && typeof node === 'object') {
-        const obj = node as Record<string, unknown>;
-        if (obj.username === a.username || obj.username === b.username) records.push(obj);
-        Object.values(obj).forEach(visit);
-      }
-    };
-    visit(db);
+    for (const name of [a.username, b.username]) {
+      const quoted = JSON.stringify(name).replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+      for (const m of text.matchAll(new RegExp(`\\{[^{}]*"username":${quoted}[^{}]*\\}`, 'g')))
+        records.push(JSON.parse(m[0]) as Record<string, unknown>);
+    }
     expect(records).toHaveLength(2);
     const stored = (r: Record<string, unknown>) =>
       JSON.stringify(
         Object.entries(r).filter(
           ([k]) =>
-            !['id', 'username', 'permissions', 'register_date', 'token_gen', 'quota'].includes(k),
+            ![
+              'id',
+              'seq',
+              'username',
+              'permissions',
+              'register_date',
+              'token_gen',
+              'quota',
+              'legacy_tokens',
+            ].includes(k),
         ),
       );
     const [ra, rb] = records as [Record<string, unknown>, Record<string, unknown>];
@@ -594,10 +592,8 @@ describe('password storage', () => {
       await patch(base, `/users/${user.username}`, { token: admin, json: { password: patched } }),
       200,
     );
-    // db.json and db.journal are where the metadata lives; check them explicitly, then every file.
-    const db =
-      (await readFile(join(srv.dataDir, 'db.json'), 'utf8')) +
-      (await readFile(join(srv.dataDir, 'db.journal'), 'utf8'));
+    // The metadata (db.json and db.journal, or PostgreSQL's tables) explicitly, then every file.
+    const db = await metadataText(srv);
     expect(db).toContain(user.username);
     for (const secret of [password, changed, patched, ADMIN.password]) {
       expect(db).not.toContain(secret);

@@ -200,6 +200,9 @@ export function contentRoutes(ctx: Context): Router {
             const current = await store.getShare(share.share_id);
             if (!current) throw Errors.shareNotFound();
             checkOwner(req, current);
+            // The same content published again (the storage finishing a completion a crash
+            // cut short after publishing): the upload did complete; nothing changes.
+            if (current.initialized && blobOf(current) === content.blob) return undefined;
             allowed(current);
             // Read before the update, which changes the record in place.
             const replaced = current.initialized ? blobOf(current) : undefined;

@@ -22,6 +22,7 @@ import {
   UploadPartCommand,
 } from '@aws-sdk/client-s3';
 import type { HashWorker } from '../../shared/hasher.js';
+import { fault } from '../faults.js';
 import { LIMITS } from '../limits.js';
 import {
   ChunkRefusedError,
@@ -85,6 +86,8 @@ interface UploadObjects {
   finished?: number;
   meta: boolean;
   multipart: boolean;
+  /** Its content was assembled and is being published (the record names it). */
+  publishing: boolean;
   /** The latest LastModified of its objects (ms). */
   newest: number;
 }
@@ -479,24 +482,45 @@ export class S3Storage implements ContentStorage {
         'invalid',
         `S3 holds at most 5 TiB; this upload has ${size} bytes`,
       );
-    const blob = `${upload.shareId}.${randomUUID()}`;
-    const key = this.key(`content/${blob}`);
-    const sha256 = await this.assemble(upload, objects, key, sources, size);
-    if (meta.sha256 && sha256 && meta.sha256 !== sha256) {
-      await this.remove([key]);
-      await this.finish(upload);
-      throw new ChunkRefusedError(
-        'digest',
-        `The uploaded bytes have sha256 ${sha256}, not the ${meta.sha256} that dzsha256 announced; the upload was discarded`,
-      );
+    // A completion cut short after its content was assembled (a crash before or during publish)
+    // left a record naming it: the same content is published again instead of being rebuilt, so
+    // the re-sent last chunk ends the upload as the first one would have.
+    const record = `${upload.dir}publishing`;
+    let content = objects.publishing ? parsePublishing(await this.getText(record)) : null;
+    let fresh = false;
+    if (content) {
+      const reader = await this.open(content.blob);
+      await reader?.close();
+      if (!reader || reader.size !== content.size) content = null;
     }
+    if (!content) {
+      const blob = `${upload.shareId}.${randomUUID()}`;
+      const key = this.key(`content/${blob}`);
+      const sha256 = await this.assemble(upload, objects, key, sources, size);
+      if (meta.sha256 && sha256 && meta.sha256 !== sha256) {
+        await this.remove([key]);
+        await this.finish(upload);
+        throw new ChunkRefusedError(
+          'digest',
+          `The uploaded bytes have sha256 ${sha256}, not the ${meta.sha256} that dzsha256 announced; the upload was discarded`,
+        );
+      }
+      content = { blob, size, sha256 };
+      fresh = true;
+      await this.putText(record, JSON.stringify(content));
+    }
+    const { blob } = content;
+    await fault('s3.before-publish');
     let replaced: string | undefined;
     try {
-      replaced = await publish({ blob, size, sha256 });
+      replaced = await publish(content);
     } catch (err) {
-      await this.remove([key]);
+      // Content published before the crash may be the share's now: only new content is dropped
+      // (unreferenced content of a republish is swept at a start, once it is an hour old).
+      await this.remove(fresh ? [this.contentKey(blob), record] : [record]);
       throw err;
     }
+    await fault('s3.after-publish');
     await this.finish(upload);
     if (replaced && replaced !== blob) await this.removeContent(replaced);
     return 'complete';
@@ -1204,7 +1228,14 @@ function checkName(name: string, what: string): void {
 }
 
 function emptyObjects(): UploadObjects {
-  return { chunks: new Map(), keys: [], meta: false, multipart: false, newest: 0 };
+  return {
+    chunks: new Map(),
+    keys: [],
+    meta: false,
+    multipart: false,
+    publishing: false,
+    newest: 0,
+  };
 }
 
 function addObject(
@@ -1217,6 +1248,25 @@ function addObject(
   if (/^\d+$/.test(name)) objects.chunks.set(Number(name), object.size);
   else if (name === 'meta') objects.meta = true;
   else if (name === 'multipart') objects.multipart = true;
+  else if (name === 'publishing') objects.publishing = true;
+}
+
+/** The content a `publishing` record names, or null when it is cut short or not ours. */
+function parsePublishing(text: string | null): NewContent | null {
+  if (text === null) return null;
+  try {
+    const c = JSON.parse(text) as NewContent;
+    if (
+      typeof c.blob === 'string' &&
+      /^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(c.blob) &&
+      Number.isSafeInteger(c.size) &&
+      typeof c.sha256 === 'string'
+    )
+      return c;
+  } catch {
+    // cut short: counts as absent
+  }
+  return null;
 }
 
 function parseMeta(text: string | null): Meta | null {
