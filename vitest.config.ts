@@ -17,6 +17,7 @@ const EMBEDDED_ONLY = [
   'test/server/postgres-store.test.ts',
   'test/server/s3-storage.test.ts',
   'test/server/two-servers.test.ts',
+  'test/server/s3-crash.test.ts',
 ];
 
 /** The server suite on PostgreSQL (a throwaway cluster) and s3rver, started by the setup. */

@@ -10,7 +10,7 @@
  * and its publishing record written) and s3.after-publish (recorded in the metadata, before the
  * upload's tombstone and clean-up).
  */
-const spec = /^([a-z.-]+)(?::(\d+))?$/.exec(process.env.FSHARE_FAULT ?? '');
+const spec = /^([a-z0-9.-]+)(?::(\d+))?$/.exec(process.env.FSHARE_FAULT ?? '');
 const armed = spec?.[1];
 let remaining = spec ? Number(spec[2] ?? 1) : 0;
 
