@@ -90,11 +90,20 @@ export function createHttpServer(
     });
   });
 
+  // Sockets with a request in progress: only a stall of one of those is worth a log line; an
+  // idle keep-alive connection (a balancer keeps many) simply ends.
+  const busy = new WeakSet<Socket>();
+  server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
+    busy.add(req.socket);
+    res.once('close', () => busy.delete(req.socket));
+  });
+
   server.on('timeout', (socket: Socket) => {
-    say(
-      'idle',
-      `closed a connection from ${socket.remoteAddress} that sent or read nothing for ${limits.idleTimeoutMs / 1000} s`,
-    );
+    if (busy.has(socket))
+      say(
+        'idle',
+        `closed a connection from ${socket.remoteAddress} that sent or read nothing for ${limits.idleTimeoutMs / 1000} s`,
+      );
     socket.destroy();
   });
 

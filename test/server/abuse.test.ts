@@ -201,6 +201,15 @@ describe('slow clients', () => {
     });
   });
 
+  it('an idle keep-alive connection is closed quietly: no stall is logged for it', async () => {
+    const socket = await connect(port, '127.0.6.2');
+    const ended = closed(socket);
+    socket.write('GET /whoami HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n');
+    const answer = await ended; // the server ends it after the idle timeout (2.5 s)
+    expect(answer).toMatch(/^HTTP\/1\.1 200 /);
+    expect(notices.join('\n')).not.toContain('127.0.6.2');
+  });
+
   it('a body that stops: the connection is closed and the chunk leaves nothing behind', async () => {
     const id = await createShare(srv.direct, admin, 'stalls.bin');
     const stalled = await stalledChunk(
