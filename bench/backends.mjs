@@ -81,6 +81,19 @@ export function usage(pid, { tree = false } = {}) {
   return { cpu: ticks / CLK_TCK, ...io };
 }
 
+/**
+ * The whole machine's CPU time so far, in seconds summed over all cores (/proc/stat): `busy`
+ * (user, nice, system, irq, softirq, steal) and `iowait`.
+ */
+export function machineCpu() {
+  const [, ...f] = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/);
+  const [user, nice, system, , iowait, irq, softirq, steal] = f.map(Number);
+  return {
+    busy: (user + nice + system + irq + softirq + (steal || 0)) / CLK_TCK,
+    iowait: iowait / CLK_TCK,
+  };
+}
+
 /** VmRSS and VmHWM of a live process, in bytes; null once it has gone. */
 export function memory(pid) {
   try {
@@ -191,7 +204,7 @@ async function postgresBin() {
  * A throwaway PostgreSQL cluster in a temp directory, trust authentication on 127.0.0.1, on a
  * free port; its socket in the same directory; pg_stat_statements loaded. initdb refuses root:
  * then everything runs as the `postgres` system user. Resolves with
- * `{ url, version, pid, createDatabase(name), statements(name), stop }`.
+ * `{ url, version, pid, createDatabase(name), statements(name), topStatements(name), stop }`.
  */
 export async function startPostgres() {
   const bin = await postgresBin();
@@ -279,6 +292,16 @@ export async function startPostgres() {
           [name],
         );
         return Number(rows[0].calls);
+      },
+      /** The `limit` statements run most often in database `name`: `[{ calls, query }]`. */
+      async topStatements(name, limit = 8) {
+        const { rows } = await admin.query(
+          `SELECT s.calls::bigint AS calls, regexp_replace(s.query, '\\s+', ' ', 'g') AS query
+             FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+            WHERE d.datname = $1 ORDER BY s.calls DESC LIMIT $2`,
+          [name, limit],
+        );
+        return rows.map((r) => ({ calls: Number(r.calls), query: r.query }));
       },
       stop: () => stop(),
     };
@@ -423,7 +446,14 @@ async function runBalancer(upstreams) {
         port: target.port,
         method: req.method,
         path: req.url,
-        headers: { ...forwardable(req.headers), host: req.headers.host ?? target.host },
+        headers: {
+          ...forwardable(req.headers),
+          host: req.headers.host ?? target.host,
+          // As production balancers do; the servers trust it (serve --trust-proxy loopback).
+          'x-forwarded-for': [req.headers['x-forwarded-for'], req.socket.remoteAddress]
+            .filter(Boolean)
+            .join(', '),
+        },
         agent: agents[i],
       },
       (up) => {

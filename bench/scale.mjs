@@ -20,7 +20,15 @@ import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
-import { S3_ENV, memory, startBalancer, startPostgres, startS3, usage } from './backends.mjs';
+import {
+  S3_ENV,
+  machineCpu,
+  memory,
+  startBalancer,
+  startPostgres,
+  startS3,
+  usage,
+} from './backends.mjs';
 import { fail, median, note, parseSize, sleep } from './common.mjs';
 import { startServe, stopServe } from './serve.mjs';
 
@@ -297,8 +305,10 @@ async function startConfig(key, backends, index) {
     };
   }
   // Two servers on one new database: the first one fully up (schema, administrator) first.
-  const a = await serve(`${key}-a`, args, env);
-  const b = await serve(`${key}-b`, args, env);
+  // Behind the balancer, as in production: client addresses from its X-Forwarded-For.
+  const behind = [...args, '--trust-proxy', 'loopback'];
+  const a = await serve(`${key}-a`, behind, env);
+  const b = await serve(`${key}-b`, behind, env);
   const balancer = await startBalancer([a.url, b.url], { nodeFlags: nodeFlags() });
   services.push({ stop: () => balancer.close() });
   return {
@@ -350,9 +360,11 @@ async function measured(cfg, fn) {
   // The statement counts are read outside the CPU window: the query is the benchmark's.
   const statements0 = cfg.dbName ? await backends.pg.statements(cfg.dbName) : null;
   const before = snapshot(cfg);
+  const machine0 = machineCpu();
   const t0 = performance.now();
   const result = await fn();
   const seconds = (performance.now() - t0) / 1000;
+  const machine1 = machineCpu();
   const after = snapshot(cfg);
   const statements = cfg.dbName ? (await backends.pg.statements(cfg.dbName)) - statements0 : null;
   const cpu = {};
@@ -366,7 +378,25 @@ async function measured(cfg, fn) {
     reached[c.name] = a.write - a.cancelled - (b.write - b.cancelled);
   }
   cpu.client = result.clientCpu ?? null;
-  return { ...result, seconds, cpu, written, reached, statements };
+  // The machine as a whole over the phase, in cores: all of it busy, and the part that is not
+  // this setup's processes (other sessions on the shared VM, the benchmark's own waiting).
+  const ours = Object.values(cpu).reduce((sum, x) => sum + (x ?? 0), 0);
+  const busy = machine1.busy - machine0.busy;
+  const machine = {
+    busy_cores: busy / seconds,
+    others_cores: Math.max(0, busy - ours) / seconds,
+    iowait_cores: (machine1.iowait - machine0.iowait) / seconds,
+  };
+  return {
+    ...result,
+    seconds,
+    seconds_: { wall: seconds },
+    cpu,
+    written,
+    reached,
+    statements,
+    machine,
+  };
 }
 
 async function settle() {
@@ -638,6 +668,8 @@ async function main() {
     }
   }
 
+  for (const cfg of configs)
+    if (cfg.dbName) cfg.topStatements = await backends.pg.topStatements(cfg.dbName);
   note('stopping the servers');
   for (const cfg of configs) {
     // What the servers wrote before shutdown (which they announce on stderr) is what counts.
@@ -680,19 +712,15 @@ function summarise(phase, runs) {
     Object.fromEntries(
       Object.keys(runs[0][field]).map((k) => [k, round(med((r) => r[field][k] ?? 0) / scale, d)]),
     );
+  const rates = runs.map((r) => r[rate]);
   // Statements per request of the client: per create, per upload or download of the file.
   const requests = phase === 'creates' ? opts.creates : phase === 'concurrent' ? opts.clients : 1;
   const statements = runs[0].statements === null ? null : med((r) => r.statements);
   return {
-    [rate]: round(
-      med((r) => r[rate]),
-      digits,
-    ),
-    runs: runs.map((r) => round(r[rate], digits)),
-    seconds: round(
-      med((r) => r.seconds),
-      2,
-    ),
+    [rate]: round(median(rates), digits),
+    runs: rates.map((x) => round(x, digits)),
+    seconds: perComponent('seconds_', 1, 2).wall,
+    machine: perComponent('machine', 1, 2),
     cpu_s: perComponent('cpu', 1, 2),
     cpu_per_unit: perComponent('cpu', units(phase), 2),
     unit: phase === 'creates' ? 'per 1,000 creates' : 'per GB',
@@ -751,6 +779,7 @@ function report(configs, facts) {
     );
     c.server_stderr = Object.fromEntries(cfg.servers.map((s) => [s.name, s.errorLines]));
     if (cfg.balancerTallies) c.balancer = cfg.balancerTallies;
+    if (cfg.topStatements) c.pg_top_statements = cfg.topStatements;
     out.configs[cfg.key] = c;
   }
   out.s3rver_errors = s3Lines;
@@ -818,6 +847,11 @@ function cpuTable(r, phase) {
     }),
   ]);
   rows.push(['wall time', ...keys.map((k) => `${r.configs[k][phase].seconds} s`)]);
+  const cores = (k) => {
+    const m = r.configs[k][phase].machine;
+    return `${m.busy_cores} (others ${m.others_cores}), iowait ${m.iowait_cores}`;
+  };
+  rows.push([`machine busy, cores of ${r.machine.nproc}`, ...keys.map(cores)]);
   const each = phase === 'creates' ? 'create' : phase === 'concurrent' ? 'upload' : 'transfer';
   if (keys.some((k) => r.configs[k][phase].pg_statements !== null))
     rows.push([
@@ -835,14 +869,17 @@ function cpuTable(r, phase) {
 function writesTable(r, phase) {
   const keys = Object.keys(r.configs).filter((k) => r.configs[k][phase]);
   const bytes = ((phase === 'concurrent' ? r.clients : 1) * r.size_bytes) / MB;
+  const ratio = (mb) => `${round(mb / bytes, 2)} ×`;
+  // PostgreSQL is left out: its write_bytes counts whole page-cache folios (up to 256 KB here)
+  // for each 8 KB WAL page a commit rewrites, far more than it writes.
   const rows = componentsOf(r, keys, phase)
-    .filter((n) => n !== 'client')
+    .filter((n) => n !== 'client' && n !== 'postgres')
     .map((n) => [
       n,
       ...keys.map((k) => {
         const f = r.configs[k][phase];
         if (f.written_mb[n] === undefined) return '–';
-        return `${f.written_mb[n]} / ${f.disk_mb[n]} (${round(f.written_mb[n] / bytes, 2)} ×)`;
+        return `${f.written_mb[n]} / ${f.disk_mb[n]} (${ratio(f.written_mb[n])})`;
       }),
     ]);
   return markdownTable(rows, ['MB written / reaching disk', ...labels(r, keys)]);
@@ -895,16 +932,26 @@ function memoryTable(r) {
 /** Errors and oddities seen on the way: servers' stderr, the balancer's statuses, s3rver. */
 function findings(r) {
   const out = [];
-  const clip = (l) => (l.length > 160 ? `${l.slice(0, 160)}…` : l);
-  for (const c of Object.values(r.configs)) {
-    for (const [n, lines] of Object.entries(c.server_stderr)) {
-      if (!lines.length) continue;
-      const distinct = [...new Set(lines.map((l) => l.replace(/\d+/g, 'N')))];
-      out.push(
-        `- ${c.label}, ${n}: ${lines.length} line(s) on stderr, e.g. \`${clip(lines[0])}\`` +
-          (distinct.length > 1 ? ` (${distinct.length} kinds)` : ''),
-      );
+  const clip = (l) => (l.length > 140 ? `${l.slice(0, 140)}…` : l);
+  // Lines grouped by what they say (numbers, ids and the phase aside), with where they came.
+  const grouped = (lines, kindOf) => {
+    const kinds = new Map();
+    for (const l of lines) {
+      const [, when, text] = /^\[([^\]]*)\] (.*)$/.exec(l) ?? [null, '?', l];
+      const kind = kindOf(text);
+      const k = kinds.get(kind) ?? { n: 0, example: text, phases: new Set() };
+      k.n++;
+      k.phases.add(when.replace(/, run \d+$| run \d+$/, '').replace(/^start-up of .*/, 'start-up'));
+      kinds.set(kind, k);
     }
+    return [...kinds.values()].map(
+      (k) => `${k.n} × \`${clip(k.example)}\` (${[...k.phases].join(', ')})`,
+    );
+  };
+  const plain = (text) => text.replace(/[0-9a-f-]{8,}/g, 'ID').replace(/\d+/g, 'N');
+  for (const c of Object.values(r.configs)) {
+    for (const [n, lines] of Object.entries(c.server_stderr))
+      for (const g of grouped(lines, plain)) out.push(`- ${c.label}, ${n} on stderr: ${g}`);
     if (c.balancer) {
       const { requests, statuses, errors } = c.balancer;
       out.push(
@@ -915,14 +962,14 @@ function findings(r) {
       );
     }
   }
-  if (r.client_stderr.length)
-    out.push(
-      `- CLIs wrote ${r.client_stderr.length} line(s) to stderr, e.g. \`${clip(r.client_stderr[0])}\``,
-    );
-  if (r.s3rver_errors.length)
-    out.push(
-      `- s3rver: ${r.s3rver_errors.length} internal error(s), e.g. \`${clip(r.s3rver_errors[0])}\``,
-    );
+  for (const g of grouped(r.client_stderr, (t) => plain(t.replace(/^[^:]*: /, ''))))
+    out.push(`- CLI on stderr: ${g}`);
+  // s3rver: by status, method, operation (the query's keys) and the error's first words.
+  const s3Kind = (t) => {
+    const m = /^s3rver: (\d+) (\S+) \S*?(\?[^:\s]*)?: (?:Error: )?([^,:|]*)/.exec(t);
+    return m ? `${m[1]} ${m[2]} ${(m[3] ?? '').replace(/=[^&]*/g, '')} ${m[4]}` : plain(t);
+  };
+  for (const g of grouped(r.s3rver_errors, s3Kind)) out.push(`- s3rver answered: ${g}`);
   return out;
 }
 
@@ -957,9 +1004,10 @@ function readmeSection(r, kept) {
     '',
     '`bench/scale.mjs` (`npm run bench:scale`) runs the same measurements, in one run, against',
     'three setups: the embedded server (`--data-dir`); one server with `--database postgres://…',
-    '--storage s3://… --s3-endpoint … --s3-force-path-style`; and two such servers on the same',
-    'database and bucket behind a round-robin balancer (`bench/backends.mjs`: each request to the',
-    'next server, bodies streamed both ways, keep-alive agents). PostgreSQL is a throwaway cluster',
+    '--storage s3://… --s3-endpoint … --s3-force-path-style`; and two such servers (plus',
+    '`--trust-proxy loopback`) on the same database and bucket behind a round-robin balancer',
+    '(`bench/backends.mjs`: each request to the next server, bodies streamed both ways, keep-alive',
+    'agents, `X-Forwarded-For` added). PostgreSQL is a throwaway cluster',
     "of Debian's binaries (initdb in a temp dir, trust on 127.0.0.1, PostgreSQL's default settings,",
     'so fsync and synchronous_commit on, plus pg_stat_statements to count statements). s3rver and',
     'the balancer run in child processes of their own, so their CPU is measured apart from the',
@@ -973,8 +1021,11 @@ function readmeSection(r, kept) {
     'the last exit). Each transfer starts after `sync` and 300 ms. CPU is utime + stime from',
     '`/proc/PID/stat` over the phase, per process (PostgreSQL: the postmaster, its children and',
     "its reaped children; clients by GNU time, the creates by the benchmark's own process);",
-    '"written" is `write_bytes` of `/proc/PID/io`, "reaching disk" the same less',
-    '`cancelled_write_bytes` (files deleted before write-back).',
+    '"machine busy" is all CPU time of `/proc/stat` over the phase, in cores, and "others" the',
+    'part of it not spent by the setup\'s processes (other sessions on the shared VM). "Written"',
+    'is `write_bytes` of `/proc/PID/io`, "reaching disk" the same less `cancelled_write_bytes`',
+    '(files deleted before write-back); PostgreSQL is left out of those tables, as its',
+    '`write_bytes` counts a whole page-cache folio (about 256 KiB here) for the WAL write of each commit.',
     '',
     '```sh',
     'npm run bench:scale                          # 256 MiB, 3 runs (builds dist/ first)',
@@ -1021,6 +1072,24 @@ function readmeSection(r, kept) {
   );
   if (Object.values(r.configs).some((c) => c.concurrent))
     lines.push('', `The same for ${r.clients} uploads at once:`, '', writesTable(r, 'concurrent'));
+  const top = Object.values(r.configs).filter((c) => c.pg_top_statements);
+  if (top.length)
+    lines.push(
+      '',
+      'The statements each PostgreSQL database ran most often over the whole run',
+      '(pg_stat_statements; BEGIN and COMMIT included):',
+      '',
+      markdownTable(
+        top.flatMap((c) =>
+          c.pg_top_statements.map((t) => [
+            c.label,
+            t.calls,
+            `\`${t.query.length > 90 ? `${t.query.slice(0, 90)}…` : t.query}\``,
+          ]),
+        ),
+        ['setup', 'calls', 'statement'],
+      ),
+    );
   lines.push('', 'Server resident set after each run:', '', memoryTable(r));
   const notes = findings(r);
   lines.push('', ...(notes.length ? notes : ['- No server wrote to stderr; no 5xx.']), '');
