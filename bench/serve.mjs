@@ -58,7 +58,13 @@ export async function stopServe(s, { children, note }) {
   if (s.exited === null) {
     const exited = new Promise((r) => s.child.once('exit', r));
     s.child.kill('SIGTERM');
-    const late = await Promise.race([exited.then(() => false), sleep(15_000).then(() => true)]);
+    // A cancellable wait: a plain sleep would keep the benchmark alive for 15 s after the end.
+    const giveUp = new AbortController();
+    const late = await Promise.race([
+      exited.then(() => false),
+      sleep(15_000, true, { signal: giveUp.signal }).catch(() => false),
+    ]);
+    giveUp.abort();
     if (late) {
       note('the server did not stop within 15 s of SIGTERM; killing it');
       s.child.kill('SIGKILL');
