@@ -2,7 +2,11 @@ import type { ErrorRequestHandler, RequestHandler } from 'express';
 import multer from 'multer';
 import { isOutOfSpace } from './fsutil.js';
 import { BusyError } from './passwords.js';
-import { ChunkRefusedError, InsufficientStorageError } from './storage/index.js';
+import {
+  ChunkRefusedError,
+  InsufficientStorageError,
+  StorageUnavailableError,
+} from './storage/index.js';
 import { DuplicateUserError, MissingRecordError } from './store/index.js';
 import { ThrottledError } from './throttle.js';
 
@@ -54,6 +58,13 @@ const CHUNK_STATUS: Record<ChunkRefusedError['reason'], number> = {
   digest: 422,
 };
 
+/**
+ * PostgreSQL's codes for a connection that failed or a server that is shutting down, starting
+ * or full (classes 08 and 57P, 53300), and the network's: the database is unreachable.
+ */
+const DATABASE_DOWN =
+  /^(08\d{3}|08P01|57P0[1-4]|53300|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|EAI_AGAIN)$/;
+
 /** Errors of the store and the storage, in HTTP terms; anything else is left as it is. */
 export function asHttpError(err: unknown): unknown {
   if (err instanceof HttpError) return err;
@@ -66,6 +77,10 @@ export function asHttpError(err: unknown): unknown {
   const code = (err as { code?: unknown } | null)?.code;
   if (code === 'EMFILE' || code === 'ENFILE')
     return Errors.overloaded('The server has too many open files right now; try again', 5);
+  if (err instanceof StorageUnavailableError)
+    return Errors.overloaded('The content storage is not answering right now; try again', 5);
+  if (typeof code === 'string' && DATABASE_DOWN.test(code))
+    return Errors.overloaded('The metadata database is not answering right now; try again', 5);
   if (err instanceof MissingRecordError)
     return err.kind === 'share' ? Errors.shareNotFound() : Errors.userNotFound();
   if (err instanceof DuplicateUserError) return Errors.userExists();
@@ -137,8 +152,11 @@ export function errorHandler(log?: (line: string) => void): ErrorRequestHandler 
         message = `Bad multipart body: ${e.message}`;
       }
     }
-    // A bug is worth a stack trace; a full disk (507) is an expected condition, said in a line.
+    // A bug is worth a stack trace; a full disk (507) is an expected condition, said in a line,
+    // and so is a database or object store that does not answer (503), with what it said.
     if (status === 500 && log) log(`error: ${err instanceof Error ? err.stack : String(err)}`);
+    else if (status === 503 && log && !(thrown instanceof HttpError))
+      log(`unavailable: ${thrown instanceof Error ? thrown.message : String(thrown)}`);
     else if (status === 507 && log) log(`refused with 507: ${message}`);
     // Headers a download set before failing must not describe the error body.
     res.removeHeader('Content-Disposition');

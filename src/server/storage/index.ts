@@ -145,3 +145,9 @@ export class ChunkRefusedError extends Error {
 
 /** Not enough free space for the body (or the disk is full). */
 export class InsufficientStorageError extends Error {}
+
+/**
+ * The content storage could not be reached or failed on its side (an object store's 5xx, a
+ * network error): the request is answered 503 with Retry-After, and nothing was changed.
+ */
+export class StorageUnavailableError extends Error {}

@@ -33,6 +33,7 @@ import {
   type Layout,
   type NewContent,
   type ReceivedChunk,
+  StorageUnavailableError,
 } from './index.js';
 import { MAX_OBJECT, MIN_PART, planParts } from './s3-parts.js';
 
@@ -105,8 +106,11 @@ interface UploadRef {
 /** A part of the new content: a staged object, or the local file of the chunk that completes it. */
 type Source = { size: number } & ({ file: string } | { key: string });
 
-/** An S3 request that failed; `code` is S3's error code (or a network error's). */
-class S3RequestError extends Error {
+/**
+ * An S3 request that failed; `code` is S3's error code (or a network error's). A failure on the
+ * object store's side or on the way to it is a StorageUnavailableError (503 for the client).
+ */
+class S3RequestError extends StorageUnavailableError {
   constructor(
     message: string,
     readonly code: string,

@@ -1,0 +1,91 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  createShareWithContent,
+  createShare,
+  expectStatus,
+  get,
+  request,
+  sendChunk,
+} from '../helpers/http.js';
+import { createDatabase, startPostgres, type PgCluster } from '../helpers/postgres.js';
+import { createBucket, S3_TEST_ENV, startS3, type S3Server } from '../helpers/s3.js';
+import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
+
+/**
+ * An object store or a database that stops answering is the server's problem, not the client's:
+ * every request that needs it gets 503 JSON with Retry-After (never a 500, never a hang), what
+ * does not need it still works, the server says what failed in one line, and stays up.
+ */
+let pg: PgCluster;
+let s3: S3Server;
+let srv: TestServer;
+let token: string;
+let stored: string;
+const notices: string[] = [];
+
+beforeAll(async () => {
+  Object.assign(process.env, S3_TEST_ENV);
+  [pg, s3] = await Promise.all([startPostgres(), startS3()]);
+  srv = await startServer({
+    database: await createDatabase(pg.adminUrl),
+    storage: await createBucket(s3.endpoint),
+    s3Endpoint: s3.endpoint,
+    s3ForcePathStyle: true,
+    notice: (line) => notices.push(line),
+  });
+  token = await login(srv.url, ADMIN.username, ADMIN.password);
+  stored = await createShareWithContent(srv.url, token, 'kept.bin', randomBytes(5000));
+});
+
+afterAll(async () => {
+  await srv?.close();
+  await s3?.stop();
+  await pg?.stop();
+});
+
+function expectUnavailable(res: {
+  status: number;
+  headers: Record<string, unknown>;
+  body: unknown;
+}) {
+  expect(res.status, JSON.stringify(res.body)).toBe(503);
+  expect(res.headers['retry-after']).toBeDefined();
+  expect(res.body).toMatchObject({ status: 'fail' });
+}
+
+describe('a backend that stops answering', () => {
+  it('object store gone: content requests are 503 with Retry-After; metadata still answers', async () => {
+    await s3.stop();
+    expectUnavailable(await get(srv.url, `/files/${stored}/content`, { token }));
+    const id = await createShare(srv.url, token, 'later.bin');
+    expectUnavailable(
+      await sendChunk(srv.url, token, id, {
+        dzuuid: randomUUID(),
+        index: 0,
+        total: 2,
+        data: randomBytes(1000),
+      }),
+    );
+    // Nothing changed: the share is still empty; the stored one is still listed as it was.
+    expect((await get(srv.url, `/files/${id}`, { token })).body).toMatchObject({
+      initialized: false,
+    });
+    expect((await get(srv.url, `/files/${stored}`, { token })).body).toMatchObject({
+      initialized: true,
+      size: 5000,
+    });
+    expect(notices.join('\n')).toMatch(/unavailable: S3 .* failed/);
+  });
+
+  it('database gone: requests are 503 with Retry-After, and the server keeps running', async () => {
+    await pg.stop();
+    expectUnavailable(await get(srv.url, '/whoami'));
+    expectUnavailable(await get(srv.url, `/files/${stored}`, { token }));
+    expect(notices.join('\n')).toMatch(/unavailable: /);
+    // Still up and serving what needs no database (a CORS preflight), and still 503, not a
+    // crash, a moment later.
+    expectStatus(await request(srv.url, 'OPTIONS', '/files'), 204);
+    expectUnavailable(await get(srv.url, '/whoami'));
+  });
+});
