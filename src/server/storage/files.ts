@@ -9,7 +9,6 @@ import {
   rename,
   rm,
   stat,
-  statfs,
   unlink,
   type FileHandle,
 } from 'node:fs/promises';
@@ -22,7 +21,6 @@ import type { HashWorker, RunningHash } from '../../shared/hasher.js';
 import { KeyedMutex } from '../mutex.js';
 import {
   ChunkRefusedError,
-  InsufficientStorageError,
   type ChunkFields,
   type ContentReader,
   type ContentStorage,
@@ -30,6 +28,7 @@ import {
   type NewContent,
   type ReceivedChunk,
 } from './index.js';
+import { SpaceReserve } from './space.js';
 
 /** Bodies are written in pieces of this size: few system calls, flat memory. */
 const PIECE = 1024 * 1024;
@@ -285,7 +284,7 @@ export class FileStorage implements ContentStorage {
   private readonly incomingDir: string;
   private readonly uploads = new Map<string, Upload>();
   private readonly locks = new KeyedMutex();
-  private reserved = 0;
+  private readonly space: SpaceReserve;
   private readonly hasher: HashWorker;
   private readonly log: (line: string) => void;
 
@@ -298,6 +297,7 @@ export class FileStorage implements ContentStorage {
     this.incomingDir = join(dataDir, 'incoming');
     this.hasher = options.hasher;
     this.log = options.log ?? ((line) => process.stderr.write(`${line}\n`));
+    this.space = new SpaceReserve(dataDir, options.minFreeBytes);
   }
 
   async init(referenced: (blob: string) => boolean): Promise<void> {
@@ -355,20 +355,8 @@ export class FileStorage implements ContentStorage {
     return out;
   }
 
-  async reserve(bytes: number): Promise<() => void> {
-    const fs = await statfs(this.dataDir);
-    const free = fs.bavail * fs.bsize - this.reserved;
-    if (free - bytes < this.options.minFreeBytes) {
-      throw new InsufficientStorageError(
-        `The server has too little free space for this upload (it keeps ${this.options.minFreeBytes} bytes free)`,
-      );
-    }
-    this.reserved += bytes;
-    let released = false;
-    return () => {
-      if (!released) this.reserved -= bytes;
-      released = true;
-    };
+  reserve(bytes: number): Promise<() => void> {
+    return this.space.reserve(bytes);
   }
 
   // Receiving

@@ -1,6 +1,6 @@
 import { createHash, randomBytes, randomUUID, type Hash } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
-import { mkdir, readdir, rm, stat, statfs } from 'node:fs/promises';
+import { mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { Readable, Transform } from 'node:stream';
@@ -26,7 +26,6 @@ import { fault } from '../faults.js';
 import { LIMITS } from '../limits.js';
 import {
   ChunkRefusedError,
-  InsufficientStorageError,
   type ChunkFields,
   type ContentReader,
   type ContentStorage,
@@ -36,6 +35,7 @@ import {
   StorageUnavailableError,
 } from './index.js';
 import { MAX_OBJECT, MIN_PART, planParts } from './s3-parts.js';
+import { SpaceReserve } from './space.js';
 
 export interface S3StorageOptions {
   /** s3://BUCKET[/PREFIX] */
@@ -153,7 +153,7 @@ class Received implements ReceivedChunk {
  */
 export class S3Storage implements ContentStorage {
   private readonly readers = new Set<AbortController>();
-  private reserved = 0;
+  private readonly space: SpaceReserve;
   private readonly log: (line: string) => void;
   private readonly now: () => number;
 
@@ -167,6 +167,7 @@ export class S3Storage implements ContentStorage {
   ) {
     this.log = options.log ?? ((line) => process.stderr.write(`${line}\n`));
     this.now = options.clock ?? Date.now;
+    this.space = new SpaceReserve(tempDir, options.minFreeBytes);
   }
 
   /**
@@ -266,20 +267,8 @@ export class S3Storage implements ContentStorage {
     await mkdir(this.tempDir, { recursive: true, mode: 0o700 });
   }
 
-  async reserve(bytes: number): Promise<() => void> {
-    const fs = await statfs(this.tempDir);
-    const free = fs.bavail * fs.bsize - this.reserved;
-    if (free - bytes < this.options.minFreeBytes) {
-      throw new InsufficientStorageError(
-        `The server has too little free space for this upload (it keeps ${this.options.minFreeBytes} bytes free)`,
-      );
-    }
-    this.reserved += bytes;
-    let released = false;
-    return () => {
-      if (!released) this.reserved -= bytes;
-      released = true;
-    };
+  reserve(bytes: number): Promise<() => void> {
+    return this.space.reserve(bytes);
   }
 
   // Receiving

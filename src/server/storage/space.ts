@@ -1,0 +1,32 @@
+import { statfs } from 'node:fs/promises';
+import { InsufficientStorageError } from './index.js';
+
+/**
+ * The free-space reserve of a directory's disk (`--min-free`): room is claimed for each incoming
+ * body before it is written, counting the bodies already arriving, and refused
+ * (InsufficientStorageError, 507) when the free space would fall below the reserve.
+ */
+export class SpaceReserve {
+  private reserved = 0;
+
+  constructor(
+    private readonly dir: string,
+    private readonly minFreeBytes: number,
+  ) {}
+
+  async reserve(bytes: number): Promise<() => void> {
+    const fs = await statfs(this.dir);
+    const free = fs.bavail * fs.bsize - this.reserved;
+    if (free - bytes < this.minFreeBytes) {
+      throw new InsufficientStorageError(
+        `The server has too little free space for this upload (it keeps ${this.minFreeBytes} bytes free)`,
+      );
+    }
+    this.reserved += bytes;
+    let released = false;
+    return () => {
+      if (!released) this.reserved -= bytes;
+      released = true;
+    };
+  }
+}
