@@ -1,3 +1,4 @@
+import { hostname } from 'node:os';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { open, stat } from 'node:fs/promises';
 import { basename, resolve } from 'node:path';
@@ -54,6 +55,24 @@ export interface UploadRecord {
   mode: 'create' | 'replace';
   file_name: string;
   started: string;
+  /**
+   * The process (and host) running the upload: a record whose process is still alive belongs
+   * to an upload in progress, which another run of the same command must not take over.
+   */
+  pid?: number;
+  host?: string;
+}
+
+/** True when another live process on this host is running the upload of this record. */
+function busyElsewhere(r: UploadRecord): boolean {
+  if (!r.pid || r.pid === process.pid || (r.host !== undefined && r.host !== hostname()))
+    return false;
+  try {
+    process.kill(r.pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }
 
 export interface ResumeStore {
@@ -206,7 +225,11 @@ async function plan(
   });
   const remembered = (await options.resume?.list())?.find(
     (r) =>
-      r.server === client.server && r.share_id === id && r.path === file.path && r.mode === mode,
+      r.server === client.server &&
+      r.share_id === id &&
+      r.path === file.path &&
+      r.mode === mode &&
+      !busyElsewhere(r),
   );
   let result = fresh();
   if (remembered && !options.restart) {
@@ -246,9 +269,15 @@ async function plan(
       mode,
       file_name: fileName,
       started: new Date().toISOString(),
+      pid: process.pid,
+      host: hostname(),
     };
     await options.resume.save(result.record);
-  } else if (remembered && result.held.size) result.record = remembered;
+  } else if (remembered && result.held.size) {
+    // Taken over: this process runs it now.
+    result.record = { ...remembered, pid: process.pid, host: hostname() };
+    await options.resume?.save(result.record);
+  }
   return result;
 }
 
@@ -585,8 +614,13 @@ async function rememberedShare(
   options: UploadFileOptions,
 ): Promise<string | undefined> {
   const records = (await options.resume?.list()) ?? [];
+  // An upload of the same file that another live process is running is left to it.
   const record = records.find(
-    (r) => r.server === client.server && r.path === file.path && r.mode === 'create',
+    (r) =>
+      r.server === client.server &&
+      r.path === file.path &&
+      r.mode === 'create' &&
+      !busyElsewhere(r),
   );
   if (!record) return undefined;
   const share = await getFile(client, record.share_id).catch(() => undefined);

@@ -189,6 +189,58 @@ describe('verified transfers against fshare serve', () => {
     }
   });
 
+  it('two uploads of the same file at once, from one config directory: each fills its own share', async () => {
+    // A CI job running two steps at once: the second must not take over (and race) the first's
+    // upload just because its record is there; it makes a share of its own.
+    const path = join(work, 'twice.bin');
+    const data = randomBytes(6 * 1024 * 1024);
+    await writeFile(path, data);
+    const proxy = chunkCounter(serve.url);
+    const via = await proxy.start();
+    proxy.state.delayMs = 150; // the first is still running when the second starts
+    try {
+      const first = execa(
+        'node',
+        [BIN, '--server', via, '--json', 'upload', path, '--chunk-size', '512k', '--parallel', '1'],
+        {
+          env: cleanEnv({
+            FSHARE_CONFIG_DIR: admin.configDir,
+            FSHARE_KEYRING: 'off',
+            FSHARE_TOKEN: token,
+          }),
+          extendEnv: false,
+          reject: false,
+          stdin: 'ignore',
+        },
+      );
+      let record: { share_id: string } | undefined;
+      for (let i = 0; i < 200 && !record; i++) {
+        await sleep(50);
+        record = (await recordsOf(admin))[0];
+      }
+      expect(record).toBeDefined();
+      const second = await admin.run(
+        ['--server', via, '--json', 'upload', path, '--chunk-size', '512k'],
+        {
+          env: { FSHARE_TOKEN: token },
+        },
+      );
+      const done = await first;
+      expect(done.exitCode, done.stderr).toBe(0);
+      expect(second.exitCode, second.stderr).toBe(0);
+      expect(second.stderr).not.toMatch(/resuming/);
+      const [a] = JSON.parse(done.stdout) as Transfer[];
+      const [b] = JSON.parse(second.stdout) as Transfer[];
+      expect(a!.share_id).toBe(record!.share_id);
+      expect(b!.share_id).not.toBe(a!.share_id);
+      for (const t of [a!, b!]) expect(t).toMatchObject({ sha256: sha256(data), verified: true });
+      expect(await recordsOf(admin)).toEqual([]);
+    } finally {
+      await proxy.close();
+      await rm(path, { force: true });
+    }
+  });
+
   it('Ctrl-C stops an upload with exit 130, keeps what was sent, and says how to resume', async () => {
     const path = join(work, 'ctrl-c.bin');
     await writeFile(path, randomBytes(8 * 1024 * 1024));

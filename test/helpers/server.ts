@@ -74,7 +74,7 @@ export async function startServer(options: Partial<ServerOptions> = {}): Promise
     dataDir,
   };
   // Behind the balancer, each server learns the client's address from X-Forwarded-For.
-  if (BACKEND === 'two-servers') base.trustProxy = ['loopback'];
+  if (BACKEND === 'two-servers') base.trustProxy = ['127.0.0.1'];
   const server = await createServer(base);
   let { url } = await server.listen(0, '127.0.0.1');
   const direct = url;

@@ -66,6 +66,13 @@ export function registerAdmin(program: Command): void {
     .command('admin')
     .description(
       'move a server’s data between a data directory and PostgreSQL + S3 (servers stopped)',
+    )
+    .addHelpText(
+      'after',
+      examples([
+        'fshare admin import ./fshare-data --database postgres://fshare@db/fshare --storage s3://bucket/fshare',
+        'fshare admin export ./restored --database postgres://fshare@db/fshare --storage s3://bucket/fshare',
+      ]),
     );
 
   const run = async (
