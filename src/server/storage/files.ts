@@ -28,6 +28,7 @@ import {
   type NewContent,
   type ReceivedChunk,
 } from './index.js';
+import { checkChunkFields } from './chunks.js';
 import { SpaceReserve } from './space.js';
 
 /** Bodies are written in pieces of this size: few system calls, flat memory. */
@@ -815,40 +816,12 @@ export class FileStorage implements ContentStorage {
       if (upload.state !== 'open')
         throw new ChunkRefusedError('finished', 'This upload has already finished');
       try {
-        this.checkFields(upload, fields);
+        checkChunkFields(upload.meta, fields);
         return await task(upload);
       } finally {
         await this.dropIfUnused(upload);
       }
     });
-  }
-
-  /** The fields every chunk of an upload must agree on. */
-  private checkFields(upload: Upload, fields: ChunkFields): void {
-    const { meta } = upload;
-    if (fields.total !== meta.total)
-      throw new ChunkRefusedError(
-        'invalid',
-        `dztotalchunks is ${fields.total} but earlier chunks of this upload said ${meta.total}`,
-      );
-    if (meta.layout && fields.layout) {
-      if (
-        fields.layout.chunkSize !== meta.layout.chunkSize ||
-        fields.layout.fileSize !== meta.layout.fileSize
-      )
-        throw new ChunkRefusedError(
-          'invalid',
-          'dzchunksize and dztotalfilesize differ from those earlier chunks of this upload sent',
-        );
-    }
-    if (meta.layout && fields.offset !== undefined) {
-      const expected = fields.index * meta.layout.chunkSize;
-      if (fields.offset !== expected)
-        throw new ChunkRefusedError(
-          'invalid',
-          `Chunk ${fields.index} starts at byte ${expected}, not ${fields.offset} (dzchunkbyteoffset)`,
-        );
-    }
   }
 
   private async create(name: string, fields: ChunkFields): Promise<Upload> {

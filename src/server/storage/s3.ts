@@ -35,6 +35,7 @@ import {
   StorageUnavailableError,
 } from './index.js';
 import { MAX_OBJECT, MIN_PART, planParts } from './s3-parts.js';
+import { checkChunkFields } from './chunks.js';
 import { SpaceReserve } from './space.js';
 
 export interface S3StorageOptions {
@@ -380,7 +381,7 @@ export class S3Storage implements ContentStorage {
       layout: fields.layout ?? null,
       created: Date.now(),
     };
-    checkFields(meta, fields);
+    checkChunkFields(meta, fields);
     let changed = stored === null;
     if (fields.sha256) {
       if (meta.sha256 && meta.sha256 !== fields.sha256)
@@ -1278,33 +1279,6 @@ function parseMeta(text: string | null): Meta | null {
     // cut short or not ours: counts as absent
   }
   return null;
-}
-
-/** The fields every chunk of an upload must agree on (the same rules as files.ts). */
-function checkFields(meta: Meta, fields: ChunkFields): void {
-  if (fields.total !== meta.total)
-    throw new ChunkRefusedError(
-      'invalid',
-      `dztotalchunks is ${fields.total} but earlier chunks of this upload said ${meta.total}`,
-    );
-  if (meta.layout && fields.layout) {
-    if (
-      fields.layout.chunkSize !== meta.layout.chunkSize ||
-      fields.layout.fileSize !== meta.layout.fileSize
-    )
-      throw new ChunkRefusedError(
-        'invalid',
-        'dzchunksize and dztotalfilesize differ from those earlier chunks of this upload sent',
-      );
-  }
-  if (meta.layout && fields.offset !== undefined) {
-    const expected = fields.index * meta.layout.chunkSize;
-    if (fields.offset !== expected)
-      throw new ChunkRefusedError(
-        'invalid',
-        `Chunk ${fields.index} starts at byte ${expected}, not ${fields.offset} (dzchunkbyteoffset)`,
-      );
-  }
 }
 
 /** Placed mode: every chunk but the last has chunkSize bytes, the last the rest. */
