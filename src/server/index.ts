@@ -177,9 +177,12 @@ export async function createServer(options: ServerOptions): Promise<FshareServer
       options.bind,
       trustedProxies(options),
     );
+  // What a failed start had opened is closed again (a database pool would keep the process up).
+  const opened: (() => unknown)[] = [];
   try {
-    return await openServer(options, dataDir, limits, log, bound, (app) => (handler = app));
+    return await openServer(options, dataDir, limits, log, bound, opened, (app) => (handler = app));
   } catch (err) {
+    for (const close of opened.reverse()) await Promise.resolve(close()).catch(() => undefined);
     if (bound) await new Promise((resolve) => bound!.server.close(resolve));
     throw err;
   }
@@ -211,22 +214,19 @@ async function openServer(
   limits: Limits,
   log: (line: string) => void,
   bound: { server: Server; url: string; port: number } | undefined,
+  opened: (() => unknown)[],
   ready: (app: Express) => void,
 ): Promise<FshareServer> {
   await mkdir(dataDir, { recursive: true, mode: 0o700 });
   await chmod(dataDir, 0o700);
   const { store, shared } = await openStore(options, dataDir, log);
+  opened.push(() => store.close());
   const noDigest = process.env.FSHARE_BENCH_NO_DIGEST === '1';
   if (noDigest) log('FSHARE_BENCH_NO_DIGEST=1: new content gets no sha256 (for benchmarks only)');
   const hasher = new HashWorker({ disabled: noDigest });
-  let storage: ContentStorage;
-  try {
-    storage = await openStorage(options, dataDir, store, hasher, limits, log);
-  } catch (err) {
-    await hasher.close();
-    await store.close();
-    throw err;
-  }
+  opened.push(() => hasher.close());
+  const storage = await openStorage(options, dataDir, store, hasher, limits, log);
+  opened.push(() => storage.close());
   const referenced = new Set<string>();
   for await (const share of store.eachShare()) if (share.initialized) referenced.add(blobOf(share));
   await storage.init((blob) => referenced.has(blob));
@@ -236,13 +236,19 @@ async function openServer(
     3600_000,
   );
   sweeper.unref();
+  opened.push(() => clearInterval(sweeper));
   let stopped = false;
   const digesting = noDigest
     ? Promise.resolve()
     : digestOldContent(store, storage, () => stopped, log);
+  opened.push(() => {
+    stopped = true;
+    return digesting;
+  });
 
   const clock = options.clock ?? Date.now;
   const expiry = new ShareExpiry(store, storage, clock, log);
+  opened.push(() => expiry.stop());
   // Shares that expired while the server was down go first.
   await expiry.sweepDue();
 
@@ -260,6 +266,7 @@ async function openServer(
   );
 
   const passwords = new PasswordHasher(limits.passwordQueue);
+  opened.push(() => passwords.close());
   let generatedAdmin: FshareServer['generatedAdmin'];
   if ((await store.userCount()) === 0) {
     const username = options.adminUser ?? 'admin';

@@ -10,6 +10,8 @@ import {
 } from '../helpers/http.js';
 import { createDatabase, startPostgres, type PgCluster } from '../helpers/postgres.js';
 import { createBucket, S3_TEST_ENV, startS3, type S3Server } from '../helpers/s3.js';
+import { tempDir } from '../helpers/cli.js';
+import { ensureBuilt, serve } from '../helpers/serve.js';
 import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
 
 /**
@@ -55,6 +57,23 @@ function expectUnavailable(res: {
 }
 
 describe('a backend that stops answering', () => {
+  it('a start that fails once the database is open (no such bucket) exits 1 in one line, no hang', async () => {
+    await ensureBuilt();
+    const failed = (await serve(await tempDir('nobucket'), S3_TEST_ENV, [
+      '--database',
+      await createDatabase(pg.adminUrl),
+      '--storage',
+      's3://no-such-bucket-here',
+      '--s3-endpoint',
+      s3.endpoint,
+      '--s3-force-path-style',
+    ]).catch((e: unknown) => e)) as { code?: number; stderr?: string };
+    expect(failed.code).toBe(1);
+    const lines = failed.stderr!.trim().split('\n');
+    expect(lines.at(-1)).toMatch(/^fshare: The S3 bucket "no-such-bucket-here" does not exist/);
+    expect(lines.filter((l) => /^\s+at /.test(l))).toEqual([]); // no stack trace
+  });
+
   it('object store gone: content requests are 503 with Retry-After; metadata still answers', async () => {
     await s3.stop();
     expectUnavailable(await get(srv.url, `/files/${stored}/content`, { token }));
