@@ -13,7 +13,7 @@
 
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash, randomBytes, randomFillSync } from 'node:crypto';
-import { createReadStream, existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import {
   lstat,
   mkdir,
@@ -30,7 +30,16 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { commandExists, fail, median, note, parseSize, prng, sleep } from './common.mjs';
+import {
+  commandExists,
+  fail,
+  median,
+  note,
+  parseSize,
+  prng,
+  sha256File,
+  sleep,
+} from './common.mjs';
 import { startServe, stopServe } from './serve.mjs';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -273,12 +282,6 @@ async function makeTree(root) {
   const smallBytes = small.reduce((s, f) => s + f.size, 0);
   const largeBytes = large.reduce((s, f) => s + f.size, 0);
   return { small, large, dirs, smallBytes, largeBytes, bytes: smallBytes + largeBytes };
-}
-
-async function sha256File(path) {
-  const hash = createHash('sha256');
-  for await (const data of createReadStream(path, { highWaterMark: MiB })) hash.update(data);
-  return hash.digest('hex');
 }
 
 /**

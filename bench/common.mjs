@@ -1,5 +1,8 @@
-// Helpers both benchmarks (bench/run.mjs, bench/artifacts.mjs) use.
+// Helpers the benchmarks (bench/run.mjs, bench/artifacts.mjs, bench/scale.mjs) share.
 import { spawnSync } from 'node:child_process';
+import { createHash, randomFillSync } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import { open } from 'node:fs/promises';
 import { performance } from 'node:perf_hooks';
 
 const t0 = performance.now();
@@ -43,4 +46,33 @@ export function prng(seed) {
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
+}
+
+/** The SHA-256 of a file, read in 1 MiB pieces. */
+export async function sha256File(path) {
+  const hash = createHash('sha256');
+  for await (const data of createReadStream(path, { highWaterMark: 1 << 20 })) hash.update(data);
+  return hash.digest('hex');
+}
+
+/** Streams crypto-random bytes to `path` (1 MiB writes) and returns their SHA-256. */
+export async function makeRandomFile(path, size) {
+  const hash = createHash('sha256');
+  const handle = await open(path, 'w', 0o600);
+  const buf = Buffer.allocUnsafe(1 << 20);
+  try {
+    for (let left = size; left > 0;) {
+      const n = Math.min(left, buf.length);
+      const block = buf.subarray(0, n);
+      randomFillSync(block);
+      hash.update(block);
+      for (let off = 0; off < n;) off += (await handle.write(block, off, n - off)).bytesWritten;
+      left -= n;
+    }
+    // On disk before anything is timed: its write-back must not land inside a measurement.
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+  return hash.digest('hex');
 }

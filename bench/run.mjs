@@ -8,26 +8,26 @@
 // Units: MB = 10^6 bytes everywhere (rates and RSS). Progress notes go to stderr.
 
 import { spawn, spawnSync } from 'node:child_process';
-import { createHash, randomBytes, randomFillSync } from 'node:crypto';
-import { createReadStream, existsSync, readFileSync, writeFileSync } from 'node:fs';
-import {
-  link,
-  mkdir,
-  mkdtemp,
-  open,
-  readFile,
-  readdir,
-  rm,
-  statfs,
-  writeFile,
-} from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { link, mkdir, mkdtemp, readFile, readdir, rm, statfs, writeFile } from 'node:fs/promises';
 import { cpus, loadavg, release, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
-import { commandExists, fail, median, note, parseSize, prng, sleep } from './common.mjs';
+import {
+  commandExists,
+  fail,
+  makeRandomFile,
+  median,
+  note,
+  parseSize,
+  prng,
+  sha256File,
+  sleep,
+} from './common.mjs';
 import { startServe, stopServe } from './serve.mjs';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -120,12 +120,6 @@ function resetPeakRss(pid) {
   } catch {
     return false;
   }
-}
-
-async function sha256File(path) {
-  const hash = createHash('sha256');
-  for await (const data of createReadStream(path, { highWaterMark: 1 << 20 })) hash.update(data);
-  return hash.digest('hex');
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -297,28 +291,6 @@ for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
 
 // ---------------------------------------------------------------------------------------------
 // Phases
-
-/** Streams crypto-random bytes to `path` (1 MiB writes) and returns their SHA-256. */
-async function makeRandomFile(path, size) {
-  const hash = createHash('sha256');
-  const handle = await open(path, 'w', 0o600);
-  const buf = Buffer.allocUnsafe(1 << 20);
-  try {
-    for (let left = size; left > 0;) {
-      const n = Math.min(left, buf.length);
-      const block = buf.subarray(0, n);
-      randomFillSync(block);
-      hash.update(block);
-      for (let off = 0; off < n;) off += (await handle.write(block, off, n - off)).bytesWritten;
-      left -= n;
-    }
-    // On disk before anything is timed: its write-back must not land inside a measurement.
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
-  return hash.digest('hex');
-}
 
 /**
  * The single-core sha256 rate of this machine, in this Node (the server hashes with the same

@@ -11,9 +11,9 @@
 // Units: MB = 10^6 bytes, GB = 10^9 bytes, MiB = 2^20. Progress notes go to stderr.
 
 import { spawn, spawnSync } from 'node:child_process';
-import { createHash, randomBytes, randomFillSync } from 'node:crypto';
-import { createReadStream, existsSync } from 'node:fs';
-import { mkdir, mkdtemp, open, readFile, rm, statfs, writeFile } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { mkdir, mkdtemp, readFile, rm, statfs, writeFile } from 'node:fs/promises';
 import { cpus, loadavg, release, tmpdir, totalmem } from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -29,7 +29,7 @@ import {
   startS3,
   usage,
 } from './backends.mjs';
-import { fail, median, note, parseSize, sleep } from './common.mjs';
+import { fail, makeRandomFile, median, note, parseSize, sha256File, sleep } from './common.mjs';
 import { startServe, stopServe } from './serve.mjs';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -124,33 +124,6 @@ const round = (x, digits = 1) =>
   x === null || x === undefined || !Number.isFinite(x) ? null : Number(x.toFixed(digits));
 const mbps = (bytes, seconds) => bytes / MB / seconds;
 const useGnuTime = existsSync(GNU_TIME);
-
-async function sha256File(path) {
-  const hash = createHash('sha256');
-  for await (const data of createReadStream(path, { highWaterMark: 1 << 20 })) hash.update(data);
-  return hash.digest('hex');
-}
-
-/** Streams crypto-random bytes to `path` (1 MiB writes), fsynced; resolves with their SHA-256. */
-async function makeRandomFile(path, size) {
-  const hash = createHash('sha256');
-  const handle = await open(path, 'w', 0o600);
-  const buf = Buffer.allocUnsafe(1 << 20);
-  try {
-    for (let left = size; left > 0;) {
-      const n = Math.min(left, buf.length);
-      const block = buf.subarray(0, n);
-      randomFillSync(block);
-      hash.update(block);
-      for (let off = 0; off < n;) off += (await handle.write(block, off, n - off)).bytesWritten;
-      left -= n;
-    }
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
-  return hash.digest('hex');
-}
 
 // ---------------------------------------------------------------------------------------------
 // Child processes and clean-up: every process and service is tracked, so that a failure or
