@@ -32,3 +32,44 @@ export function checkChunkFields(
       );
   }
 }
+
+/**
+ * Joined mode (no layout): where a chunk starts, checked against its declared dzchunkbyteoffset.
+ * `sizeOf(i)` is the size of committed chunk i, undefined when it is not there. Returns the start
+ * when it is known (declared, or every chunk before is in), else undefined.
+ */
+export function joinedStart(
+  fields: ChunkFields,
+  sizeOf: (index: number) => number | undefined,
+): number | undefined {
+  const { index } = fields;
+  let before = 0;
+  for (let i = 0; i < index; i++) {
+    const size = sizeOf(i);
+    if (size === undefined) {
+      before = -1;
+      break;
+    }
+    before += size;
+  }
+  if (fields.offset !== undefined && before >= 0 && fields.offset !== before)
+    throw new ChunkRefusedError(
+      'invalid',
+      `Chunk ${index} starts at byte ${fields.offset}, but chunks 0-${index - 1} end at byte ${before}`,
+    );
+  return fields.offset ?? (before >= 0 ? before : undefined);
+}
+
+/** Joined mode: a chunk of `bytes` from `start` must end where the next chunk declared it starts. */
+export function checkJoinedEnd(
+  index: number,
+  start: number,
+  bytes: number,
+  nextOffset: number | undefined,
+): void {
+  if (nextOffset !== undefined && start + bytes !== nextOffset)
+    throw new ChunkRefusedError(
+      'invalid',
+      `Chunk ${index} ends at byte ${start + bytes}, but chunk ${index + 1} starts at byte ${nextOffset}`,
+    );
+}

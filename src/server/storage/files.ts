@@ -28,7 +28,7 @@ import {
   type NewContent,
   type ReceivedChunk,
 } from './index.js';
-import { checkChunkFields } from './chunks.js';
+import { checkChunkFields, checkJoinedEnd, joinedStart } from './chunks.js';
 import { SpaceReserve } from './space.js';
 
 /** Bodies are written in pieces of this size: few system calls, flat memory. */
@@ -662,28 +662,9 @@ export class FileStorage implements ContentStorage {
 
   /** Joined mode: a declared dzchunkbyteoffset must agree with the chunks on either side. */
   private checkJoinedOffset(upload: Upload, fields: ChunkFields, bytes: number): void {
-    const { index } = fields;
-    let before = 0;
-    for (let i = 0; i < index; i++) {
-      const c = upload.committed.get(i);
-      if (!c) {
-        before = -1;
-        break;
-      }
-      before += c.length;
-    }
-    if (fields.offset !== undefined && before >= 0 && fields.offset !== before)
-      throw new ChunkRefusedError(
-        'invalid',
-        `Chunk ${index} starts at byte ${fields.offset}, but chunks 0-${index - 1} end at byte ${before}`,
-      );
-    const next = upload.committed.get(index + 1);
-    const start = fields.offset ?? (before >= 0 ? before : undefined);
-    if (next?.offset !== undefined && start !== undefined && start + bytes !== next.offset)
-      throw new ChunkRefusedError(
-        'invalid',
-        `Chunk ${index} ends at byte ${start + bytes}, but chunk ${index + 1} starts at byte ${next.offset}`,
-      );
+    const start = joinedStart(fields, (i) => upload.committed.get(i)?.length);
+    const next = upload.committed.get(fields.index + 1);
+    if (start !== undefined) checkJoinedEnd(fields.index, start, bytes, next?.offset);
   }
 
   /** Every chunk is in: the content is made, checked, handed to `publish`, and the upload ends. */

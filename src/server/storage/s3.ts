@@ -35,7 +35,7 @@ import {
   StorageUnavailableError,
 } from './index.js';
 import { MAX_OBJECT, MIN_PART, planParts } from './s3-parts.js';
-import { checkChunkFields } from './chunks.js';
+import { checkChunkFields, checkJoinedEnd, joinedStart } from './chunks.js';
 import { SpaceReserve } from './space.js';
 
 export interface S3StorageOptions {
@@ -427,28 +427,10 @@ export class S3Storage implements ContentStorage {
     bytes: number,
   ): Promise<void> {
     const { index } = fields;
-    let before = 0;
-    for (let i = 0; i < index; i++) {
-      const size = objects.chunks.get(i);
-      if (size === undefined) {
-        before = -1;
-        break;
-      }
-      before += size;
-    }
-    if (fields.offset !== undefined && before >= 0 && fields.offset !== before)
-      throw new ChunkRefusedError(
-        'invalid',
-        `Chunk ${index} starts at byte ${fields.offset}, but chunks 0-${index - 1} end at byte ${before}`,
-      );
-    const start = fields.offset ?? (before >= 0 ? before : undefined);
+    const start = joinedStart(fields, (i) => objects.chunks.get(i));
     if (start === undefined || !objects.chunks.has(index + 1)) return;
     const next = await this.chunkRecord(`${upload.dir}${index + 1}`);
-    if (next.offset !== undefined && start + bytes !== next.offset)
-      throw new ChunkRefusedError(
-        'invalid',
-        `Chunk ${index} ends at byte ${start + bytes}, but chunk ${index + 1} starts at byte ${next.offset}`,
-      );
+    checkJoinedEnd(index, start, bytes, next.offset);
   }
 
   /**
