@@ -898,10 +898,10 @@ async function main() {
       await rm(curlOut, { force: true });
     }
 
-    // fshare get with and without hashing, twice each per round in ABBA order, keeping each
-    // one's faster run: on this VM every other 512 MiB file written runs up to 2× slower in the
-    // kernel whichever command writes it (bench/README.md, "Order matters"), so each variant gets
-    // one run on either side of that alternation.
+    // fshare get with and without hashing, three times each per round in ABBAAB order, keeping
+    // each one's fastest run: on this VM a 512 MiB file written can take 1 s more of system time,
+    // whichever command writes it, depending on whether the hypervisor has taken the free memory
+    // back (bench/README.md, "Order matters"), so each variant gets runs on either side of that.
     const getOut = join(tmpRoot, 'get.bin');
     const timedGet = async () => {
       note(`fshare get${tag}`);
@@ -937,10 +937,7 @@ async function main() {
       await rm(getOut, { force: true });
     };
     const [first, second] = r % 2 === 1 ? [timedGet, unhashedGet] : [unhashedGet, timedGet];
-    await first();
-    await second();
-    await second();
-    await first();
+    for (const step of [first, second, second, first, first, second]) await step();
     rd.get_vs_digest_bound = rd.get_mb_s / Math.min(shaRate, rd.get_nohash_mb_s);
     // Each round uploads a new share: drop this one so the disk holds one copy at a time.
     checked('fshare rm', await fshare(['rm', id]));

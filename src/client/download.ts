@@ -4,7 +4,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { join } from 'node:path';
 import type { Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { writeFully } from '../shared/copy.js';
+import { writeFullySync } from '../shared/copy.js';
 import type { RunningHash } from '../shared/hasher.js';
 import { getFile } from './api.js';
 import {
@@ -175,23 +175,32 @@ async function headFailure(client: ApiClient, id: string, status: number): Promi
 /**
  * Writes a response into a file at a position through a ring of RING_SLOTS 1 MiB pieces that the
  * hashing thread shares. The socket reads straight into the free part of the current piece
- * (rawhttp.ts); a full piece is handed to a positional write and, at once and in order, to the
+ * (rawhttp.ts). A full piece is written to the file at once, from this thread, and handed to the
  * hashing thread, which hashes it from the shared memory (no copy, no reading back) while the next
- * pieces fill. A piece is refilled only once it is both written and hashed, so the download waits
- * for the disk or the hash rather than buffering without bound: memory stays at the ring's 16 MiB.
+ * pieces fill. A piece is refilled only once it is hashed, so the download waits for the hash
+ * rather than buffering without bound: memory stays at the ring's 16 MiB.
+ *
+ * The writes are synchronous, in pieces of at most WRITE_MAX: this thread has nothing else to do
+ * while a download runs, and a write that blocks only pauses the socket (TCP holds the sender
+ * back). Measured against the alternatives (bench/README.md, "Downloads: where the writes
+ * go"): writes in libuv's pool ran several at once on one file and spun on its lock in the
+ * kernel, and one at a time through the pool cost thread hand-offs; writing here was the fastest,
+ * hashed or not.
  */
 class FileSink implements BodyTarget {
   private readonly ring: Buffer;
-  /** Per slot: its write and hash, while they run. */
+  /** Per slot: its hash, while it runs. */
   private readonly busy: ({ done: boolean; promise: Promise<void> } | undefined)[];
   private slot = 0;
   private fill = 0;
   private failure: unknown = null;
-  /** Bytes handed to writes so far (the file holds them once close() returns). */
+  /** Bytes written so far. */
   written = 0;
 
   constructor(
     private readonly handle: FileHandle,
+    /** The file's path, named in a write error. */
+    private readonly path: string,
     private readonly start: number,
     private readonly hash: RunningHash | undefined,
   ) {
@@ -223,40 +232,42 @@ class FileSink implements BodyTarget {
   /** Hands the current piece on and moves to the next; a promise when that one is still busy. */
   private next(): Promise<void> | undefined {
     this.dispatch();
+    if (this.failure) return Promise.reject(this.failure);
     this.slot = (this.slot + 1) % RING_SLOTS;
     const busy = this.busy[this.slot];
-    if (this.failure) return Promise.reject(this.failure);
     return busy && !busy.done ? busy.promise : undefined;
   }
 
   private dispatch(): void {
-    if (this.fill === 0) return;
-    const slot = this.slot;
-    const bytes = this.ring.subarray(slot * PIECE, slot * PIECE + this.fill);
-    const at = this.start + this.written;
-    this.written += this.fill;
+    if (this.fill === 0 || this.failure) return;
+    const off = this.slot * PIECE;
+    const len = this.fill;
+    try {
+      writeFullySync(this.handle.fd, this.ring.subarray(off, off + len), this.start + this.written);
+    } catch (err) {
+      const e = err as NodeJS.ErrnoException;
+      if (typeof e === 'object' && e !== null && e.path === undefined) e.path = this.path;
+      this.failure = err;
+      return;
+    }
+    this.written += len;
     this.fill = 0;
-    const hashed = this.hash?.updateFromRing(slot * PIECE, bytes.length).catch(() => undefined);
+    const hashed = this.hash?.updateFromRing(off, len);
+    if (!hashed) return;
     const entry = { done: false, promise: Promise.resolve() };
-    entry.promise = Promise.all([writeFully(this.handle, bytes, at), hashed]).then(
-      () => {
-        entry.done = true;
-      },
-      (err: unknown) => {
-        entry.done = true;
-        this.failure ??= err;
-        throw err;
-      },
+    // A hash that fails is not a failed download: the digest is then computed from the file.
+    entry.promise = hashed.then(
+      () => void (entry.done = true),
+      () => void (entry.done = true),
     );
-    entry.promise.catch(() => undefined); // reported through `failure`
-    this.busy[slot] = entry;
+    this.busy[this.slot] = entry;
   }
 
-  /** Writes the rest and waits for every write; throws the first write error. */
+  /** Writes the rest, waits for the hashing thread to let go of the ring; throws a write error. */
   async close(): Promise<void> {
     try {
       this.dispatch();
-      await Promise.all(this.busy.map((b) => b?.promise.catch(() => undefined)));
+      await Promise.all(this.busy.map((b) => b?.promise));
       if (this.failure) throw this.failure;
     } finally {
       await this.handle.close();
@@ -616,7 +627,12 @@ async function writeBody(
   const part = state.target && !toStream ? `${state.target}.part` : undefined;
   if (part && (state.offset === 0 || !state.hash)) await startHash(state, part);
   const sink = part
-    ? new FileSink(await open(part, state.offset > 0 ? 'r+' : 'w', 0o600), state.offset, state.hash)
+    ? new FileSink(
+        await open(part, state.offset > 0 ? 'r+' : 'w', 0o600),
+        part,
+        state.offset,
+        state.hash,
+      )
     : new StreamSink(options.stdout ?? process.stdout, state.streamHash);
   let received = 0;
   const progress = (n: number) => {

@@ -1,6 +1,7 @@
 // Transfers the client can prove (issue 10): the built binary against a real `fshare serve` and
 // against a stand-in that answers as the reference server does (no size, no digest, no
 // validators, zone-less times, multi-chunk uploads that never complete).
+import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { createWriteStream, existsSync } from 'node:fs';
 import { readdir, readFile, rm, writeFile, open } from 'node:fs/promises';
@@ -19,6 +20,7 @@ import {
   type Serve,
 } from '../helpers/cli.js';
 import { chunkCounter } from '../helpers/chunk-proxy.js';
+import { mountSmallDisk } from '../helpers/mount.js';
 import { startStandIn, type StandIn } from '../helpers/standin.js';
 
 const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
@@ -120,6 +122,39 @@ describe('verified transfers against fshare serve', () => {
       '--verbose',
     ]);
     expect(verbose.stderr).toContain(`verified sha256 ${sha256(data)}`);
+  });
+
+  // Property: a download that runs out of disk is a failure, never a short file under the
+  // target name: one line naming the .part, exit 1, and once there is room `--continue` finishes
+  // it from the bytes already written, verified.
+  it('get onto a full disk exits 1 naming the .part, and --continue finishes it verified', async () => {
+    const disk = await mountSmallDisk(8);
+    if (typeof disk === 'string') throw new Error(disk); // CI runs as root: a tmpfs always mounts
+    try {
+      const data = randomBytes(12 * 1024 * 1024);
+      await writeFile(join(work, 'big.bin'), data);
+      const [up] = await admin.json<Transfer[]>(['upload', join(work, 'big.bin')]);
+      const out = join(disk.dir, 'big.bin');
+      const res = await admin.run(['get', up!.share_id, '-o', out]);
+      expect(res.exitCode).toBe(1);
+      expect(res.stderr.trim().split('\n')).toEqual([
+        `fshare: no space left on the device: ${out}.part`,
+      ]);
+      expect(existsSync(out)).toBe(false);
+      const kept = (await readFile(`${out}.part`)).length;
+      expect(kept).toBeGreaterThan(0);
+      expect(kept).toBeLessThan(data.length);
+      // What was written is the start of the content, byte for byte.
+      expect((await readFile(`${out}.part`)).equals(data.subarray(0, kept))).toBe(true);
+
+      execFileSync('mount', ['-o', 'remount,size=32m', disk.dir]);
+      const done = await admin.json<Transfer>(['get', up!.share_id, '-o', out, '--continue']);
+      expect(done).toMatchObject({ verified: true, sha256: sha256(data), resumed_bytes: kept });
+      expect((await readFile(out)).equals(data)).toBe(true);
+      expect(existsSync(`${out}.part`)).toBe(false);
+    } finally {
+      await disk.unmount();
+    }
   });
 
   it('a client killed mid-upload resumes by sending only the chunks the server lacks', async () => {
