@@ -65,6 +65,19 @@ const CHUNK_STATUS: Record<ChunkRefusedError['reason'], number> = {
 const DATABASE_DOWN =
   /^(08\d{3}|08P01|57P0[1-4]|53300|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|EAI_AGAIN)$/;
 
+/**
+ * A system call on the server's own disk that failed for reasons no request causes: the data
+ * directory was removed or made unreadable, the disk went read-only or reports I/O errors.
+ * Client strings never become paths (STYLE.md), so such a failure is the operator's to fix, and
+ * the request is answered 503 (with the system's message in the log), never 500.
+ */
+const DISK_FAILURE = /^(ENOENT|ENOTDIR|EACCES|EPERM|EROFS|EIO)$/;
+
+function isDiskFailure(err: unknown): boolean {
+  const e = err as { code?: unknown; syscall?: unknown } | null;
+  return typeof e?.code === 'string' && typeof e.syscall === 'string' && DISK_FAILURE.test(e.code);
+}
+
 /** Errors of the store and the storage, in HTTP terms; anything else is left as it is. */
 export function asHttpError(err: unknown): unknown {
   if (err instanceof HttpError) return err;
@@ -79,6 +92,8 @@ export function asHttpError(err: unknown): unknown {
     return Errors.overloaded('The server has too many open files right now; try again', 5);
   if (err instanceof StorageUnavailableError)
     return Errors.overloaded('The content storage is not answering right now; try again', 5);
+  if (isDiskFailure(err))
+    return Errors.overloaded('The server cannot use its storage right now; try again', 5);
   if (typeof code === 'string' && DATABASE_DOWN.test(code))
     return Errors.overloaded('The metadata database is not answering right now; try again', 5);
   if (err instanceof MissingRecordError)

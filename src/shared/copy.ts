@@ -44,10 +44,26 @@ export function writeFullySync(fd: number, bytes: Uint8Array, position: number):
 }
 
 /** Pieces are read and written in this size. */
-const PIECE = 1024 * 1024;
+export const PIECE = 1024 * 1024;
 
-/** Read buffers, used again from one transfer to the next: memory stays flat. */
+/** Pieces, used again from one transfer to the next: memory stays flat. */
 const spare: Buffer[] = [];
+/** At most this many wait to be used again (8 MiB); more in use at once are allocated. */
+const MAX_SPARE = 8;
+
+/**
+ * A 1 MiB piece of memory, from those given back if there is one. A fresh Buffer per request
+ * left its memory for the garbage collector: a 512 MiB upload in 8 MiB chunks allocated 128 MiB,
+ * and the server's RSS swung by 20 MB while it waited to be collected.
+ */
+export function takePiece(): Buffer {
+  return spare.pop() ?? Buffer.allocUnsafeSlow(PIECE);
+}
+
+/** Gives pieces back once nothing reads or writes them any more. */
+export function givePieces(...pieces: Buffer[]): void {
+  for (const piece of pieces) if (spare.length < MAX_SPARE) spare.push(piece);
+}
 
 /** The file ended before the range did: it is shorter than it was (changed, or damaged). */
 export class ShortFileError extends Error {
@@ -68,10 +84,7 @@ export async function writeFileRange(
   end: number,
 ): Promise<void> {
   if (end <= start) return;
-  const buffers = [
-    spare.pop() ?? Buffer.allocUnsafeSlow(PIECE),
-    spare.pop() ?? Buffer.allocUnsafeSlow(PIECE),
-  ];
+  const buffers = [takePiece(), takePiece()];
   let writing: Promise<void> | undefined;
   // A connection that closes may leave a write's callback uncalled: its close ends the wait.
   let cut: ((err: Error) => void) | undefined;
@@ -93,7 +106,7 @@ export async function writeFileRange(
       at += bytesRead;
     }
     await writing;
-    spare.push(...buffers);
+    givePieces(...buffers);
   } finally {
     out.off('close', onClose);
   }

@@ -1,4 +1,5 @@
 import { randomBytes, randomUUID } from 'node:crypto';
+import { rename } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   createShareWithContent,
@@ -106,5 +107,43 @@ describe('a backend that stops answering', () => {
     // crash, a moment later.
     expectStatus(await request(srv.url, 'OPTIONS', '/files'), 204);
     expectUnavailable(await get(srv.url, '/whoami'));
+  });
+});
+
+describe('the data directory failing under a running server', () => {
+  // Property: a disk the server cannot use (its data directory moved away, as an operator's
+  // mistake or a lost mount does) answers 503 JSON with Retry-After and one log line, never a 500
+  // with a stack; nothing is acknowledged that was not stored, and once the directory is back
+  // the same requests work, with the content stored before byte for byte.
+  it('uploads and downloads are 503 while it is gone, and work again once it is back', async () => {
+    const dataDir = await tempDir('gone');
+    const lines: string[] = [];
+    const local = await startServer({ dataDir, notice: (line) => lines.push(line) });
+    try {
+      const t = await login(local.url, ADMIN.username, ADMIN.password);
+      const before = randomBytes(70_000);
+      const kept = await createShareWithContent(local.url, t, 'before.bin', before);
+      const id = await createShare(local.url, t, 'during.bin');
+      const data = randomBytes(50_000);
+      const chunk = { dzuuid: randomUUID(), index: 0, total: 1, data };
+
+      await rename(dataDir, `${dataDir}.away`);
+      try {
+        expectUnavailable(await sendChunk(local.url, t, id, chunk));
+        expectUnavailable(await get(local.url, `/files/${kept}/content`, { token: t }));
+      } finally {
+        await rename(`${dataDir}.away`, dataDir);
+      }
+      expect(lines.filter((l) => /^error:/.test(l))).toEqual([]);
+      expect(lines.some((l) => /^unavailable: .*ENOENT/.test(l))).toBe(true);
+
+      expectStatus(await sendChunk(local.url, t, id, chunk), 201);
+      const back = await get(local.url, `/files/${id}/content`, { token: t });
+      expect(back.buf.equals(data)).toBe(true);
+      const old = await get(local.url, `/files/${kept}/content`, { token: t });
+      expect(old.buf.equals(before)).toBe(true);
+    } finally {
+      await local.close(true);
+    }
   });
 });

@@ -7,7 +7,12 @@ import { Errors, HttpError } from '../errors.js';
 import { route } from '../http.js';
 import { LIMITS } from '../limits.js';
 import { parseRange } from '../ranges.js';
-import type { ChunkFields, ContentStorage, ReceivedChunk } from '../storage/index.js';
+import {
+  StorageUnavailableError,
+  type ChunkFields,
+  type ContentStorage,
+  type ReceivedChunk,
+} from '../storage/index.js';
 import { blobOf, type MetadataStore, type ShareRecord } from '../store/index.js';
 import { toWellFormed } from '../validate.js';
 import { checkOwner, findShare } from './shares.js';
@@ -344,6 +349,12 @@ export async function sendContent(
     if (again?.initialized) {
       share = again;
       reader = await storage.open(blobOf(share));
+      // The record names content the storage cannot find (a data directory moved away, a lost
+      // mount): the server's fault, said as such (503 and a log line), not "no content yet".
+      if (!reader)
+        throw new StorageUnavailableError(
+          `the content of share ${share.share_id} is missing from the storage (${blobOf(share)})`,
+        );
     }
   }
   if (!reader) throw Errors.noContent();

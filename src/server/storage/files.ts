@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { fault } from '../faults.js';
 import { fsyncDir } from '../fsutil.js';
-import { writeFileRange, writeFully } from '../../shared/copy.js';
+import { givePieces, takePiece, writeFileRange, writeFully } from '../../shared/copy.js';
 import type { HashWorker, RunningHash } from '../../shared/hasher.js';
 import { KeyedMutex } from '../mutex.js';
 import {
@@ -447,7 +447,7 @@ export class FileStorage implements ContentStorage {
   ): Promise<void> {
     const writer = received.writer;
     // Two pieces, used in turn: one is written while the other fills. Memory stays flat.
-    const pieces = [Buffer.allocUnsafeSlow(PIECE), Buffer.allocUnsafeSlow(PIECE)];
+    const pieces = [takePiece(), takePiece()];
     let piece = pieces[0]!;
     let fill = 0;
     let written = 0;
@@ -503,6 +503,7 @@ export class FileStorage implements ContentStorage {
     } finally {
       // Whatever happened, no write of this body is still running when this returns.
       await settle();
+      givePieces(...pieces);
     }
     if (failure) throw failure;
   }
