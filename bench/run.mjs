@@ -442,8 +442,7 @@ async function curlFormUpload(src, token, headerFile) {
  * once the password thread has ended (2 s without work); the peak while signing in as well.
  */
 async function loginRss(adminPassword, count) {
-  await sleep(3000);
-  const idle = currentRss(server.pid);
+  const idle = await settledRss(server.pid);
   resetPeakRss(server.pid);
   for (let i = 0; i < count; i++) {
     const res = await fetch(`${server.url}/users/login`, {
@@ -455,8 +454,17 @@ async function loginRss(adminPassword, count) {
     if (res.status !== 200) throw fail(`sign-in ${i + 1} → ${res.status}`);
   }
   const peak = peakRss(server.pid);
-  await sleep(3000);
-  return { idle, logins: currentRss(server.pid), peak };
+  return { idle, logins: await settledRss(server.pid), peak };
+}
+
+/**
+ * The resident set of a server left alone: 12 s after the last request. The password thread
+ * ends after 2 s without work, and V8 shrinks its heap (its memory reducer) about 6 s after
+ * activity stops, 8–10 MB on this machine; a server that idles for minutes sits there.
+ */
+async function settledRss(pid) {
+  await sleep(12000);
+  return currentRss(pid);
 }
 
 /**
@@ -965,6 +973,13 @@ async function main() {
   );
   const serverTransferPeak =
     opts.transfer && !peaks._monotonic ? Math.max(...transferPhases.map(([, v]) => v)) : null;
+  // Issue 12's is the peak "during any transfer": the transfer phases without start-up (whose
+  // peak is the first administrator's password hash, reported as `start`).
+  const movingPhases = transferPhases.filter(([k]) => k !== 'start');
+  const serverMovingPeak =
+    opts.transfer && !peaks._monotonic && movingPhases.length
+      ? Math.max(...movingPhases.map(([, v]) => v))
+      : null;
   const med = (key) => {
     const values = rounds.map((r) => r[key]).filter((v) => v !== undefined && v !== null);
     return values.length ? median(values) : null;
@@ -995,6 +1010,7 @@ async function main() {
     list_p99_ms: round(meta.list_p99_ms, 2),
     // Extras. Ratios are the median of each round's ratio (cp and upload run back to back).
     server_transfer_peak_rss_mb: mb(serverTransferPeak),
+    server_moving_peak_rss_mb: mb(serverMovingPeak),
     server_idle_rss_mb: mb(loginMemory.idle),
     server_logins_rss_mb: mb(loginMemory.logins),
     server_logins_peak_rss_mb: mb(loginMemory.peak),
@@ -1105,8 +1121,8 @@ function targets(r) {
     ],
     [
       'serve peak RSS in a transfer ≤ 110 MB',
-      `${r.server_transfer_peak_rss_mb} MB`,
-      atMost(r.server_transfer_peak_rss_mb, TARGETS.server_transfer_rss_mb),
+      `${r.server_moving_peak_rss_mb} MB`,
+      atMost(r.server_moving_peak_rss_mb, TARGETS.server_transfer_rss_mb),
     ],
     [
       'CLI peak RSS ≤ 100 MB',
@@ -1162,7 +1178,7 @@ function table(r) {
     [
       'serve RSS idle / after 100 sign-ins',
       `${r.server_idle_rss_mb} / ${r.server_logins_rss_mb} MB`,
-      `VmRSS, password thread ended; peak while signing in ${r.server_logins_peak_rss_mb} MB`,
+      `VmRSS once settled; peak while signing in ${r.server_logins_peak_rss_mb} MB`,
     ],
     [
       'serve RSS holding the shares',
@@ -1180,8 +1196,8 @@ function table(r) {
     ],
     [
       'server peak RSS (transfers)',
-      `${r.server_transfer_peak_rss_mb} MB`,
-      'start-up, upload, curl, get',
+      `${r.server_moving_peak_rss_mb} MB`,
+      `upload, curl, get; with start-up ${r.server_transfer_peak_rss_mb} MB`,
     ],
     ['CLI peak RSS', `${r.cli_peak_rss_mb} MB`, `upload ${r.upload_rss_mb}, get ${r.get_rss_mb}`],
     ['creates', `${r.create_per_s}/s`, `p50 ${r.create_p50_ms} ms, p99 ${r.create_p99_ms} ms`],
