@@ -44,7 +44,7 @@ export function writeFullySync(fd: number, bytes: Uint8Array, position: number):
 }
 
 /** Pieces are read and written in this size. */
-export const PIECE = 1024 * 1024;
+const PIECE = 1024 * 1024;
 
 /** Pieces, used again from one transfer to the next: memory stays flat. */
 const spare: Buffer[] = [];
@@ -52,9 +52,8 @@ const spare: Buffer[] = [];
 const MAX_SPARE = 8;
 
 /**
- * A 1 MiB piece of memory, from those given back if there is one. A fresh Buffer per request
- * left its memory for the garbage collector: a 512 MiB upload in 8 MiB chunks allocated 128 MiB,
- * and the server's RSS swung by 20 MB while it waited to be collected.
+ * A 1 MiB piece of memory, from those given back if there is one. With a fresh pair per chunk, a
+ * 512 MiB upload in 8 MiB chunks left 128 MiB of pieces for the garbage collector to find.
  */
 export function takePiece(): Buffer {
   return spare.pop() ?? Buffer.allocUnsafeSlow(PIECE);
