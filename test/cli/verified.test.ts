@@ -234,20 +234,13 @@ describe('verified transfers against fshare serve', () => {
     const via = await proxy.start();
     proxy.state.delayMs = 150; // the first is still running when the second starts
     try {
-      const first = execa(
-        'node',
-        [BIN, '--server', via, '--json', 'upload', path, '--chunk-size', '512k', '--parallel', '1'],
-        {
-          env: cleanEnv({
-            FSHARE_CONFIG_DIR: admin.configDir,
-            FSHARE_KEYRING: 'off',
-            FSHARE_TOKEN: token,
-          }),
-          extendEnv: false,
-          reject: false,
-          stdin: 'ignore',
-        },
-      );
+      const first = uploadInBackground(via, path, [
+        '--json',
+        '--chunk-size',
+        '512k',
+        '--parallel',
+        '1',
+      ]);
       let record: { share_id: string } | undefined;
       for (let i = 0; i < 200 && !record; i++) {
         await sleep(50);
