@@ -32,6 +32,8 @@ export async function tempDir(prefix: string): Promise<string> {
 export interface Serve {
   url: string;
   dataDir: string;
+  /** The server's process id (for reading its memory from /proc). */
+  pid: number;
   /** SIGTERM, wait for the exit; removes the data directory. */
   stop(): Promise<void>;
 }
@@ -78,6 +80,7 @@ export async function startServe(): Promise<Serve> {
   return {
     url,
     dataDir,
+    pid: child.pid!,
     async stop() {
       child.kill('SIGTERM');
       await child;

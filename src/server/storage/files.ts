@@ -16,6 +16,7 @@ import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { fault } from '../faults.js';
 import { fsyncDir } from '../fsutil.js';
+import { bodyPassedOn } from '../gc.js';
 import { givePieces, takePiece, writeFileRange, writeFully } from '../../shared/copy.js';
 import type { HashWorker, RunningHash } from '../../shared/hasher.js';
 import { KeyedMutex } from '../mutex.js';
@@ -484,6 +485,7 @@ export class FileStorage implements ContentStorage {
     };
     try {
       for await (const data of body as AsyncIterable<Buffer>) {
+        bodyPassedOn(data.length);
         if (received.overflow || writer?.aborted || failure) continue;
         if (received.bytes + data.length > max) {
           received.overflow = true;

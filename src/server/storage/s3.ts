@@ -23,6 +23,7 @@ import {
 } from '@aws-sdk/client-s3';
 import type { HashWorker } from '../../shared/hasher.js';
 import { fault } from '../faults.js';
+import { bodyPassedOn } from '../gc.js';
 import { LIMITS } from '../limits.js';
 import {
   ChunkRefusedError,
@@ -288,6 +289,7 @@ export class S3Storage implements ContentStorage {
     // The rest of an oversized body is read and dropped, so that the request can end.
     const bounded = new Transform({
       transform(data: Buffer, _encoding, done) {
+        bodyPassedOn(data.length);
         if (received.overflow || received.bytes + data.length > maxBytes) {
           received.overflow = true;
           return done();
@@ -937,6 +939,7 @@ export class S3Storage implements ContentStorage {
     try {
       if (skip < 0) throw new Error(`${what} was answered from byte ${first - skip}, not ${first}`);
       for await (let data of body as AsyncIterable<Buffer>) {
+        bodyPassedOn(data.length);
         if (skip > 0) {
           const n = Math.min(skip, data.length);
           data = data.subarray(n);
