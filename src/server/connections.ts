@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import type { Socket } from 'node:net';
 import type { Limits } from './limits.js';
+import { requestStarted } from './gc.js';
 
 /** File descriptors kept for files (content, uploads, the journal) whatever the connections. */
 const FDS_KEPT = 256;
@@ -95,7 +96,11 @@ export function createHttpServer(
   const busy = new WeakSet<Socket>();
   server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
     busy.add(req.socket);
-    res.once('close', () => busy.delete(req.socket));
+    const ended = requestStarted();
+    res.once('close', () => {
+      busy.delete(req.socket);
+      ended();
+    });
   });
 
   server.on('timeout', (socket: Socket) => {

@@ -1,35 +1,69 @@
-import { setFlagsFromString } from 'node:v8';
+import { getHeapStatistics, setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 
 /**
- * Keeps the memory of bodies already passed on from piling up.
+ * Collections the server asks V8 for, so that its memory follows its work.
  *
- * Node's HTTP parser copies each read of a request body (up to 64 KiB) into a new Buffer
- * outside V8's heap, and an S3 response body arrives the same way. Each is dead as soon as it
- * has been copied on, but V8 frees it only when it next collects its young generation, and the
- * few small objects of a streaming body fill that slowly: a 512 MiB upload raised the server
- * from 67 to 132 MB, and it stayed there afterwards (measured, bench/README.md). Collecting the
- * young generation after every `EVERY` bytes of body (about 1 ms each, 128 per 512 MiB) held the
- * peak at 98–107 MB, and the server's CPU time per upload did not grow (it fell: the same memory
- * is used again instead of fresh pages).
+ * - While bodies stream in. Node's HTTP parser copies each read of a request body (up to
+ *   64 KiB) into a new Buffer outside V8's heap, and an S3 response body arrives the same way.
+ *   Each is dead as soon as it has been copied on, but V8 frees it only when it next collects
+ *   its young generation, and the few small objects of a streaming body fill that slowly: a
+ *   512 MiB upload raised the server from 67 to 132 MB (measured, bench/README.md). Collecting
+ *   the young generation after every `BODY_BYTES` of body (about 1 ms each, 128 per 512 MiB)
+ *   held the peak at 98–107 MB, and the server's CPU time per upload did not grow (it fell: the
+ *   same memory is used again instead of fresh pages).
+ * - Once idle. V8 did not shrink the heap after an upload by itself: the server stayed at
+ *   92–93 MB. Five seconds after the last request ends, when bodies have streamed or the heap
+ *   has grown since the last such collection, the heap is collected whole once: 76–86 MB.
  */
-const EVERY = 4 * 1024 * 1024;
+const BODY_BYTES = 4 * 1024 * 1024;
+const QUIET_MS = 5000;
+/** Growth of the heap since the last idle collection that is worth another. */
+const GROWN = 1024 * 1024;
 
 setFlagsFromString('--expose-gc');
 // The flag applies to contexts made after it is set; the main one keeps no `gc` global. A Node
-// that ignores the flag at run time gives none: the bodies are then collected as V8 sees fit.
+// that ignores the flag at run time gives none: V8 then collects as it sees fit.
 const exposed: unknown = runInNewContext('gc');
-const collectYoung =
-  typeof exposed === 'function'
-    ? () => (exposed as (options: { type: 'minor' }) => void)({ type: 'minor' })
-    : () => {};
+const gc =
+  typeof exposed === 'function' ? (exposed as (options?: { type: 'minor' }) => void) : () => {};
 
 let pending = 0;
+/** Bytes of body passed on since the last idle collection. */
+let streamed = 0;
 
-/** Counts `bytes` of body passed on; collects the young generation every `EVERY` bytes. */
+/** Counts `bytes` of body passed on; collects the young generation every `BODY_BYTES`. */
 export function bodyPassedOn(bytes: number): void {
+  streamed += bytes;
   pending += bytes;
-  if (pending < EVERY) return;
+  if (pending < BODY_BYTES) return;
   pending = 0;
-  collectYoung();
+  gc({ type: 'minor' });
+}
+
+let inFlight = 0;
+let quietTimer: NodeJS.Timeout | null = null;
+let heapAfterCollecting = 0;
+
+/** Counts a request in; call what it returns when the request is over (more calls do nothing). */
+export function requestStarted(): () => void {
+  inFlight++;
+  if (quietTimer) clearTimeout(quietTimer);
+  quietTimer = null;
+  let ended = false;
+  return () => {
+    if (ended) return;
+    ended = true;
+    if (--inFlight > 0) return;
+    quietTimer = setTimeout(() => {
+      quietTimer = null;
+      // A health check every few seconds costs nothing: only real work is worth collecting.
+      if (streamed < BODY_BYTES && getHeapStatistics().used_heap_size < heapAfterCollecting + GROWN)
+        return;
+      gc(); // whole: Node 20's V8 takes { type: 'major' } for a young collection (tried)
+      streamed = 0;
+      heapAfterCollecting = getHeapStatistics().used_heap_size;
+    }, QUIET_MS);
+    quietTimer.unref();
+  };
 }

@@ -69,6 +69,9 @@ export class HashWorker {
   private worker: Worker | null = null;
   private nextId = 1;
   private nextReq = 1;
+  /** Hashes made and not yet digested or disposed of: while any is, the thread holds state. */
+  private live = 0;
+  private idleTimer: NodeJS.Timeout | null = null;
   private readonly requests = new Map<
     number,
     { resolve: (hex?: string) => void; reject: (e: Error) => void }
@@ -78,18 +81,23 @@ export class HashWorker {
    * `disabled` (benchmarks only, FSHARE_BENCH_NO_DIGEST=1): nothing is hashed and every digest
    * is "", so a benchmark can measure the same transfer without hashing beside it.
    */
-  constructor(private readonly options: { disabled?: boolean } = {}) {}
+  constructor(private readonly options: { disabled?: boolean; idleMs?: number } = {}) {}
 
   get disabled(): boolean {
     return this.options.disabled === true;
+  }
+
+  /** Whether the thread is running now (it ends when idle). */
+  get running(): boolean {
+    return this.worker !== null;
   }
 
   private get thread(): Worker {
     if (!this.worker) {
       const worker = new Worker(WORKER_SOURCE, { eval: true });
       worker.on('message', (m: Reply) => this.onReply(m));
-      worker.on('error', (err) => this.onExit(err));
-      worker.on('exit', () => this.onExit(new Error('the hashing thread stopped')));
+      worker.on('error', (err) => this.onExit(worker, err));
+      worker.on('exit', () => this.onExit(worker, new Error('the hashing thread stopped')));
       worker.unref(); // after the listeners: adding a 'message' listener refs the port again
       this.worker = worker;
     }
@@ -99,15 +107,39 @@ export class HashWorker {
   private onReply(m: Reply): void {
     const req = this.requests.get(m.req);
     this.requests.delete(m.req);
-    if (this.requests.size === 0) this.worker?.unref(); // idle: let the process end
+    if (this.requests.size === 0) {
+      this.worker?.unref(); // idle: let the process end
+      this.endWhenIdle();
+    }
     if (!req) return;
     if (m.error !== undefined) req.reject(new Error(m.error));
     else req.resolve(m.hex);
   }
 
+  /**
+   * With no hash held and nothing asked, the thread ends after `idleMs` (2 s), and with it its
+   * heap (about 10 MB); the next hash starts a new one.
+   */
+  private endWhenIdle(): void {
+    if (this.idleTimer || !this.worker || this.live > 0 || this.requests.size > 0) return;
+    this.idleTimer = setTimeout(() => {
+      this.idleTimer = null;
+      const worker = this.worker;
+      if (!worker || this.live > 0 || this.requests.size > 0) return;
+      this.worker = null;
+      void worker.terminate();
+    }, this.options.idleMs ?? 2000);
+    this.idleTimer.unref();
+  }
+
+  private busy(): void {
+    if (this.idleTimer) clearTimeout(this.idleTimer);
+    this.idleTimer = null;
+  }
+
   /** Every hash the thread held is gone: fail what waits on it; the next call starts a new one. */
-  private onExit(err: Error): void {
-    if (!this.worker) return;
+  private onExit(worker: Worker, err: Error): void {
+    if (this.worker !== worker) return; // one that was ended when idle, or already replaced
     this.worker = null;
     for (const req of this.requests.values()) req.reject(err);
     this.requests.clear();
@@ -130,6 +162,8 @@ export class HashWorker {
 
   /** A new, empty sha256. */
   create(): RunningHash {
+    this.busy();
+    if (!this.options.disabled) this.live++;
     const id = this.nextId++;
     this.post({ t: 'new', id });
     return new RunningHash(this, id);
@@ -137,6 +171,8 @@ export class HashWorker {
 
   /** @internal */
   copyOf(from: number): RunningHash {
+    this.busy();
+    if (!this.options.disabled) this.live++;
     const id = this.nextId++;
     this.post({ t: 'copy', id, from });
     return new RunningHash(this, id);
@@ -159,7 +195,9 @@ export class HashWorker {
 
   /** @internal */
   async digest(id: number): Promise<string> {
-    return (await this.ask({ t: 'digest', id }))!;
+    const hex = this.ask({ t: 'digest', id });
+    this.finished();
+    return (await hex)!;
   }
 
   /** Resolves once every message sent before it has been handled. */
@@ -170,11 +208,18 @@ export class HashWorker {
   /** @internal */
   drop(id: number): void {
     if (this.worker) this.worker.postMessage({ t: 'drop', id });
+    this.finished();
+    this.endWhenIdle();
+  }
+
+  private finished(): void {
+    if (this.live > 0) this.live--;
   }
 
   async close(): Promise<void> {
+    this.busy();
     const worker = this.worker;
-    this.onExit(new Error('the hashing thread was closed'));
+    if (worker) this.onExit(worker, new Error('the hashing thread was closed'));
     if (worker) await worker.terminate();
   }
 }

@@ -34,21 +34,37 @@ export interface Serve {
   dataDir: string;
   /** The server's process id (for reading its memory from /proc). */
   pid: number;
+  /** Everything it has written to standard output so far. */
+  stdout(): string;
   /** SIGTERM, wait for the exit; removes the data directory. */
   stop(): Promise<void>;
 }
 
 /** Starts the built `fshare serve` on an ephemeral port and waits for its "Listening on" line. */
-export async function startServe(): Promise<Serve> {
+export async function startServe(
+  options: { env?: Record<string, string>; nodeFlags?: string[] } = {},
+): Promise<Serve> {
   assertBuilt();
   const dataDir = await tempDir('data');
   const child = execa(
     'node',
-    [BIN, 'serve', '--port', '0', '--data-dir', dataDir, '--quiet', '--min-free', '16m'],
+    [
+      ...(options.nodeFlags ?? []),
+      BIN,
+      'serve',
+      '--port',
+      '0',
+      '--data-dir',
+      dataDir,
+      '--quiet',
+      '--min-free',
+      '16m',
+    ],
     {
       env: cleanEnv({
         FSHARE_ADMIN_USER: ADMIN.username,
         FSHARE_ADMIN_PASSWORD: ADMIN.password,
+        ...options.env,
       }),
       extendEnv: false,
       stdin: 'ignore',
@@ -57,16 +73,16 @@ export async function startServe(): Promise<Serve> {
     },
   );
   let stderr = '';
+  let stdout = '';
   child.stderr?.on('data', (d: Buffer) => (stderr += d.toString()));
+  child.stdout?.on('data', (d: Buffer) => (stdout += d.toString()));
   const url = await new Promise<string>((resolveUrl, reject) => {
-    let out = '';
     const timer = setTimeout(
       () => reject(new Error(`fshare serve did not start: ${stderr}`)),
       30_000,
     );
-    child.stdout?.on('data', (d: Buffer) => {
-      out += d.toString();
-      const match = /Listening on (https?:\/\/\S+)/.exec(out);
+    child.stdout?.on('data', () => {
+      const match = /Listening on (https?:\/\/\S+)/.exec(stdout);
       if (match) {
         clearTimeout(timer);
         resolveUrl(match[1]!);
@@ -81,6 +97,7 @@ export async function startServe(): Promise<Serve> {
     url,
     dataDir,
     pid: child.pid!,
+    stdout: () => stdout,
     async stop() {
       child.kill('SIGTERM');
       await child;
