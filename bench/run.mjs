@@ -342,12 +342,12 @@ async function uploadWithoutDigest(src, adminPassword, fshareEnv, uploadArgs) {
       await run(
         process.execPath,
         [...nodeFlags(), BIN, 'upload', src, '--no-progress', '--json', ...uploadArgs],
-        { env },
+        { env, measureRss: true },
       ),
     );
     const uploaded = JSON.parse(up.stdout);
     if (uploaded[0]?.size !== opts.size) throw fail(`unexpected upload output: ${up.stdout}`);
-    return up.seconds;
+    return up;
   } finally {
     await stopServer();
     server = main;
@@ -847,16 +847,19 @@ async function main() {
 
     note(`fshare upload to a server that hashes nothing${tag}`);
     await settle();
-    rd.upload_nodigest_mb_s = mbps(
-      size,
-      await uploadWithoutDigest(src, adminPassword, cliEnv, opts.uploadArgs),
-    );
+    const unhashed = await uploadWithoutDigest(src, adminPassword, cliEnv, opts.uploadArgs);
+    rd.upload_nodigest_mb_s = mbps(size, unhashed.seconds);
+    rd.upload_nodigest_cpu_s = unhashed.cpu;
     rd.upload_vs_digest_bound = rd.upload_mb_s / Math.min(shaRate, rd.upload_nodigest_mb_s);
 
     if (r % 2 === 1) await curlForm();
     rd.upload_vs_curl_form = rd.upload_mb_s / rd.curl_form_mb_s;
     rd.upload_cpu_vs_curl =
       rd.upload_cpu_s !== null && rd.curl_form_cpu_s ? rd.upload_cpu_s / rd.curl_form_cpu_s : null;
+    rd.upload_nodigest_cpu_vs_curl =
+      rd.upload_nodigest_cpu_s !== null && rd.curl_form_cpu_s
+        ? rd.upload_nodigest_cpu_s / rd.curl_form_cpu_s
+        : null;
 
     if (opts.uploadOnly) {
       checked('fshare rm', await fshare(['rm', id]));
@@ -1021,6 +1024,8 @@ async function main() {
     upload_cpu_s: round(med('upload_cpu_s'), 2),
     curl_form_cpu_s: round(med('curl_form_cpu_s'), 2),
     upload_cpu_vs_curl: round(med('upload_cpu_vs_curl'), 2),
+    upload_nodigest_cpu_vs_curl: round(med('upload_nodigest_cpu_vs_curl'), 2),
+    upload_nodigest_cpu_s_per_gib: round((med('upload_nodigest_cpu_s') * 2 ** 30) / size, 2),
     upload_cpu_s_per_gib: round((med('upload_cpu_s') * 2 ** 30) / size, 2),
     curl_form_cpu_s_per_gib: round((med('curl_form_cpu_s') * 2 ** 30) / size, 2),
     nginx_get_mb_s: round(med('nginx_get_mb_s')),
@@ -1157,9 +1162,9 @@ function table(r) {
     ['cp + sync (disk limit)', `${r.cp_mb_s} MB/s`, `cp alone ${r.cp_nosync_mb_s} MB/s`],
     ['fshare upload', `${r.upload_mb_s} MB/s`, `${r.upload_vs_cp} × cp (${r.upload_args})`],
     [
-      'fshare upload, server hashing nothing',
+      'fshare upload, nothing hashed',
       `${r.upload_nodigest_mb_s} MB/s`,
-      'FSHARE_BENCH_NO_DIGEST=1',
+      `FSHARE_BENCH_NO_DIGEST=1; client CPU ${r.upload_nodigest_cpu_s_per_gib} s/GiB, ${r.upload_nodigest_cpu_vs_curl} × curl`,
     ],
     [
       'sha256, one core',
