@@ -442,7 +442,7 @@ async function curlFormUpload(src, token, headerFile) {
  * once the password thread has ended (2 s without work); the peak while signing in as well.
  */
 async function loginRss(adminPassword, count) {
-  const idle = await settledRss(server.pid);
+  const { rss: idle, series: idleSeries } = await settledRss(server.pid);
   resetPeakRss(server.pid);
   for (let i = 0; i < count; i++) {
     const res = await fetch(`${server.url}/users/login`, {
@@ -454,17 +454,23 @@ async function loginRss(adminPassword, count) {
     if (res.status !== 200) throw fail(`sign-in ${i + 1} → ${res.status}`);
   }
   const peak = peakRss(server.pid);
-  return { idle, logins: await settledRss(server.pid), peak };
+  const { rss: logins } = await settledRss(server.pid);
+  return { idle, idleSeries, logins, peak };
 }
 
 /**
- * The resident set of a server left alone: 12 s after the last request. The password thread
- * ends after 2 s without work, and V8 shrinks its heap (its memory reducer) about 6 s after
- * activity stops, 8–10 MB on this machine; a server that idles for minutes sits there.
+ * The resident set of a server left alone: 20 s after the last request, read every second on
+ * the way (`series`, MB). The password thread ends after 2 s without work, the server collects
+ * its heap 5 s after its last request, and V8's memory reducer shrinks it once more about 8 s
+ * after that; a server that idles for minutes sits there.
  */
 async function settledRss(pid) {
-  await sleep(12000);
-  return currentRss(pid);
+  const series = [];
+  for (let s = 1; s <= 20; s++) {
+    await sleep(1000);
+    series.push(currentRss(pid));
+  }
+  return { rss: series.at(-1), series: series.map((b) => round(b / MB, 1)) };
 }
 
 /**
@@ -1015,6 +1021,7 @@ async function main() {
     server_transfer_peak_rss_mb: mb(serverTransferPeak),
     server_moving_peak_rss_mb: mb(serverMovingPeak),
     server_idle_rss_mb: mb(loginMemory.idle),
+    server_idle_rss_series_mb: loginMemory.idleSeries,
     server_logins_rss_mb: mb(loginMemory.logins),
     server_logins_peak_rss_mb: mb(loginMemory.peak),
     shares_rss_mb: mb(meta.shares_rss),
@@ -1183,7 +1190,7 @@ function table(r) {
     [
       'serve RSS idle / after 100 sign-ins',
       `${r.server_idle_rss_mb} / ${r.server_logins_rss_mb} MB`,
-      `VmRSS once settled; peak while signing in ${r.server_logins_peak_rss_mb} MB`,
+      `VmRSS 20 s after the last request (idle: ${r.server_idle_rss_series_mb?.[4]} at 5 s, ${r.server_idle_rss_series_mb?.[11]} at 12 s); peak while signing in ${r.server_logins_peak_rss_mb} MB`,
     ],
     [
       'serve RSS holding the shares',
