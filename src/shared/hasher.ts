@@ -5,7 +5,7 @@ import { Worker } from 'node:worker_threads';
  * reads the bytes to hash from the files they were just written to (the page cache), so hashing
  * overlaps receiving and never holds a request back, and no bytes are copied between threads.
  * Messages are handled in order, so a hash's updates, copies and digest happen in the order they
- * were asked for.
+ * were asked for. The thread ends once it has held no hash for 2 s, and starts again when needed.
  */
 
 // Plain CommonJS run with `eval`, so it works from the TypeScript sources (tests) and from dist/.
