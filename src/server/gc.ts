@@ -1,5 +1,6 @@
 import { getHeapStatistics, setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
+import { dropSparePieces } from '../shared/copy.js';
 
 /**
  * Collections the server asks V8 for, so that its memory follows its work.
@@ -60,6 +61,7 @@ export function requestStarted(): () => void {
       // A health check every few seconds costs nothing: only real work is worth collecting.
       if (streamed < BODY_BYTES && getHeapStatistics().used_heap_size < heapAfterCollecting + GROWN)
         return;
+      dropSparePieces();
       gc(); // whole: Node 20's V8 takes { type: 'major' } for a young collection (tried)
       streamed = 0;
       heapAfterCollecting = getHeapStatistics().used_heap_size;

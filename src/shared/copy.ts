@@ -46,22 +46,32 @@ export function writeFullySync(fd: number, bytes: Uint8Array, position: number):
 /** Pieces are read and written in this size. */
 const PIECE = 1024 * 1024;
 
-/** Pieces, used again from one transfer to the next: memory stays flat. */
-const spare: Buffer[] = [];
-/** At most this many wait to be used again (8 MiB); more in use at once are allocated. */
+/** Pieces, by size, used again from one transfer to the next: memory stays flat. */
+const spare = new Map<number, Buffer[]>();
+/** At most this many of each size wait to be used again; more in use at once are allocated. */
 const MAX_SPARE = 8;
 
 /**
- * A 1 MiB piece of memory, from those given back if there is one. With a fresh pair per chunk, a
- * 512 MiB upload in 8 MiB chunks left 128 MiB of pieces for the garbage collector to find.
+ * A piece of memory (1 MiB unless told), from those given back if there is one. With a fresh
+ * pair per chunk, a 512 MiB upload in 8 MiB chunks left 128 MiB of pieces for the garbage
+ * collector to find.
  */
-export function takePiece(): Buffer {
-  return spare.pop() ?? Buffer.allocUnsafeSlow(PIECE);
+export function takePiece(size = PIECE): Buffer {
+  return spare.get(size)?.pop() ?? Buffer.allocUnsafeSlow(size);
 }
 
 /** Gives pieces back once nothing reads or writes them any more. */
 export function givePieces(...pieces: Buffer[]): void {
-  for (const piece of pieces) if (spare.length < MAX_SPARE) spare.push(piece);
+  for (const piece of pieces) {
+    let list = spare.get(piece.length);
+    if (!list) spare.set(piece.length, (list = []));
+    if (list.length < MAX_SPARE) list.push(piece);
+  }
+}
+
+/** Lets every spare piece go: a process that has gone idle gives their memory back. */
+export function dropSparePieces(): void {
+  spare.clear();
 }
 
 /** The file ended before the range did: it is shorter than it was (changed, or damaged). */
