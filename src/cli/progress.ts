@@ -23,8 +23,8 @@ export interface ProgressDisplay {
 const noopBar: ProgressBar = { update() {}, stop() {} };
 
 /**
- * cli-progress, loaded only when bars are drawn: loading it took a third of the CPU time that
- * loading the CLI's modules does, for commands that mostly run without a terminal (scripts, CI).
+ * cli-progress, loaded only when bars are drawn: it was a quarter of the CPU time that loading
+ * the CLI's modules takes, in commands that mostly run without a terminal (scripts, CI).
  */
 const loadCliProgress = () => createRequire(import.meta.url)('cli-progress') as typeof CliProgress;
 

@@ -60,7 +60,7 @@ describe('server memory while receiving', () => {
     ]);
     const after = await memory();
     expect(up!.size).toBe(SIZE);
-    // Measured: 9–13 MB above the resident set before it; 34–36 MB when the bodies were left
+    // Measured: 6–13 MB above the resident set before it; 34–37 MB when the bodies were left
     // for V8 to collect when it saw fit.
     expect(after.peak - before.rss).toBeLessThan(24);
 
