@@ -37,7 +37,7 @@ const PIECE = 1024 * 1024;
 /**
  * Bodies are written in pieces of this size (one write each) and the hashing thread is told of
  * them a PIECE at a time. Each body being received holds two: 1 MiB pieces made the server's
- * resident set 12 MB bigger with four chunks in flight, for the same writes (bench/README.md).
+ * peak 3–8 MB higher with four chunks in flight, for the same writes (bench/README.md).
  */
 const BODY_PIECE = WRITE_MAX;
 /** Records of finished uploads are kept this long, so that late chunks of them are refused. */
