@@ -10,6 +10,11 @@ export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 export const BIN = join(ROOT, 'bin', 'fshare.js');
 export const ADMIN = { username: 'admin', password: 'admin-password-123' };
 
+/** The arguments after `node` that start `fshare serve` quietly, on a free port, on `dataDir`. */
+export function serveArgs(dataDir: string): string[] {
+  return [BIN, 'serve', '--port', '0', '--data-dir', dataDir, '--quiet', '--min-free', '16m'];
+}
+
 function assertBuilt(): void {
   if (!existsSync(join(ROOT, 'dist', 'cli', 'main.js')))
     throw new Error(
@@ -46,32 +51,17 @@ export async function startServe(
 ): Promise<Serve> {
   assertBuilt();
   const dataDir = await tempDir('data');
-  const child = execa(
-    'node',
-    [
-      ...(options.nodeFlags ?? []),
-      BIN,
-      'serve',
-      '--port',
-      '0',
-      '--data-dir',
-      dataDir,
-      '--quiet',
-      '--min-free',
-      '16m',
-    ],
-    {
-      env: cleanEnv({
-        FSHARE_ADMIN_USER: ADMIN.username,
-        FSHARE_ADMIN_PASSWORD: ADMIN.password,
-        ...options.env,
-      }),
-      extendEnv: false,
-      stdin: 'ignore',
-      reject: false,
-      buffer: false,
-    },
-  );
+  const child = execa('node', [...(options.nodeFlags ?? []), ...serveArgs(dataDir)], {
+    env: cleanEnv({
+      FSHARE_ADMIN_USER: ADMIN.username,
+      FSHARE_ADMIN_PASSWORD: ADMIN.password,
+      ...options.env,
+    }),
+    extendEnv: false,
+    stdin: 'ignore',
+    reject: false,
+    buffer: false,
+  });
   let stderr = '';
   let stdout = '';
   child.stderr?.on('data', (d: Buffer) => (stderr += d.toString()));

@@ -5,6 +5,7 @@ import { existsSync } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { serveArgs } from './cli.js';
 import { walkFiles } from './http.js';
 import { ADMIN } from './server.js';
 
@@ -69,11 +70,11 @@ export function serve(
     if (value === undefined) delete env[key];
     else env[key] = value;
   }
-  const child = spawn(
-    process.execPath,
-    [BIN, 'serve', '--port', '0', '--data-dir', dir, '--quiet', '--min-free', '16m', ...extraArgs],
-    { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] },
-  );
+  const child = spawn(process.execPath, [...serveArgs(dir), ...extraArgs], {
+    cwd: ROOT,
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   children.add(child);
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((done) =>
     child.once('exit', (code, signal) => done({ code, signal })),

@@ -9,8 +9,9 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { serveArgs } from '../helpers/cli.js';
 import { createShare, del, expectStatus, sendChunk, sendParts } from '../helpers/http.js';
-import { BIN, ROOT, ensureBuilt } from '../helpers/serve.js';
+import { ROOT, ensureBuilt } from '../helpers/serve.js';
 import { ADMIN, login } from '../helpers/server.js';
 
 /** Whether strace can trace a child here (it is missing, or ptrace is forbidden, in some boxes). */
@@ -119,15 +120,7 @@ async function startTraced(): Promise<{ url: string; log: string; dataDir: strin
       '-e',
       'trace=openat,link,linkat,rename,renameat,renameat2,unlink,unlinkat,fsync,fdatasync',
       process.execPath,
-      BIN,
-      'serve',
-      '--port',
-      '0',
-      '--data-dir',
-      dataDir,
-      '--quiet',
-      '--min-free',
-      '16m',
+      ...serveArgs(dataDir),
     ],
     {
       cwd: ROOT,
