@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import type { Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { writeFullySync } from '../shared/copy.js';
-import type { RunningHash } from '../shared/hasher.js';
+import type { Sha256 } from '../shared/hasher.js';
 import { getFile } from './api.js';
 import {
   ApiError,
@@ -202,7 +202,7 @@ class FileSink implements BodyTarget {
     /** The file's path, named in a write error. */
     private readonly path: string,
     private readonly start: number,
-    private readonly hash: RunningHash | undefined,
+    private readonly hash: Sha256 | undefined,
   ) {
     const shared = new SharedArrayBuffer(RING_SLOTS * PIECE);
     hash?.useRing(shared);
@@ -329,7 +329,7 @@ interface State {
   /** The sha256 the server gave for the content. */
   digest: string | undefined;
   /** The hash of what was written, running in the hashing thread (files), or here (streams). */
-  hash: RunningHash | undefined;
+  hash: Sha256 | undefined;
   streamHash: ReturnType<typeof createHash> | undefined;
   /**
    * The `.part` was resumed without a recorded validator, trusting the server's digest to catch a
@@ -669,7 +669,7 @@ async function writeBody(
 /** A new running hash for a `.part`, covering what it already holds (a resumed download). */
 async function startHash(state: State, part: string): Promise<void> {
   state.hash?.dispose();
-  state.hash = fileHasher().create();
+  state.hash = fileHasher().create(state.expected);
   if (state.offset > 0) state.hash.updateFromFile(part, 0, state.offset).catch(() => undefined);
 }
 
@@ -700,7 +700,7 @@ async function finish(
     if (part) {
       if (!state.hash) await startHash(state, part);
       sha256 = await state.hash!.digest().catch(async () => {
-        const again = fileHasher().create();
+        const again = fileHasher().create(state.offset);
         await again.updateFromFile(part, 0, state.offset);
         return again.digest();
       });

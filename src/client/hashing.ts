@@ -11,7 +11,7 @@ export function fileHasher(): HashWorker {
 
 /** The sha256 of bytes [start, end) of a file, computed on the hashing thread. */
 export async function hashFile(path: string, start: number, end: number): Promise<string> {
-  const hash = fileHasher().create();
+  const hash = fileHasher().create(end - start);
   await hash.updateFromFile(path, start, end);
   return hash.digest();
 }

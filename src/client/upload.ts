@@ -307,7 +307,7 @@ export async function uploadContent(
   const file = await localFile(path);
   const fileName = options.fileName ?? basename(path);
   const p = await plan(client, id, file, options.mode, chunkSize, options, fileName);
-  const hash = options.knownSha256 === undefined ? fileHasher().create() : undefined;
+  const hash = options.knownSha256 === undefined ? fileHasher().create(file.size) : undefined;
   const digest = hash
     ? hash.updateFromFile(file.path, 0, file.size).then(() => hash.digest())
     : Promise.resolve(options.knownSha256!);

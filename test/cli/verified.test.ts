@@ -84,45 +84,57 @@ describe('verified transfers against fshare serve', () => {
     };
   };
 
-  it('get of content damaged on the server exits 7 and keeps the bytes only as .part', async () => {
-    const data = randomBytes(300_000);
-    await writeFile(join(work, 'damaged.bin'), data);
-    const [up] = await admin.json<Transfer[]>([
-      'upload',
-      join(work, 'damaged.bin'),
-      '--chunk-size',
-      '64k',
-    ]);
-    expect(up).toMatchObject({ verified: true, sha256: sha256(data), resumed_bytes: 0 });
-    // One byte flipped in the stored content, behind the server's back.
-    const blob = (await readdir(join(serve.dataDir, 'content'))).find((n) =>
-      n.startsWith(up!.share_id),
-    )!;
-    const handle = await open(join(serve.dataDir, 'content', blob), 'r+');
-    await handle.write(Buffer.from([data[1234]! ^ 0xff]), 0, 1, 1234);
-    await handle.close();
+  // Both sizes: up to 4 MiB the client hashes on its main thread, above on the hashing thread.
+  it.each([
+    ['300 KB', 300_000],
+    ['6 MiB', 6 * 1024 * 1024],
+  ])(
+    'get of %s damaged on the server exits 7 and keeps the bytes only as .part',
+    async (label, size) => {
+      const data = randomBytes(size);
+      await writeFile(join(work, 'damaged.bin'), data);
+      const [up] = await admin.json<Transfer[]>([
+        'upload',
+        join(work, 'damaged.bin'),
+        '--chunk-size',
+        '64k',
+      ]);
+      expect(up).toMatchObject({ verified: true, sha256: sha256(data), resumed_bytes: 0 });
+      // One byte flipped in the stored content, behind the server's back.
+      const blob = (await readdir(join(serve.dataDir, 'content'))).find((n) =>
+        n.startsWith(up!.share_id),
+      )!;
+      const handle = await open(join(serve.dataDir, 'content', blob), 'r+');
+      await handle.write(Buffer.from([data[1234]! ^ 0xff]), 0, 1, 1234);
+      await handle.close();
 
-    const out = join(work, 'out');
-    const res = await admin.run(['get', up!.share_id, '-o', out]);
-    expect(res.exitCode).toBe(7);
-    expect(res.stderr.trim().split('\n')).toHaveLength(1);
-    expect(res.stderr).toMatch(/sha256/);
-    expect(existsSync(out)).toBe(false);
-    expect(existsSync(`${out}.part`)).toBe(true);
+      const out = join(work, `out-${label}`);
+      const res = await admin.run(['get', up!.share_id, '-o', out]);
+      expect(res.exitCode).toBe(7);
+      expect(res.stderr.trim().split('\n')).toHaveLength(1);
+      expect(res.stderr).toMatch(/sha256/);
+      expect(existsSync(out)).toBe(false);
+      expect(existsSync(`${out}.part`)).toBe(true);
 
-    // Undamaged content is verified and says so.
-    const [good] = await admin.json<Transfer[]>(['upload', join(work, 'damaged.bin')]);
-    const ok = await admin.json<Transfer>(['get', good!.share_id, '-o', join(work, 'good.bin')]);
-    expect(ok).toMatchObject({ verified: true, sha256: sha256(data) });
-    const verbose = await admin.run([
-      'get',
-      good!.share_id,
-      '-o',
-      join(work, 'good2.bin'),
-      '--verbose',
-    ]);
-    expect(verbose.stderr).toContain(`verified sha256 ${sha256(data)}`);
-  });
+      // Undamaged content is verified and says so.
+      const [good] = await admin.json<Transfer[]>(['upload', join(work, 'damaged.bin')]);
+      const ok = await admin.json<Transfer>([
+        'get',
+        good!.share_id,
+        '-o',
+        join(work, `good-${label}.bin`),
+      ]);
+      expect(ok).toMatchObject({ verified: true, sha256: sha256(data) });
+      const verbose = await admin.run([
+        'get',
+        good!.share_id,
+        '-o',
+        join(work, `good2-${label}.bin`),
+        '--verbose',
+      ]);
+      expect(verbose.stderr).toContain(`verified sha256 ${sha256(data)}`);
+    },
+  );
 
   // Property: a download that runs out of disk is a failure, never a short file under the
   // target name: one line naming the .part, exit 1, and once there is room `--continue` finishes

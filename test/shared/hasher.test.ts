@@ -1,8 +1,9 @@
 import { createHash, randomBytes } from 'node:crypto';
+import { readdirSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { HashWorker } from '../../src/shared/hasher.js';
+import { HashWorker, INLINE_MAX } from '../../src/shared/hasher.js';
 import { tempDir } from '../helpers/cli.js';
 
 /**
@@ -68,5 +69,78 @@ describe('the hashing thread ends when idle', () => {
     while (hasher.running) await pause(5);
     const results = await Promise.all([hashWhole(), hashWhole()]);
     expect(results).toEqual([expected, expected]);
+  });
+});
+
+/**
+ * Property: a hash known to be small is computed on the calling thread (no thread is started for
+ * it) with the thread's semantics: updates in the order asked, awaited or not; a copy goes on
+ * from the state at the moment it was taken; a failed update fails the digest.
+ */
+describe('small hashes are computed without the thread', () => {
+  const sha = (...parts: Buffer[]) => {
+    const h = createHash('sha256');
+    for (const p of parts) h.update(p);
+    return h.digest('hex');
+  };
+
+  it('does not start the thread, and keeps the order of updates that were not awaited', async () => {
+    const own = new HashWorker({ idleMs: IDLE_MS });
+    try {
+      const ring = new SharedArrayBuffer(64);
+      const bytes = Buffer.from(ring);
+      bytes.fill(7);
+      const hash = own.create(1_000_000 + 64);
+      hash.useRing(ring);
+      const fromFile = hash.updateFromFile(file, 0, 1_000_000); // not awaited before the next
+      const fromRing = hash.updateFromRing(0, 64);
+      const copy = hash.copy(); // the state after both
+      await Promise.all([fromFile, fromRing]);
+      bytes.fill(9); // the slot is free again once its update resolved
+      const whole = sha(data.subarray(0, 1_000_000), Buffer.alloc(64, 7));
+      expect(await hash.digest()).toBe(whole);
+      await copy.updateFromFile(file, 0, 10);
+      expect(await copy.digest()).toBe(
+        sha(data.subarray(0, 1_000_000), Buffer.alloc(64, 7), data.subarray(0, 10)),
+      );
+      expect(own.running).toBe(false);
+    } finally {
+      await own.close();
+    }
+  });
+
+  it('many at once read their files one at a time (a push of thousands of small files)', async () => {
+    const fds = () => readdirSync('/proc/self/fd').length;
+    const before = fds();
+    let most = before;
+    const watch = setInterval(() => (most = Math.max(most, fds())), 0);
+    const hashes = Array.from({ length: 200 }, () => hasher.create(data.length));
+    const digests = await Promise.all(
+      hashes.map(async (h) => {
+        await h.updateFromFile(file, 0, data.length);
+        return h.digest();
+      }),
+    );
+    clearInterval(watch);
+    expect(new Set(digests)).toEqual(new Set([expected]));
+    expect(most - before).toBeLessThanOrEqual(2);
+  });
+
+  it('a file shorter than asked fails the digest, as on the thread', async () => {
+    const small = hasher.create(INLINE_MAX);
+    await expect(small.updateFromFile(file, 0, data.length + 5)).rejects.toThrow(/ended at byte/);
+    await expect(small.digest()).rejects.toThrow();
+  });
+
+  it('a hash expected to be larger than INLINE_MAX uses the thread', async () => {
+    const own = new HashWorker({ idleMs: IDLE_MS });
+    try {
+      const hash = own.create(INLINE_MAX + 1);
+      await hash.updateFromFile(file, 0, data.length);
+      expect(own.running).toBe(true);
+      expect(await hash.digest()).toBe(expected);
+    } finally {
+      await own.close();
+    }
   });
 });

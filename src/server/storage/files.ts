@@ -18,7 +18,7 @@ import { fault } from '../faults.js';
 import { fsyncDir } from '../fsutil.js';
 import { bodyPassedOn } from '../gc.js';
 import { givePieces, takePiece, writeFileRange, writeFully, WRITE_MAX } from '../../shared/copy.js';
-import type { HashWorker, RunningHash } from '../../shared/hasher.js';
+import type { HashWorker, Sha256 } from '../../shared/hasher.js';
 import { KeyedMutex } from '../mutex.js';
 import {
   ChunkRefusedError,
@@ -73,7 +73,7 @@ interface Writer {
 }
 
 interface Spec {
-  hash: RunningHash;
+  hash: Sha256;
   index: number;
   epoch: number;
 }
@@ -88,7 +88,7 @@ const rand = () => randomBytes(8).toString('hex');
  * from the page cache, so receiving never waits for it.
  */
 class UploadHash {
-  private base: RunningHash | null = null;
+  private base: Sha256 | null = null;
   private epoch = 0;
   next = 0;
 
