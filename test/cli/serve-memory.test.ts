@@ -1,4 +1,5 @@
-import { open, readFile, writeFile } from 'node:fs/promises';
+import { open, readdir, readFile, writeFile } from 'node:fs/promises';
+import { createHash, randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCli, signIn, startServe, tempDir, type Cli, type Serve } from '../helpers/cli.js';
@@ -45,9 +46,10 @@ async function memory(): Promise<{ rss: number; peak: number }> {
 
 describe('server memory while receiving', () => {
   it('a 256 MiB upload raises the resident set by less than 24 MB, and is stored whole', async () => {
-    // A first small upload starts what every upload uses (the hashing thread, the pieces).
+    // A first upload starts what every upload uses (the hashing thread, the pieces): over
+    // 4 MiB, since smaller ones are hashed without the thread.
     const small = join(await tempDir('memory'), 'small.bin');
-    await writeFile(small, Buffer.alloc(3 * MiB, 7));
+    await writeFile(small, Buffer.alloc(6 * MiB, 7));
     expect((await cli.run(['upload', small, '--no-progress'])).exitCode).toBe(0);
 
     await new Promise((r) => setTimeout(r, 500));
@@ -113,5 +115,73 @@ describe('collections the server asks for', () => {
     expect((await user.run(['whoami'])).exitCode).toBe(0);
     await new Promise((r) => setTimeout(r, 6500));
     expect(asked('Mark-Compact')).toBe(whole + 1);
+  }, 60_000);
+});
+
+/**
+ * Property: an idle server does not start its hashing thread for a small upload (a new V8
+ * isolate costs it about 30 ms of CPU, more than the hash), and still stores and reports the
+ * right sha256; a larger one is hashed on the thread. Threads seen in /proc/PID/task, sampled
+ * all through each upload.
+ */
+describe('small uploads on an idle server', () => {
+  let own: Serve;
+  let user: Cli;
+
+  beforeAll(async () => {
+    own = await startServe();
+    user = await createCli();
+    await signIn(user, own.url);
+  }, 60_000);
+
+  afterAll(async () => {
+    await own?.stop();
+  });
+
+  const threads = async () => (await readdir(`/proc/${own.pid}/task`)).length;
+
+  /** The most threads the server had while `fshare upload FILE` ran, and its JSON. */
+  async function uploadWatching(path: string) {
+    let most = await threads();
+    let running = true;
+    const watch = (async () => {
+      while (running) {
+        most = Math.max(most, await threads());
+        await new Promise((r) => setTimeout(r, 5));
+      }
+    })();
+    try {
+      const [up] = await user.json<{ share_id: string; sha256: string; verified: boolean }[]>([
+        'upload',
+        path,
+        '--no-progress',
+      ]);
+      return { most, up: up! };
+    } finally {
+      running = false;
+      await watch;
+    }
+  }
+
+  it('a 100 KB upload starts no thread; a 6 MiB one starts the hashing thread', async () => {
+    const dir = await tempDir('idle-hash');
+    const small = randomBytes(100_000);
+    const large = randomBytes(6 * MiB);
+    await writeFile(join(dir, 'small.bin'), small);
+    await writeFile(join(dir, 'large.bin'), large);
+    // Idle: the sign-in's password thread (and any hashing thread) ends after 2 s.
+    await new Promise((r) => setTimeout(r, 3000));
+    const idle = await threads();
+
+    const a = await uploadWatching(join(dir, 'small.bin'));
+    expect(a.most).toBe(idle);
+    const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+    expect(a.up).toMatchObject({ sha256: sha(small), verified: true });
+    const info = await user.json<{ sha256?: string }>(['info', a.up.share_id]);
+    expect(info.sha256).toBe(sha(small));
+
+    const b = await uploadWatching(join(dir, 'large.bin'));
+    expect(b.most).toBeGreaterThan(idle);
+    expect(b.up).toMatchObject({ sha256: sha(large), verified: true });
   }, 60_000);
 });

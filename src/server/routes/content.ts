@@ -188,7 +188,9 @@ export function contentRoutes(ctx: Context): Router {
     let outcome: 'stored' | 'complete';
     let fields: ChunkFields;
     try {
-      const max = Math.min(room, maxChunkBytes) + 1; // one byte over: enough to know
+      // One byte over: enough to know. The declared length bounds it too (the file part lies
+      // within the body), which tells the storage that a small upload is small.
+      const max = Math.min(room, maxChunkBytes, length || Infinity) + 1;
       const chunk = await readChunk(req, res, share.share_id, max);
       fields = chunk.fields;
       try {

@@ -94,9 +94,18 @@ class UploadHash {
 
   constructor(private readonly worker: HashWorker) {}
 
-  /** A hash to feed chunk `index` into as it arrives, when it is the next one due. */
-  speculate(index: number): Spec | undefined {
+  /**
+   * A hash to feed chunk `index` into as it arrives, when it is the next one due. `expectedBytes`:
+   * at most how much the whole upload holds, when known; a small upload is hashed on the main
+   * thread (shared/hasher.ts), so an idle server does not start its hashing thread for it.
+   */
+  speculate(index: number, expectedBytes?: number): Spec | undefined {
     if (index !== this.next) return undefined;
+    if (this.next === 0) {
+      // Nothing hashed yet: begin afresh, sized for this attempt at the first chunk.
+      this.base?.dispose();
+      this.base = this.worker.create(expectedBytes);
+    }
     this.base ??= this.worker.create();
     return { hash: this.base.copy(), index, epoch: this.epoch };
   }
@@ -384,7 +393,8 @@ export class FileStorage implements ContentStorage {
     const received = await this.withUpload(shareId, fields, true, async (upload) => {
       const { index } = fields;
       upload.receivers++;
-      const spec = upload.hash.speculate(index);
+      // A single chunk's upload is no larger than the bytes this body may store.
+      const spec = upload.hash.speculate(index, fields.total === 1 ? maxBytes - 1 : undefined);
       const inPlace =
         upload.meta.layout !== null &&
         fields.layout !== undefined &&
@@ -955,7 +965,7 @@ export class FileStorage implements ContentStorage {
   async digest(blob: string): Promise<string> {
     const path = join(this.contentDir, blob);
     const { size } = await stat(path);
-    const hash = this.hasher.create();
+    const hash = this.hasher.create(size);
     await hash.updateFromFile(path, 0, size);
     return hash.digest();
   }
