@@ -72,6 +72,9 @@ const USAGE = `usage: node bench/run.mjs [options]   (or: npm run bench -- [opti
   --upload-only        only cp and upload (for sweeps of --chunk-size and --parallel)
   --no-sha-ni          every process hashes without the CPU's SHA instructions
                        (OPENSSL_ia32cap), like machines that lack them
+  --drop-caches        (root) before every timed phase, drop the page cache and read back the
+                       files the phase reads: every run then meets the same memory (see
+                       bench/README.md, "Memory noise"); changes nothing in what is measured
   -h, --help`;
 
 // ---------------------------------------------------------------------------------------------
@@ -203,6 +206,7 @@ try {
       'skip-abuse': { type: 'boolean', default: false },
       'upload-only': { type: 'boolean', default: false },
       'no-sha-ni': { type: 'boolean', default: false },
+      'drop-caches': { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
@@ -232,7 +236,10 @@ try {
     abuse: !values['skip-abuse'] && !values['upload-only'],
     uploadOnly: values['upload-only'],
     noShaNi: values['no-sha-ni'],
+    dropCaches: values['drop-caches'],
   };
+  if (opts.dropCaches && process.getuid?.() !== 0)
+    throw fail('--drop-caches needs root (it writes /proc/sys/vm/drop_caches)');
   // OpenSSL without its SHA instructions: the hashing speed of the CPUs the brief describes.
   if (opts.noShaNi) process.env.OPENSSL_ia32cap = ':~0x20000000';
 } catch (err) {
@@ -480,6 +487,15 @@ async function settledRss(pid) {
  */
 async function settle() {
   checked('sync', await run('sync', []));
+  if (opts.dropCaches) {
+    // The page cache dropped is used again before the hypervisor takes the memory back, so no
+    // phase writes into pages that must first be faulted in from the host.
+    await writeFile('/proc/sys/vm/drop_caches', '1\n');
+    const readBack = `find '${tmpRoot}' -type f -size +1M -exec cat {} + > /dev/null`;
+    checked('reading the files back', await run('sh', ['-c', readBack]));
+    await sleep(500);
+    return;
+  }
   await sleep(300);
 }
 
@@ -1002,6 +1018,7 @@ async function main() {
     upload_nodigest_mb_s: round(med('upload_nodigest_mb_s')),
     sha256_mb_s: round(shaRate),
     no_sha_ni: opts.noShaNi,
+    drop_caches: opts.dropCaches,
     // The verified-vs-unverified ratios are taken from the medians of each rate: the two runs
     // of a pair alternate in order from round to round, and a single pair swings with the order
     // (see bench/README.md); the median of the per-round ratios is kept as *_per_round.
@@ -1246,7 +1263,7 @@ function table(r) {
   };
   const size = r.size_bytes ? `${(r.size_bytes / 2 ** 20).toFixed(0)} MiB file` : 'no transfer';
   return (
-    `fshare benchmark (${size}, ${r.repeat ?? 0} round(s); MB = 10^6 bytes; RSS by ${r.rss_method})\n\n` +
+    `fshare benchmark (${size}, ${r.repeat ?? 0} round(s)${r.drop_caches ? ', page cache dropped before each phase' : ''}; MB = 10^6 bytes; RSS by ${r.rss_method})\n\n` +
     fmt(rows, ['measure', 'value', 'detail']) +
     '\n\n' +
     fmt(targets(r), ['target', 'measured', 'status']) +
