@@ -74,7 +74,7 @@ const USAGE = `usage: node bench/run.mjs [options]   (or: npm run bench -- [opti
                        (OPENSSL_ia32cap), like machines that lack them
   --drop-caches        (root) before every timed phase, drop the page cache and read back the
                        files the phase reads: every run then meets the same memory (see
-                       bench/README.md, "Memory noise"); changes nothing in what is measured
+                       bench/README.md, "Memory noise"); the phases themselves are unchanged
   -h, --help`;
 
 // ---------------------------------------------------------------------------------------------
@@ -491,8 +491,9 @@ async function settle() {
     // The page cache dropped is used again before the hypervisor takes the memory back, so no
     // phase writes into pages that must first be faulted in from the host.
     await writeFile('/proc/sys/vm/drop_caches', '1\n');
-    const readBack = `find '${tmpRoot}' -type f -size +1M -exec cat {} + > /dev/null`;
-    checked('reading the files back', await run('sh', ['-c', readBack]));
+    const readBack = 'find "$DIR" -type f -size +1M -exec cat {} + > /dev/null';
+    const env = { ...process.env, DIR: tmpRoot };
+    checked('reading the files back', await run('sh', ['-c', readBack], { env }));
     await sleep(500);
     return;
   }
