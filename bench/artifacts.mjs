@@ -492,7 +492,7 @@ async function main() {
   for (const cmd of ['bash', 'tar', 'sync'])
     if (!commandExists(cmd)) throw fail(`${cmd} is needed (apt-get install ${cmd})`);
   if (!useGnuTime) note(`${GNU_TIME} not found (apt-get install time): no per-process CPU split`);
-  if (!existsSync(join(ROOT, 'dist', 'cli', 'main.js')))
+  if (!existsSync(join(ROOT, 'dist', 'bundle', 'main.js')))
     throw fail('dist/ is missing: run `npm run build` (npm run bench:artifacts does it)');
 
   const loadStart = loadavg();

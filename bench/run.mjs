@@ -769,7 +769,7 @@ async function main() {
   if (opts.transfer && !commandExists('curl'))
     throw fail('curl is needed to measure the download baseline (apt-get install curl)');
   if (!useGnuTime) note(`${GNU_TIME} not found (apt-get install time): polling VmHWM instead`);
-  if (!existsSync(join(ROOT, 'dist', 'cli', 'main.js')))
+  if (!existsSync(join(ROOT, 'dist', 'bundle', 'main.js')))
     throw fail('dist/ is missing: run `npm run build` (npm run bench does it)');
 
   const loadStart = loadavg();

@@ -566,7 +566,7 @@ const source = { path: null, digest: null };
 async function main() {
   await mkdir(opts.dir, { recursive: true });
   tmpRoot = await mkdtemp(join(opts.dir, 'fshare-bench-scale-'));
-  if (!existsSync(join(ROOT, 'dist', 'cli', 'main.js')))
+  if (!existsSync(join(ROOT, 'dist', 'bundle', 'main.js')))
     throw fail('dist/ is missing: run `npm run build` (npm run bench:scale does it)');
   const usesBackends = opts.configs.some((c) => c !== 'embedded');
   if (usesBackends) {

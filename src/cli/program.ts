@@ -11,7 +11,8 @@ import { registerAdmin } from './commands/admin.js';
 import { registerSettings } from './commands/settings.js';
 import { registerUsers } from './commands/users.js';
 
-// package.json sits two levels above dist/cli/ both in the repository and in an installed package.
+// package.json sits two levels above dist/cli/ and dist/bundle/ (scripts/bundle.mjs), in the
+// repository and in an installed package.
 const { version } = createRequire(import.meta.url)('../../package.json') as { version: string };
 
 /** The whole command tree, parsed by main.ts and read by the man page and completion generators. */

@@ -16,7 +16,7 @@ export function serveArgs(dataDir: string): string[] {
 }
 
 function assertBuilt(): void {
-  if (!existsSync(join(ROOT, 'dist', 'cli', 'main.js')))
+  if (!existsSync(join(ROOT, 'dist', 'bundle', 'main.js')))
     throw new Error(
       'dist/ is missing: run `npm run build` (npm test does it) before the CLI tests',
     );

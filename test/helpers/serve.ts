@@ -36,18 +36,14 @@ export async function ensureBuilt(): Promise<void> {
       0,
       ...(await Promise.all((await walkFiles(dir)).map(async (f) => (await stat(f)).mtimeMs))),
     );
-  const built = join(ROOT, 'dist', 'cli', 'main.js');
+  const built = join(ROOT, 'dist', 'bundle', 'main.js');
   if (existsSync(built) && (await newest(join(ROOT, 'dist'))) >= (await newest(join(ROOT, 'src'))))
     return;
-  await new Promise<void>((done) => {
-    // tsc may report errors in files others are editing; it still emits, so the exit code is ignored.
-    execFile(
-      process.execPath,
-      [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json'],
-      { cwd: ROOT },
-      () => done(),
-    );
-  });
+  const step = (args: string[]) =>
+    new Promise<void>((done) => execFile(process.execPath, args, { cwd: ROOT }, () => done()));
+  // tsc may report errors in files others are editing; it still emits, so the exit code is ignored.
+  await step([join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json']);
+  await step([join(ROOT, 'scripts', 'bundle.mjs')]);
 }
 
 /**
