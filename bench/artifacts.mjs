@@ -31,6 +31,7 @@ import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import {
+  childCpuFromTimes,
   commandExists,
   fail,
   median,
@@ -379,17 +380,8 @@ async function phase(name, script, env) {
     throw fail(`${name} exited with ${code}${why ? `:\n  ${why}` : ''}`);
   }
   if (serverAfter === null) throw fail(`the server died during ${name}:\n${server.stderr}`);
-  // `times`: the shell's own user and system time, then its children's ("0m1.234s 0m0.056s").
-  const lines = (await readFile(timesFile, 'utf8').catch(() => '')).trim().split('\n');
+  const clientCpu = childCpuFromTimes(await readFile(timesFile, 'utf8').catch(() => ''));
   await rm(timesFile, { force: true });
-  const secs = (lines[1] ?? '')
-    .trim()
-    .split(/\s+/)
-    .map((t) => {
-      const m = /^(\d+)m([\d.]+)s$/.exec(t);
-      return m ? Number(m[1]) * 60 + Number(m[2]) : NaN;
-    });
-  const clientCpu = secs.length === 2 && secs.every(Number.isFinite) ? secs[0] + secs[1] : null;
   return {
     seconds,
     client_cpu_s: clientCpu,

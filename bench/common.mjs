@@ -76,3 +76,18 @@ export async function makeRandomFile(path, size) {
   }
   return hash.digest('hex');
 }
+
+/**
+ * Children's CPU seconds (user + system) from what bash's `times` printed: the shell's own
+ * times, then its children's ("0m1.234s 0m0.056s"). Null when the text is not that.
+ */
+export function childCpuFromTimes(text) {
+  const secs = (text.trim().split('\n')[1] ?? '')
+    .trim()
+    .split(/\s+/)
+    .map((t) => {
+      const m = /^(\d+)m([\d.]+)s$/.exec(t);
+      return m ? Number(m[1]) * 60 + Number(m[2]) : NaN;
+    });
+  return secs.length === 2 && secs.every(Number.isFinite) ? secs[0] + secs[1] : null;
+}

@@ -140,7 +140,11 @@ function chunkBody(
   trailer: Record<string, Promise<string>>,
   trailerLength: Record<string, number>,
 ): Body {
-  const boundary = `----fshare${randomBytes(12).toString('hex')}`;
+  // As long as RFC 2046 allows (70 characters): servers that find the boundary with
+  // Boyer-Moore-Horspool, as busboy does (fshare serve, under multer), skip that far per step.
+  // One 512 MiB body cost fshare serve 5–6 % less CPU than with a 31-character boundary
+  // (bench/README.md, "the upload floor").
+  const boundary = `----------fshare${randomBytes(27).toString('hex')}`;
   const part = (name: string) =>
     `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n`;
   const head = Buffer.from(
