@@ -33,6 +33,7 @@ import { parseArgs } from 'node:util';
 import {
   childCpuFromTimes,
   commandExists,
+  cpuSeconds,
   fail,
   median,
   note,
@@ -94,19 +95,6 @@ const round = (x, digits = 1) =>
 const n = (x) => x.toLocaleString('en-US');
 /** Single-quoted for sh. */
 const sq = (s) => `'${String(s).replaceAll("'", `'\\''`)}'`;
-
-const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout) || 100;
-
-/** utime + stime of a live process, in seconds (its threads included); null once it has gone. */
-function cpuSeconds(pid) {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
-  } catch {
-    return null;
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Options and state

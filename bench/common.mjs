@@ -1,7 +1,7 @@
 // Helpers the benchmarks (bench/run.mjs, bench/artifacts.mjs, bench/scale.mjs) share.
 import { spawnSync } from 'node:child_process';
 import { createHash, randomFillSync } from 'node:crypto';
-import { createReadStream } from 'node:fs';
+import { createReadStream, readFileSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { performance } from 'node:perf_hooks';
 
@@ -90,4 +90,17 @@ export function childCpuFromTimes(text) {
       return m ? Number(m[1]) * 60 + Number(m[2]) : NaN;
     });
   return secs.length === 2 && secs.every(Number.isFinite) ? secs[0] + secs[1] : null;
+}
+
+const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout) || 100;
+
+/** utime + stime of a live process, in seconds (its threads included); null once it has gone. */
+export function cpuSeconds(pid) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
+  } catch {
+    return null;
+  }
 }

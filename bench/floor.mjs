@@ -16,7 +16,6 @@
 //   npm run bench:floor -- --json
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm, statfs, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -25,6 +24,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import {
   childCpuFromTimes,
+  cpuSeconds,
   fail,
   makeRandomFile,
   median,
@@ -91,16 +91,6 @@ let server = null;
 /** Single-quoted for sh. */
 const sq = (s) => `'${String(s).replaceAll("'", `'\\''`)}'`;
 const round = (x, digits = 2) => (Number.isFinite(x) ? Number(x.toFixed(digits)) : null);
-
-function cpuSeconds(pid) {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(fields[11]) + Number(fields[12])) / 100; // USER_HZ is 100 on Linux
-  } catch {
-    return null;
-  }
-}
 
 async function cleanup() {
   for (const child of children) if (child !== server?.child) child.kill('SIGKILL');
