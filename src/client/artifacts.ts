@@ -44,7 +44,6 @@ import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import picomatch from 'picomatch';
 import { writeFully } from '../shared/copy.js';
 import type { Share } from '../shared/types.js';
 import { deleteFile, findShares } from './api.js';
@@ -323,8 +322,10 @@ async function scanTree(
   exclude: string[],
   notice: (line: string) => void,
 ): Promise<{ files: LocalFile[]; dirs: string[] }> {
-  const inc = include.length ? picomatch(include, { dot: true }) : () => true;
-  const exc = exclude.length ? picomatch(exclude, { dot: true }) : () => false;
+  // Loaded here, not at start-up: only a push or pull with globs needs it.
+  const picomatch = include.length || exclude.length ? (await import('picomatch')).default : null;
+  const inc = picomatch && include.length ? picomatch(include, { dot: true }) : () => true;
+  const exc = picomatch && exclude.length ? picomatch(exclude, { dot: true }) : () => false;
   const files: LocalFile[] = [];
   const dirs: string[] = [];
   const walk = async (abs: string, rel: string): Promise<boolean> => {

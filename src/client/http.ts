@@ -1,5 +1,5 @@
 import http, { STATUS_CODES, type IncomingHttpHeaders, type IncomingMessage } from 'node:http';
-import https from 'node:https';
+import { createRequire } from 'node:module';
 import type { Writable } from 'node:stream';
 import { rawRequest, type BodyTarget } from './rawhttp.js';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -41,15 +41,31 @@ export interface ApiClient {
 }
 
 // One keep-alive agent per scheme for the whole process: parallel chunks reuse connections.
-const agents = {
-  http: new http.Agent({ keepAlive: true, maxSockets: 64, scheduling: 'lifo' }),
-  https: new https.Agent({ keepAlive: true, maxSockets: 64, scheduling: 'lifo' }),
-};
+const AGENT_OPTIONS = { keepAlive: true, maxSockets: 64, scheduling: 'lifo' } as const;
+interface Transport {
+  lib: { request: typeof http.request };
+  agent: http.Agent;
+}
+const plain: Transport = { lib: http, agent: new http.Agent(AGENT_OPTIONS) };
+let secure: Transport | undefined;
+
+/**
+ * node:https and its agent, loaded at the first https request: it brings node:tls, which a
+ * command that talks plain HTTP (a server on this machine, or behind a TLS-ending proxy) never
+ * needs at start-up.
+ */
+function tls(): Transport {
+  if (!secure) {
+    const https = createRequire(import.meta.url)('node:https') as typeof import('node:https');
+    secure = { lib: https, agent: new https.Agent(AGENT_OPTIONS) };
+  }
+  return secure;
+}
 
 /** Closes idle keep-alive connections so a short-lived process can exit at once. */
 export function closeConnections(): void {
-  agents.http.destroy();
-  agents.https.destroy();
+  plain.agent.destroy();
+  secure?.agent.destroy();
 }
 
 /** Validates a server URL and drops trailing slashes: "http://h:5000/" → "http://h:5000". */
@@ -168,14 +184,14 @@ function attempt(url: URL, req: RawRequest, headers: Record<string, string>): Pr
     out['content-length'] = String(body.length);
     if (body.type) out['content-type'] ??= body.type;
   }
-  const secure = url.protocol === 'https:';
+  const { lib, agent } = url.protocol === 'https:' ? tls() : plain;
   return new Promise((resolve, reject) => {
     // The response keeps Node's small read buffer: with a larger one (tried: 1 MiB) a connection
     // cut mid-download discards what was buffered, and --continue would fetch it again.
-    const request = (secure ? https : http).request(url, {
+    const request = lib.request(url, {
       method: req.method,
       headers: out,
-      agent: secure ? agents.https : agents.http,
+      agent,
       signal: req.signal,
     });
     request.setTimeout(IDLE_TIMEOUT_MS, () =>

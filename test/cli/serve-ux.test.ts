@@ -113,6 +113,24 @@ describe('fshare serve, as an operator meets it', () => {
     expect(res.stdout).not.toMatch(/268435456|604800/);
   });
 
+  it('--trust-proxy checks its list when the command line is read (proxy-addr is loaded then)', async () => {
+    const res = await execa('node', [BIN, 'serve', '--port', '0', '--trust-proxy', '10.0.0.0/99'], {
+      env: cleanEnv(),
+      extendEnv: false,
+      reject: false,
+      timeout: 20_000,
+    });
+    expect(res.exitCode).toBe(2);
+    expect(res.stderr.trim().split('\n')).toHaveLength(1);
+    expect(res.stderr).toMatch(
+      /--trust-proxy .*10\.0\.0\.0\/99.* is invalid\. expected addresses or CIDR/,
+    );
+    const dir = await tempDir('proxy');
+    cleanup.push(() => rm(dir, { recursive: true, force: true }));
+    const running = await serve(['--data-dir', dir, '--trust-proxy', 'loopback,10.0.0.0/8']);
+    expect((await fetch(`${running.url}/files`)).status).toBe(401);
+  });
+
   it('the JSON request log: ISO time, client address, path without its query, status, bytes, duration', async () => {
     const dir = await tempDir('log');
     cleanup.push(() => rm(dir, { recursive: true, force: true }));

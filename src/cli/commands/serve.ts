@@ -1,6 +1,6 @@
+import { createRequire } from 'node:module';
 import { resolve } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import proxyaddr from 'proxy-addr';
 import { parseChunkSize, parseDuration } from '../args.js';
 import type { RequestEntry } from '../../server/options.js';
 import { backendOptions, describeBackends } from '../backends.js';
@@ -65,6 +65,8 @@ function proxyList(value: string): string[] {
     .split(',')
     .map((a) => a.trim())
     .filter(Boolean);
+  // Loaded here, not at start-up: only `serve --trust-proxy` needs it.
+  const proxyaddr = createRequire(import.meta.url)('proxy-addr') as typeof import('proxy-addr');
   try {
     proxyaddr.compile(list);
   } catch {
