@@ -1,12 +1,14 @@
 // `npm run bench:floor`: how close `fshare upload` comes to the least a Node client can do, side
 // by side in one run against one `fshare serve`, with `curl -F` as the yardstick of issue 12.
 //
-// Five uploads of the same file, in a rotated order each round (the machine drifts):
+// Six uploads of the same file, in a rotated order each round (the machine drifts):
 //   curl-F          curl -F of the whole file as chunk 0 of 1, to a share created before the clock
 //   node-raw        the same work by the least Node program we could write (bench/floor/raw-upload.mjs)
 //   node-protocol   fshare's protocol at the CLI's defaults, verified, by the least Node program
 //                   (bench/floor/protocol-upload.mjs): 8 MiB chunks, 4 in flight, sha256, compare
 //   node-unhashed   the same without hashing
+//   node-ordered    node-protocol with the bodies in file order (each starts once the one before it
+//                   is handed to its socket; still 4 requests in flight)
 //   fshare          `fshare upload FILE --no-progress --json`
 // Wall time from spawn to exit (Node's start included), client CPU from bash's `times`, server
 // CPU from /proc/PID/stat. Every stored share's sha256 is checked against the file's.
@@ -43,7 +45,7 @@ const MB = 1e6;
 const USAGE = `usage: node bench/floor.mjs [options]   (or: npm run bench:floor -- [options])
 
   --size SIZE      the file (default 512m)
-  --rounds N       rounds of the five uploads, in a rotated order (default 5)
+  --rounds N       rounds of the six uploads, in a rotated order (default 5)
   --drop-caches    (root) before every upload, drop the page cache and read the file back
   --dir DIR        where the temporary directory goes (default: the OS temp dir)
   --json           print one JSON object on stdout instead of the table
@@ -185,6 +187,11 @@ const VARIANTS = [
     name: 'node-protocol',
     what: 'the same, verified: sha256 on a thread, dzsha256 on the last chunk, compared after',
     script: (v) => `node ${sq(PROTOCOL)} ${sq(server.url)} ${sq(v.src)} 8388608 4`,
+  },
+  {
+    name: 'node-ordered',
+    what: 'node-protocol with the bodies in file order (each once the one before it is sent; 4 requests in flight)',
+    script: (v) => `node ${sq(PROTOCOL)} ${sq(server.url)} ${sq(v.src)} 8388608 4 ordered`,
   },
   {
     name: 'fshare',

@@ -4,19 +4,22 @@
 // exact Content-Length and fshare's 70-character boundary; the file's sha256 on a worker thread that reads the file itself; the
 // last chunk sent after the others with dzsha256; then the share's sha256 fetched and compared.
 // No command-line parsing, configuration, progress, resume records or retries. With `nohash`,
-// nothing is hashed (no dzsha256, no comparison). Measured by bench/floor.mjs.
+// nothing is hashed (no dzsha256, no comparison). With `ordered`, the bodies go in file order:
+// each one starts once the one before it has been handed to its socket, while up to PARALLEL
+// requests still wait for their answers. Measured by bench/floor.mjs.
 //
-// usage: FSHARE_TOKEN=… node protocol-upload.mjs URL FILE [CHUNK_BYTES] [PARALLEL] [nohash]
+// usage: FSHARE_TOKEN=… node protocol-upload.mjs URL FILE [CHUNK_BYTES] [PARALLEL] [nohash] [ordered]
 // prints the share's id
 import { randomBytes, randomUUID } from 'node:crypto';
 import { open, stat } from 'node:fs/promises';
 import http from 'node:http';
 import { Worker } from 'node:worker_threads';
 
-const [url, file, chunkArg, parallelArg, hashArg] = process.argv.slice(2);
+const [url, file, chunkArg, parallelArg, ...flags] = process.argv.slice(2);
 const chunk = Number(chunkArg ?? 8 * 1024 * 1024);
 const parallel = Number(parallelArg ?? 4);
-const hashing = hashArg !== 'nohash';
+const hashing = !flags.includes('nohash');
+const ordered = flags.includes('ordered');
 const base = new URL(url);
 const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
 const auth = { authorization: `Bearer ${process.env.FSHARE_TOKEN}` };
@@ -71,6 +74,18 @@ const uploadId = randomUUID();
 const total = Math.max(1, Math.ceil(size / chunk));
 const handle = await open(file, 'r');
 
+// ordered: whose body may go now. A chunk waits for its turn, and passes it on once its bytes
+// are handed to the socket (its answer may still be on its way).
+let turn = 0;
+const waiting = new Map();
+const myTurn = (index) =>
+  !ordered || turn === index ? null : new Promise((go) => waiting.set(index, go));
+const passTurn = () => {
+  turn++;
+  waiting.get(turn)?.();
+  waiting.delete(turn);
+};
+
 async function sendChunk(index, digest) {
   const start = index * chunk;
   const end = Math.min(size, start + chunk);
@@ -102,6 +117,7 @@ async function sendChunk(index, digest) {
       'content-length': String(head.length + (end - start) + tail.length),
     },
     async (out) => {
+      await myTurn(index);
       await write(out, head);
       const buffers = [Buffer.allocUnsafeSlow(1 << 20), Buffer.allocUnsafeSlow(1 << 20)];
       let writing;
@@ -114,6 +130,7 @@ async function sendChunk(index, digest) {
         at += bytesRead;
       }
       await writing;
+      if (ordered) passTurn();
       await write(out, tail);
     },
   );
