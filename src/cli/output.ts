@@ -95,6 +95,13 @@ export function systemErrorText(err: unknown): string | undefined {
   }
 }
 
+/** Why the standard output could not be written, in words (no path: it has none). */
+export function outputErrorText(err: unknown): string {
+  const e = err as NodeJS.ErrnoException | null;
+  const text = systemErrorText(e?.syscall ? { ...e, path: undefined, dest: undefined } : e);
+  return printable(text ?? (err instanceof Error ? err.message : String(err)));
+}
+
 /** What to do next, for errors where there is one obvious step. */
 function nextStep(err: unknown): string | undefined {
   if (err instanceof ApiError && err.status === 401 && err.hint !== null)

@@ -303,15 +303,40 @@ class StreamSink implements BodyTarget {
    * right after must not leave the tail of a download in a stream buffer.
    */
   flushed(): Promise<void> {
-    return new Promise((resolve) => this.out.write(Buffer.alloc(0), () => resolve()));
+    return new Promise((resolve, reject) =>
+      this.out.write(Buffer.alloc(0), (err) => (err ? reject(err) : resolve())),
+    );
   }
 
   private push(data: Buffer): Promise<void> | undefined {
+    if (this.out.errored || this.out.destroyed) return Promise.reject(outputGone(this.out));
     this.hash?.update(data);
     this.written += data.length;
     if (this.out.write(data)) return undefined;
-    return new Promise((resolve) => this.out.once('drain', resolve));
+    return drained(this.out);
   }
+}
+
+function outputGone(out: Writable): Error {
+  return out.errored ?? new Error('the output was closed before the download ended');
+}
+
+/**
+ * Resolves at the stream's next 'drain'; rejects if it fails or closes first (a full disk, a
+ * reader that went away), so a download into a broken stream fails instead of waiting forever.
+ */
+function drained(out: Writable): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const settle = (err?: Error) => {
+      out.off('drain', onDrain).off('error', onError).off('close', onClose);
+      if (err) reject(err);
+      else resolve();
+    };
+    const onDrain = () => settle();
+    const onError = (err: Error) => settle(err);
+    const onClose = () => settle(outputGone(out));
+    out.on('drain', onDrain).on('error', onError).on('close', onClose);
+  });
 }
 
 /** Where a download goes and how far it already is. */

@@ -35,9 +35,10 @@ export async function writeFully(
 }
 
 /** writeFully for code that must not yield: the same rules, with writeSync. */
-export function writeFullySync(fd: number, bytes: Uint8Array, position: number): void {
+export function writeFullySync(fd: number, bytes: Uint8Array, position: number | null): void {
   for (let done = 0; done < bytes.length;) {
-    const n = writeSync(fd, bytes, done, Math.min(bytes.length - done, WRITE_MAX), position + done);
+    const at = position === null ? null : position + done;
+    const n = writeSync(fd, bytes, done, Math.min(bytes.length - done, WRITE_MAX), at);
     if (n <= 0) throw Object.assign(new Error('write made no progress'), { code: 'EIO' });
     done += n;
   }

@@ -3,7 +3,7 @@
 // validators, zone-less times, multi-chunk uploads that never complete).
 import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { createWriteStream, existsSync } from 'node:fs';
+import { closeSync, createWriteStream, existsSync, openSync } from 'node:fs';
 import { readdir, readFile, rm, writeFile, open } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -164,6 +164,54 @@ describe('verified transfers against fshare serve', () => {
       expect(done).toMatchObject({ verified: true, sha256: sha256(data), resumed_bytes: kept });
       expect((await readFile(out)).equals(data)).toBe(true);
       expect(existsSync(`${out}.part`)).toBe(false);
+    } finally {
+      await disk.unmount();
+    }
+  });
+
+  // Property: output that does not fit is a failure, never a success with the output cut short.
+  // Node writes standard output redirected to a file with one write() per piece and ignores a
+  // short count, so the free space ending inside the last piece used to lose its tail with exit 0
+  // (and `get -o -` into a full disk waited forever for a 'drain', exit 13 without a word).
+  it('standard output onto a full disk: exit 1 and one line, for a download and for --json', async () => {
+    const disk = await mountSmallDisk(1);
+    if (typeof disk === 'string') throw new Error(disk); // CI runs as root: a tmpfs always mounts
+    try {
+      // 96 KiB left: a 160 KiB share is written in one piece that does not fit.
+      await writeFile(join(disk.dir, 'filler'), Buffer.alloc(1024 * 1024 - 96 * 1024));
+      const data = randomBytes(160 * 1024);
+      await writeFile(join(work, 'out.bin'), data);
+      const [up] = await admin.json<Transfer[]>(['upload', join(work, 'out.bin')]);
+      const target = join(disk.dir, 'stdout.bin');
+      const fd = openSync(target, 'w');
+      const res = await admin
+        .run(['get', up!.share_id, '-o', '-'], { stdoutFd: fd })
+        .finally(() => closeSync(fd));
+      expect(res.exitCode).toBe(1);
+      expect(res.stderr.trim().split('\n')).toEqual([
+        'fshare: cannot write to standard output: no space left on the device',
+      ]);
+      const kept = await readFile(target);
+      expect(kept.length).toBeLessThan(data.length);
+      expect(kept.equals(data.subarray(0, kept.length))).toBe(true);
+
+      // 4 KiB left and a listing longer than that, written in one piece: it used to be cut to
+      // 4 KiB with exit 0.
+      await rm(target);
+      await writeFile(join(disk.dir, 'filler2'), Buffer.alloc(92 * 1024));
+      const files = Array.from({ length: 20 }, (_, i) => join(work, `listed-${i}.txt`));
+      await Promise.all(files.map((f) => writeFile(f, 'x')));
+      expect((await admin.run(['upload', ...files])).exitCode).toBe(0);
+      const listing = await admin.run(['ls', '--json', '--per-page', '100']);
+      expect(listing.stdout.length).toBeGreaterThan(8 * 1024);
+      const fd2 = openSync(join(disk.dir, 'list.json'), 'w');
+      const list = await admin
+        .run(['ls', '--json', '--per-page', '100'], { stdoutFd: fd2 })
+        .finally(() => closeSync(fd2));
+      expect(list.exitCode).toBe(1);
+      expect(list.stderr.trim().split('\n')).toEqual([
+        'fshare: cannot write to standard output: no space left on the device',
+      ]);
     } finally {
       await disk.unmount();
     }

@@ -101,6 +101,8 @@ export interface RunOptions {
   input?: string;
   env?: Record<string, string>;
   cwd?: string;
+  /** An open file descriptor to be the command's standard output (as `> file` makes it). */
+  stdoutFd?: number;
 }
 
 export interface RunResult {
@@ -139,6 +141,8 @@ function spawn(
     reject: false,
     timeout: 60_000,
     encoding: binary ? 'buffer' : 'utf8',
+    // A descriptor the child inherits as is (execa's types do not list plain numbers).
+    ...(options.stdoutFd === undefined ? {} : ({ stdout: options.stdoutFd } as object)),
   });
 }
 
