@@ -34,7 +34,10 @@ export async function writeFully(
   }
 }
 
-/** writeFully for code that must not yield: the same rules, with writeSync. */
+/**
+ * writeFully for code that must not yield: the same rules, with writeSync. `position` null writes
+ * at the descriptor's own offset (standard output redirected to a file).
+ */
 export function writeFullySync(fd: number, bytes: Uint8Array, position: number | null): void {
   for (let done = 0; done < bytes.length;) {
     const at = position === null ? null : position + done;
