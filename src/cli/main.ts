@@ -16,16 +16,23 @@ function commanderExit(err: CommanderError): number {
   return EXIT.usage;
 }
 
-// Standard output redirected to a file: Node writes each piece with one writeSync and does not
-// look at the count, so a disk that fills up in the middle of a piece loses its tail without an
-// error. Every byte is written, or the write fails (ENOSPC) and the handler below says so.
-if (isRegularFile(1)) {
-  (process.stdout as Writable)._write = (chunk: Buffer, _encoding, done) => {
+// Standard output or error redirected to a file: Node writes each piece with one writeSync and
+// does not look at the count, so a disk that fills up in the middle of a piece loses its tail
+// without an error. Standard output is written in full or fails (ENOSPC, reported by the handler
+// below). Standard error is the log: a line that cannot be written is dropped, and the command
+// (above all `serve`) goes on; lines are written again once there is room.
+if (isRegularFile(1)) writeThrough(process.stdout, 1, true);
+if (isRegularFile(2)) writeThrough(process.stderr, 2, false);
+
+function writeThrough(stream: Writable, fd: number, failLoudly: boolean): void {
+  stream._write = (chunk: Buffer, _encoding, done) => {
     try {
-      writeFullySync(1, chunk, null);
+      writeFullySync(fd, chunk, null);
     } catch (err) {
-      done(err as Error);
-      return;
+      if (failLoudly) {
+        done(err as Error);
+        return;
+      }
     }
     done();
   };
@@ -47,6 +54,9 @@ process.stdout.on('error', (err: NodeJS.ErrnoException) => {
   process.stderr.write(`fshare: cannot write to standard output: ${outputErrorText(err)}\n`);
   process.exit(EXIT.failure);
 });
+// A log (standard error) that cannot be written at all, its reader gone, is not worth a crash
+// either: the command goes on without it.
+process.stderr.on('error', () => undefined);
 
 try {
   await program.parseAsync(process.argv);

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { closeSync, existsSync, openSync } from 'node:fs';
 import { readFile, rm, stat, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import { createServer, type AddressInfo } from 'node:net';
@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { execa, type ResultPromise } from 'execa';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ADMIN, BIN, cleanEnv, createCli, signIn, tempDir } from '../helpers/cli.js';
+import { mountSmallDisk } from '../helpers/mount.js';
 
 /** `fshare serve` as an operator meets it: the port, the first start, the log, the stop. */
 
@@ -22,13 +23,19 @@ interface Running {
   stderr(): string;
 }
 
-async function serve(args: string[], env: Record<string, string> = {}): Promise<Running> {
+async function serve(
+  args: string[],
+  env: Record<string, string> = {},
+  stderrFd?: number,
+): Promise<Running> {
   const child = execa('node', [BIN, 'serve', '--port', '0', '--min-free', '16m', ...args], {
     env: cleanEnv(env),
     extendEnv: false,
     stdin: 'ignore',
     reject: false,
     buffer: false,
+    // A descriptor the child inherits as is, as `2> file` makes it (execa's types list no numbers).
+    ...(stderrFd === undefined ? {} : ({ stderr: stderrFd } as object)),
   });
   let out = '';
   let err = '';
@@ -129,6 +136,51 @@ describe('fshare serve, as an operator meets it', () => {
     cleanup.push(() => rm(dir, { recursive: true, force: true }));
     const running = await serve(['--data-dir', dir, '--trust-proxy', 'loopback,10.0.0.0/8']);
     expect((await fetch(`${running.url}/files`)).status).toBe(401);
+  });
+
+  // Property: a full disk under the log never takes the server down. Standard error redirected
+  // to a file is the request log: a line that cannot be written is dropped, requests are still
+  // answered (an upload included), and lines are written again once there is room. The server
+  // used to crash at the first log line that met ENOSPC.
+  it('a log on a full disk: the server keeps answering, and logs again once there is room', async () => {
+    const disk = await mountSmallDisk(1);
+    if (typeof disk === 'string') throw new Error(disk); // CI runs as root: a tmpfs always mounts
+    cleanup.push(() => disk.unmount());
+    const dir = await tempDir('fulllog');
+    cleanup.push(() => rm(dir, { recursive: true, force: true }));
+    const log = join(disk.dir, 'serve.log');
+    const fd = openSync(log, 'a');
+    const running = await serve(['--data-dir', join(dir, 'data')], {}, fd).finally(() =>
+      closeSync(fd),
+    );
+    // Fill what is left of the disk.
+    const filler = join(disk.dir, 'filler');
+    await writeFile(filler, Buffer.alloc(2 * 1024 * 1024)).catch((err: NodeJS.ErrnoException) => {
+      if (err.code !== 'ENOSPC') throw err;
+    });
+    const before = (await stat(log)).size;
+    for (let i = 0; i < 20; i++) expect((await fetch(`${running.url}/files`)).status).toBe(401);
+    const file = join(dir, 'small.bin');
+    await writeFile(file, randomBytes(100_000));
+    const password = (await readFile(join(dir, 'data', 'admin-password'), 'utf8')).split('\n')[1];
+    const cli = await createCli();
+    const login = await cli.run(
+      ['--server', running.url, 'login', '-u', 'admin', '--password-stdin'],
+      { input: `${password}\n` },
+    );
+    expect(login.exitCode).toBe(0);
+    expect((await cli.run(['upload', file])).exitCode).toBe(0);
+    expect(running.child.exitCode).toBeNull();
+    expect((await stat(log)).size).toBe(before); // nothing could be written, nothing was
+
+    await rm(filler);
+    expect((await fetch(`${running.url}/files/after-room`)).status).toBe(401);
+    let text = '';
+    for (let i = 0; i < 200 && !text.includes('/files/after-room'); i++) {
+      await new Promise((r) => setTimeout(r, 25));
+      text = await readFile(log, 'utf8');
+    }
+    expect(text).toContain('GET /files/after-room 401');
   });
 
   it('the JSON request log: ISO time, client address, path without its query, status, bytes, duration', async () => {
