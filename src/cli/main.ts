@@ -3,7 +3,7 @@ import type { Writable } from 'node:stream';
 import { CommanderError } from 'commander';
 import { closeConnections } from '../client/http.js';
 import { writeFullySync } from '../shared/copy.js';
-import { EXIT, outputErrorText, reportError } from './output.js';
+import { EXIT, outputErrorText, outputFailuresAreFatal, reportError } from './output.js';
 import { buildProgram } from './program.js';
 
 const program = buildProgram();
@@ -20,16 +20,17 @@ function commanderExit(err: CommanderError): number {
 // does not look at the count, so a disk that fills up in the middle of a piece loses its tail
 // without an error. Standard output is written in full or fails (ENOSPC, reported by the handler
 // below). Standard error is the log: a line that cannot be written is dropped, and the command
-// (above all `serve`) goes on; lines are written again once there is room.
-if (isRegularFile(1)) writeThrough(process.stdout, 1, true);
-if (isRegularFile(2)) writeThrough(process.stderr, 2, false);
+// (above all `serve`) goes on; lines are written again once there is room. So is `serve`'s
+// standard output.
+if (isRegularFile(1)) writeThrough(process.stdout, 1, outputFailuresAreFatal);
+if (isRegularFile(2)) writeThrough(process.stderr, 2, () => false);
 
-function writeThrough(stream: Writable, fd: number, failLoudly: boolean): void {
+function writeThrough(stream: Writable, fd: number, failLoudly: () => boolean): void {
   stream._write = (chunk: Buffer, _encoding, done) => {
     try {
       writeFullySync(fd, chunk, null);
     } catch (err) {
-      if (failLoudly) {
+      if (failLoudly()) {
         done(err as Error);
         return;
       }
@@ -50,6 +51,7 @@ function isRegularFile(fd: number): boolean {
 // write the output (a full disk under `> file`) is one line and exit 1, never a silent success
 // with the output cut short.
 process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+  if (!outputFailuresAreFatal()) return; // `serve` goes on serving
   if (err.code === 'EPIPE') process.exit(process.exitCode ?? 0);
   process.stderr.write(`fshare: cannot write to standard output: ${outputErrorText(err)}\n`);
   process.exit(EXIT.failure);

@@ -95,6 +95,21 @@ export function systemErrorText(err: unknown): string | undefined {
   }
 }
 
+let outputIsLog = false;
+
+/**
+ * For `serve`: its standard output is a log, like its standard error, and failing to write it
+ * (a full disk, a reader that went away) never stops the server.
+ */
+export function treatOutputAsLog(): void {
+  outputIsLog = true;
+}
+
+/** Whether a failure to write standard output ends the command (every command but `serve`). */
+export function outputFailuresAreFatal(): boolean {
+  return !outputIsLog;
+}
+
 /** Why the standard output could not be written, in words (no path: it has none). */
 export function outputErrorText(err: unknown): string {
   const e = err as NodeJS.ErrnoException | null;

@@ -183,6 +183,52 @@ describe('fshare serve, as an operator meets it', () => {
     expect(text).toContain('GET /files/after-room 401');
   });
 
+  // Property: `serve`'s standard output is a log too. With `> log 2>&1` on a full disk, the
+  // "Listening on" line cannot be written; the server starts and answers all the same (it used to
+  // stop at once with "cannot write to standard output", unseen in a log that had no room).
+  it('> log 2>&1 on a full disk: the server starts and answers', async () => {
+    const disk = await mountSmallDisk(1);
+    if (typeof disk === 'string') throw new Error(disk); // CI runs as root: a tmpfs always mounts
+    cleanup.push(() => disk.unmount());
+    await writeFile(join(disk.dir, 'filler'), Buffer.alloc(2 * 1024 * 1024)).catch(
+      (err: NodeJS.ErrnoException) => {
+        if (err.code !== 'ENOSPC') throw err;
+      },
+    );
+    const dir = await tempDir('fullout');
+    cleanup.push(() => rm(dir, { recursive: true, force: true }));
+    const probe = createServer();
+    await new Promise<void>((r) => probe.listen(0, '127.0.0.1', r));
+    const port = (probe.address() as AddressInfo).port;
+    await new Promise((r) => probe.close(r));
+    const fd = openSync(join(disk.dir, 'all.log'), 'a');
+    const child = execa('node', [BIN, 'serve', '--port', String(port), '--data-dir', dir], {
+      env: cleanEnv(),
+      extendEnv: false,
+      stdin: 'ignore',
+      reject: false,
+      ...({ stdout: fd, stderr: fd } as object), // as `> log 2>&1` makes them
+    });
+    closeSync(fd);
+    cleanup.push(async () => {
+      child.kill('SIGKILL');
+      await child;
+    });
+    // Not yet listening (0), or still opening its data (503): wait.
+    let status = 0;
+    for (let i = 0; i < 400 && (status === 0 || status === 503); i++) {
+      status = await fetch(`http://127.0.0.1:${port}/files`).then(
+        (r) => r.status,
+        () => 0,
+      );
+      if (status === 0 || status === 503) await new Promise((r) => setTimeout(r, 25));
+    }
+    expect(status).toBe(401);
+    for (let i = 0; i < 10; i++)
+      expect((await fetch(`http://127.0.0.1:${port}/files`)).status).toBe(401);
+    expect(child.exitCode).toBeNull();
+  });
+
   it('the JSON request log: ISO time, client address, path without its query, status, bytes, duration', async () => {
     const dir = await tempDir('log');
     cleanup.push(() => rm(dir, { recursive: true, force: true }));

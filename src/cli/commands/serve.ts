@@ -4,6 +4,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { parseChunkSize, parseDuration } from '../args.js';
 import type { RequestEntry } from '../../server/options.js';
 import { backendOptions, describeBackends } from '../backends.js';
+import { treatOutputAsLog } from '../output.js';
 
 interface ServeOptions {
   host: string;
@@ -193,6 +194,7 @@ Examples:
     --s3-endpoint http://minio:9000 --s3-force-path-style     (several servers: docs/DEPLOY.md)`,
     )
     .action(async (opts: ServeOptions) => {
+      treatOutputAsLog(); // a full disk under stdout or stderr never stops the server
       const dataDir = resolve(opts.dataDir);
       const notice = (line: string) => process.stderr.write(`${line}\n`);
       // Loaded on demand, so client commands do not pay for express, multer and lowdb.
