@@ -11,7 +11,7 @@
 //
 // Units: MB = 10^6 bytes, MiB = 2^20. Progress notes go to stderr.
 
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { createHash, randomBytes, randomFillSync } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import {
@@ -31,9 +31,7 @@ import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import {
-  childCpuFromTimes,
   commandExists,
-  cpuSeconds,
   fail,
   median,
   note,
@@ -41,6 +39,8 @@ import {
   prng,
   sha256File,
   sleep,
+  sq,
+  timedBash,
 } from './common.mjs';
 import { startServe, stopServe } from './serve.mjs';
 
@@ -94,7 +94,6 @@ const round = (x, digits = 1) =>
   x === null || x === undefined || !Number.isFinite(x) ? null : Number(x.toFixed(digits));
 const n = (x) => x.toLocaleString('en-US');
 /** Single-quoted for sh. */
-const sq = (s) => `'${String(s).replaceAll("'", `'\\''`)}'`;
 
 // ---------------------------------------------------------------------------------------------
 // Options and state
@@ -335,47 +334,32 @@ async function readTime(file) {
 }
 
 /**
- * Runs one phase: `script` under bash with `set -eo pipefail`, in a process group of its own.
- * Wall time from spawn to exit (Node's start-up included, as a user sees it); client CPU is what
- * bash's `times` reports for its children (every process of the script, tar included); server
- * CPU is the delta of its utime + stime.
+ * Runs one phase: `script` under bash with `set -eo pipefail`, in a process group of its own,
+ * timed by `timedBash` (client CPU covers every process of the script, tar included).
  */
 async function phase(name, script, env) {
   note(name);
   await settle();
-  const timesFile = join(tmpRoot, `times-${randomBytes(4).toString('hex')}`);
-  const serverBefore = cpuSeconds(server.pid);
-  const started = performance.now();
-  const child = spawn('bash', ['-c', `set -eo pipefail\n${script}\ntimes > ${sq(timesFile)}`], {
+  const r = await timedBash(script, {
     env,
-    stdio: ['ignore', 'pipe', 'pipe'],
+    dir: tmpRoot,
+    shellOptions: 'set -eo pipefail',
+    serverPid: server.pid,
+    children,
     detached: true,
+    keepStderr: 8000,
   });
-  children.add(child);
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d) => (stdout += d));
-  child.stderr.on('data', (d) => (stderr = (stderr + d).slice(-8000)));
-  const code = await new Promise((resolve, reject) => {
-    child.once('error', reject);
-    child.once('close', (c, signal) => resolve(c ?? signal));
-  });
-  const seconds = (performance.now() - started) / 1000;
-  children.delete(child);
-  const serverAfter = cpuSeconds(server.pid);
-  if (code !== 0) {
-    const why = stderr.trim().split('\n').slice(-8).join('\n  ');
-    throw fail(`${name} exited with ${code}${why ? `:\n  ${why}` : ''}`);
+  if (r.code !== 0) {
+    const why = r.stderr.trim().split('\n').slice(-8).join('\n  ');
+    throw fail(`${name} exited with ${r.code}${why ? `:\n  ${why}` : ''}`);
   }
-  if (serverAfter === null) throw fail(`the server died during ${name}:\n${server.stderr}`);
-  const clientCpu = childCpuFromTimes(await readFile(timesFile, 'utf8').catch(() => ''));
-  await rm(timesFile, { force: true });
+  if (!r.server_alive) throw fail(`the server died during ${name}:\n${server.stderr}`);
   return {
-    seconds,
-    client_cpu_s: clientCpu,
-    server_cpu_s: serverBefore === null ? null : serverAfter - serverBefore,
-    stdout,
-    stderr,
+    seconds: r.seconds,
+    client_cpu_s: r.client_cpu_s,
+    server_cpu_s: r.server_cpu_s,
+    stdout: r.stdout,
+    stderr: r.stderr,
   };
 }
 

@@ -1,8 +1,9 @@
-// Helpers the benchmarks (bench/run.mjs, bench/artifacts.mjs, bench/scale.mjs) share.
-import { spawnSync } from 'node:child_process';
-import { createHash, randomFillSync } from 'node:crypto';
+// Helpers the benchmarks (bench/run.mjs, artifacts.mjs, scale.mjs, floor.mjs) share.
+import { spawn, spawnSync } from 'node:child_process';
+import { createHash, randomBytes, randomFillSync } from 'node:crypto';
 import { createReadStream, readFileSync } from 'node:fs';
-import { open } from 'node:fs/promises';
+import { open, readFile, rm } from 'node:fs/promises';
+import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 
 const t0 = performance.now();
@@ -103,4 +104,52 @@ export function cpuSeconds(pid) {
   } catch {
     return null;
   }
+}
+
+/** A string quoted for bash. */
+export const sq = (s) => `'${String(s).replaceAll("'", `'\\''`)}'`;
+
+/**
+ * Runs `script` under bash, after `shellOptions` (`set -e`…), and times it: wall seconds from
+ * spawn to exit (Node's start-up included, as a user sees it); `client_cpu_s`, what bash's
+ * `times` reports for its children (every process of the script); `server_cpu_s`, the delta of
+ * `serverPid`'s utime + stime (null without one, or when it has gone: `server_alive` says which).
+ * Keeps stdout and the last `keepStderr` characters of stderr; `code` is the exit code or the
+ * signal. The child is in `children` while it runs, so the benchmark can stop it on a signal.
+ */
+export async function timedBash(
+  script,
+  { env, dir, shellOptions, serverPid, children, detached = false, keepStderr = 4000 },
+) {
+  const timesFile = join(dir, `times-${randomBytes(4).toString('hex')}`);
+  const serverBefore = serverPid ? cpuSeconds(serverPid) : null;
+  const started = performance.now();
+  const child = spawn('bash', ['-c', `${shellOptions}\n${script}\ntimes > ${sq(timesFile)}`], {
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached,
+  });
+  children.add(child);
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d) => (stdout += d));
+  child.stderr.on('data', (d) => (stderr = (stderr + d).slice(-keepStderr)));
+  const code = await new Promise((resolve, reject) => {
+    child.once('error', reject);
+    child.once('close', (c, signal) => resolve(c ?? signal));
+  });
+  const seconds = (performance.now() - started) / 1000;
+  children.delete(child);
+  const serverAfter = serverPid ? cpuSeconds(serverPid) : null;
+  const clientCpu = childCpuFromTimes(await readFile(timesFile, 'utf8').catch(() => ''));
+  await rm(timesFile, { force: true });
+  return {
+    code,
+    seconds,
+    client_cpu_s: clientCpu,
+    server_cpu_s: serverBefore === null || serverAfter === null ? null : serverAfter - serverBefore,
+    server_alive: serverAfter !== null,
+    stdout,
+    stderr,
+  };
 }

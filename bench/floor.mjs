@@ -16,24 +16,13 @@
 //   npm run bench:floor                              512 MiB, 5 rounds, prints a table
 //   npm run bench:floor -- --rounds 8 --drop-caches  (root) page cache dropped before each run
 //   npm run bench:floor -- --json
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, readFile, rm, statfs, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, statfs, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
-import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import {
-  childCpuFromTimes,
-  cpuSeconds,
-  fail,
-  makeRandomFile,
-  median,
-  note,
-  parseSize,
-  sleep,
-} from './common.mjs';
+import { fail, makeRandomFile, median, note, parseSize, sleep, sq, timedBash } from './common.mjs';
 import { startServe, stopServe } from './serve.mjs';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -91,7 +80,6 @@ const children = new Set();
 let tmpRoot = null;
 let server = null;
 /** Single-quoted for sh. */
-const sq = (s) => `'${String(s).replaceAll("'", `'\\''`)}'`;
 const round = (x, digits = 2) => (Number.isFinite(x) ? Number(x.toFixed(digits)) : null);
 
 async function cleanup() {
@@ -118,33 +106,20 @@ async function settle(src) {
 
 /** Runs `script` under bash; wall time, its children's CPU (`times`), the server's CPU. */
 async function run(script, env = process.env) {
-  const timesFile = join(tmpRoot, `times-${randomBytes(4).toString('hex')}`);
-  const serverBefore = server ? cpuSeconds(server.pid) : null;
-  const started = performance.now();
-  const child = spawn('bash', ['-c', `set -e\n${script}\ntimes > ${sq(timesFile)}`], {
+  const r = await timedBash(script, {
     env,
-    stdio: ['ignore', 'pipe', 'pipe'],
+    dir: tmpRoot,
+    shellOptions: 'set -e',
+    serverPid: server?.pid,
+    children,
   });
-  children.add(child);
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d) => (stdout += d));
-  child.stderr.on('data', (d) => (stderr = (stderr + d).slice(-4000)));
-  const code = await new Promise((ok, ko) => {
-    child.once('error', ko);
-    child.once('close', (c, signal) => ok(c ?? signal));
-  });
-  const seconds = (performance.now() - started) / 1000;
-  children.delete(child);
-  const serverAfter = server ? cpuSeconds(server.pid) : null;
-  if (code !== 0) throw fail(`${script.split('\n')[0]} exited with ${code}:\n  ${stderr.trim()}`);
-  const clientCpu = childCpuFromTimes(await readFile(timesFile, 'utf8').catch(() => ''));
-  await rm(timesFile, { force: true });
+  if (r.code !== 0)
+    throw fail(`${script.split('\n')[0]} exited with ${r.code}:\n  ${r.stderr.trim()}`);
   return {
-    seconds,
-    client_cpu_s: clientCpu,
-    server_cpu_s: serverBefore === null || serverAfter === null ? null : serverAfter - serverBefore,
-    stdout,
+    seconds: r.seconds,
+    client_cpu_s: r.client_cpu_s,
+    server_cpu_s: r.server_cpu_s,
+    stdout: r.stdout,
   };
 }
 
