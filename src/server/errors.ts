@@ -7,7 +7,7 @@ import {
   InsufficientStorageError,
   StorageUnavailableError,
 } from './storage/index.js';
-import { DuplicateUserError, MissingRecordError } from './store/index.js';
+import { DuplicateUserError, LastAdminError, MissingRecordError } from './store/index.js';
 import { ThrottledError } from './throttle.js';
 
 /** The one error type routes throw; the error handler turns it into API.md's error body. */
@@ -99,6 +99,7 @@ export function asHttpError(err: unknown): unknown {
   if (err instanceof MissingRecordError)
     return err.kind === 'share' ? Errors.shareNotFound() : Errors.userNotFound();
   if (err instanceof DuplicateUserError) return Errors.userExists();
+  if (err instanceof LastAdminError) return new HttpError(409, err.message);
   return err;
 }
 

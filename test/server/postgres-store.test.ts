@@ -21,6 +21,7 @@ import {
   type Settings,
   type UserRecord,
 } from '../../src/server/store/index.js';
+import type { Permission } from '../../src/shared/permissions.js';
 import { LowdbStore } from '../../src/server/store/lowdb.js';
 import {
   EACH_SHARE_PAGE,
@@ -237,7 +238,13 @@ describe('the same answers as the embedded store', () => {
 
     await store.updateUser(bob.id, { username: 'robert' }); // a rename ends legacy tokens
     await store.updateUser(carol.id, { legacy_tokens: false, token_gen: 2 });
-    await store.updateUser(dave.id, { username: 'dave', quota: 5, permissions: ['READ'] });
+    // The last administrator keeps ADMIN and stays; once bob has it too, dave may lose it.
+    const demoteDave = { username: 'dave', quota: 5, permissions: ['READ'] as Permission[] };
+    await refused(store.updateUser(dave.id, demoteDave));
+    await refused(store.deleteUser(dave.id));
+    await store.updateUser(bob.id, { permissions: ['ADMIN', 'LIST'] });
+    await store.updateUser(dave.id, demoteDave);
+    await refused(store.updateUser(bob.id, { permissions: [] }));
     await store.updateUser(alice.id, {});
     await refused(store.updateUser(carol.id, { username: 'robert', token_gen: 9 }));
     await refused(store.updateUser('nobody', { quota: 1 }));
@@ -345,6 +352,9 @@ describe('the same answers as the embedded store', () => {
         'LinkUsedUpError: This link has no downloads left',
         'MissingRecordError: No link with this id',
         'MissingRecordError: No link with this id',
+        ...Array<string>(3).fill(
+          'LastAdminError: This would leave the server without an administrator: give another user ADMIN first',
+        ),
         'DuplicateUserError: A user with this name already exists',
         'MissingRecordError: No user with this name',
         'MissingRecordError: No user with this name',

@@ -601,3 +601,85 @@ describe('password storage', () => {
     }
   });
 });
+
+// A server whose last administrator lost ADMIN could never manage users or settings again: no
+// request could give it back, and a restart only creates an administrator on an empty server.
+describe('the last administrator', () => {
+  let own: TestServer;
+  let root: string;
+  beforeAll(async () => {
+    own = await startServer();
+    root = await login(own.url, ADMIN.username, ADMIN.password);
+  });
+  afterAll(async () => {
+    await own?.close();
+  });
+
+  const adminsOf = async (token = root) => {
+    const res = await get(own.url, '/users?per_page=1000', { token });
+    expectStatus(res, 200);
+    return (res.body.data as { username: string; permissions: string[] }[])
+      .filter((u) => u.permissions.includes('ADMIN'))
+      .map((u) => u.username)
+      .sort();
+  };
+
+  it('keeps ADMIN and cannot be deleted: 409 naming the reason, and nothing changes', async () => {
+    const before = await get(own.url, `/users/${ADMIN.username}`, { token: root });
+    const attempts = [
+      () => patch(own.url, `/users/${ADMIN.username}`, { token: root, json: { permissions: [] } }),
+      () =>
+        patch(own.url, `/users/${ADMIN.username}`, {
+          token: root,
+          json: { permissions: ['READ', 'LIST'], password: 'a-new-password-1' },
+        }),
+      () =>
+        put(own.url, `/users/${ADMIN.username}`, {
+          token: root,
+          json: { username: 'renamed-root', password: 'a-new-password-2', permissions: ['READ'] },
+        }),
+      () => del(own.url, `/users/${ADMIN.username}`, { token: root }),
+    ];
+    for (const attempt of attempts) {
+      const res = await attempt();
+      expectFail(res, 409);
+      expect(res.body.message).toMatch(/without an administrator/);
+    }
+    // The same user, name, password and token as before.
+    expect(await get(own.url, `/users/${ADMIN.username}`, { token: root })).toMatchObject({
+      status: 200,
+      body: before.body,
+    });
+    await login(own.url, ADMIN.username, ADMIN.password);
+    expect(await adminsOf()).toEqual([ADMIN.username]);
+  });
+
+  it('two administrators removing each other at once: one goes, one stays (10 rounds)', async () => {
+    let sole = { username: ADMIN.username, token: root };
+    for (let round = 0; round < 10; round++) {
+      const a = await createUser(own.url, sole.token, ['ADMIN', 'READ']);
+      const b = await createUser(own.url, sole.token, ['ADMIN']);
+      // Alone, taking ADMIN from one of two administrators is allowed.
+      const demote = (who: string, by: string) =>
+        patch(own.url, `/users/${who}`, { token: by, json: { permissions: ['READ'] } });
+      expectStatus(await demote(sole.username, a.token), 200);
+      // Now a and b are the only two. Each takes the other's ADMIN (or deletes the other).
+      const [byA, byB] = await Promise.all(
+        round % 2 === 0
+          ? [demote(b.username, a.token), demote(a.username, b.token)]
+          : [
+              del(own.url, `/users/${b.username}`, { token: a.token }),
+              del(own.url, `/users/${a.username}`, { token: b.token }),
+            ],
+      );
+      // The loser was refused by the rule (409) or, if the winner came first, no longer had
+      // ADMIN (403) or no longer existed (401). Never both 200: that left nobody.
+      const won = [byA, byB].filter((r) => r.status === 200);
+      expect(won, `round ${round}: ${byA.status} ${byB.status}`).toHaveLength(1);
+      const lost = byA.status === 200 ? byB : byA;
+      expect([401, 403, 409]).toContain(lost.status);
+      sole = byA.status === 200 ? a : b;
+      expect(await adminsOf(sole.token)).toEqual([sole.username]);
+    }
+  });
+});

@@ -16,9 +16,15 @@ export interface MetadataStore {
   listUsers(offset: number, limit: number): Promise<UserRecord[]>;
   /** Refuses (DuplicateUserError) a name that is taken, at the moment of writing. */
   addUser(user: UserRecord): Promise<void>;
-  /** Changes a user; a new name must be free (DuplicateUserError). */
+  /**
+   * Changes a user; a new name must be free (DuplicateUserError), and the last user with ADMIN
+   * keeps it (LastAdminError).
+   */
   updateUser(id: string, changes: UserChanges): Promise<void>;
-  /** Removes a user; their shares keep their owner id, which no user will ever have again. */
+  /**
+   * Removes a user; their shares keep their owner id, which no user will ever have again. The
+   * last user with ADMIN cannot be removed (LastAdminError).
+   */
   deleteUser(id: string): Promise<void>;
   /** Bytes of content in the shares a user owns. */
   usageOf(userId: string): Promise<number>;
@@ -154,6 +160,16 @@ export class LinkUsedUpError extends Error {
 export class DuplicateUserError extends Error {
   constructor() {
     super('A user with this name already exists');
+  }
+}
+
+/**
+ * A change would leave no user with ADMIN, and so nobody who could manage users or settings.
+ * Nothing was changed.
+ */
+export class LastAdminError extends Error {
+  constructor() {
+    super('This would leave the server without an administrator: give another user ADMIN first');
   }
 }
 

@@ -14,6 +14,7 @@ import type { Permission } from '../../shared/permissions.js';
 import { KeyedMutex } from '../mutex.js';
 import {
   DuplicateUserError,
+  LastAdminError,
   LinkUsedUpError,
   MissingRecordError,
   type LinkRecord,
@@ -121,6 +122,8 @@ function lockKey(name: string): string {
 
 const MIGRATION_LOCK = lockKey('fshare:migrations');
 const REVOCATION_LOCK = lockKey('fshare:revocations');
+/** Held by every change that could take ADMIN from the last user who has it. */
+const ADMIN_LOCK = lockKey('fshare:administrators');
 
 /** bigint columns as numbers (every count and size here is far below 2^53). */
 const numberTypes = {
@@ -629,7 +632,19 @@ export class PostgresStore implements MetadataStore {
       a.sets.push(`legacy_tokens = ${legacy}`);
     }
     try {
-      await this.updateOne('fshare_users', 'id', a, 'user');
+      if (changes.permissions !== undefined && !changes.permissions.includes('ADMIN')) {
+        if (id.includes('\0')) throw new MissingRecordError('user'); // see byKey
+        await this.transaction(async (client) => {
+          await keepAnAdmin(client, id);
+          const { rowCount } = await client.query(
+            `UPDATE fshare_users SET ${a.sets.join(', ')} WHERE id = $1`,
+            a.values,
+          );
+          if (!rowCount) throw new MissingRecordError('user');
+        });
+      } else {
+        await this.updateOne('fshare_users', 'id', a, 'user');
+      }
     } catch (err) {
       if (isViolation(err, '23505', 'fshare_users_username_key')) throw new DuplicateUserError();
       throw err;
@@ -640,6 +655,7 @@ export class PostgresStore implements MetadataStore {
   async deleteUser(id: string) {
     if (id.includes('\0')) throw new MissingRecordError('user'); // see byKey
     await this.transaction(async (client) => {
+      await keepAnAdmin(client, id);
       const { rows } = await client.query<{ username: string }>(
         'DELETE FROM fshare_users WHERE id = $1 RETURNING username',
         [id],
@@ -886,6 +902,21 @@ export class PostgresStore implements MetadataStore {
       client.release(broken);
     }
   }
+}
+
+/**
+ * In a transaction: refuses (LastAdminError) a change that would take ADMIN from user `id` when
+ * no other user has it. The lock, held to the end of the transaction, orders such changes across
+ * servers, so two of them racing cannot each leave the other's administrator as the last one.
+ */
+async function keepAnAdmin(client: PoolClient, id: string): Promise<void> {
+  await client.query('SELECT pg_advisory_xact_lock($1::bigint)', [ADMIN_LOCK]);
+  const { rows } = await client.query<{ last: boolean | null }>(
+    `SELECT bool_or(id = $1) AND NOT bool_or(id <> $1) AS last
+       FROM fshare_users WHERE 'ADMIN' = ANY(permissions)`,
+    [id],
+  );
+  if (rows[0]?.last) throw new LastAdminError();
 }
 
 /**

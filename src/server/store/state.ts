@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Permission } from '../../shared/permissions.js';
 import {
   DuplicateUserError,
+  LastAdminError,
   LinkUsedUpError,
   MissingRecordError,
   type LinkRecord,
@@ -102,6 +103,14 @@ export class State {
     this.usage.set(share.owner_id, (this.usage.get(share.owner_id) ?? 0) + sign * share.size);
   }
 
+  /** Refuses (LastAdminError) to take ADMIN from `user` when no other user has it. */
+  private keepAnAdmin(user: UserRecord): void {
+    if (!user.permissions.includes('ADMIN')) return;
+    for (const other of this.usersById.values())
+      if (other !== user && other.permissions.includes('ADMIN')) return;
+    throw new LastAdminError();
+  }
+
   /** What `owner_name` says: the owner's current name, or whose it was. */
   ownerName(ownerId: string | null): string | null {
     if (ownerId === null) return null;
@@ -137,6 +146,8 @@ export class State {
         const newName = op.changes.username;
         const renamed = newName !== undefined && newName !== oldName;
         if (renamed && this.usersByName.has(newName)) throw new DuplicateUserError();
+        if (!replay && op.changes.permissions && !op.changes.permissions.includes('ADMIN'))
+          this.keepAnAdmin(user);
         Object.assign(user, op.changes);
         if (renamed) {
           this.usersByName.delete(oldName);
@@ -152,6 +163,7 @@ export class State {
           if (replay) return;
           throw new MissingRecordError('user');
         }
+        if (!replay) this.keepAnAdmin(user);
         this.usersByName.delete(user.username);
         this.usersById.delete(user.id);
         data.users.splice(data.users.indexOf(user), 1);
