@@ -161,9 +161,15 @@ export function warn(line: string): void {
   process.stderr.write(line.startsWith('fshare:') ? `${line}\n` : `fshare: ${line}\n`);
 }
 
-/** Control characters from the server (names) shown as "?", so they cannot drive the terminal. */
+/**
+ * Control characters from the server (names) shown as "?", so they cannot drive the terminal;
+ * so are the bidirectional controls that make "evil\u202Etxt.exe" read as "evilexe.txt".
+ */
 export function printable(text: string): string {
-  return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, '?');
+  return text.replace(
+    /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g,
+    '?',
+  );
 }
 
 /** The single JSON document of `--json`. */

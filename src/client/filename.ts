@@ -32,7 +32,8 @@ const MAX_NAME_BYTES = 240; // leaves room for ".part" under the usual 255-byte 
 
 /**
  * Turns a name chosen by the server into a safe single path component, the way browsers do:
- * the whole name is kept, with "/" and "\\" made "_", control characters removed and leading
+ * the whole name is kept, with "/" and "\\" made "_", control characters (and the bidirectional
+ * ones that can make "x\u202Etxt.exe" look like "xexe.txt") removed and leading
  * dots dropped (so "../../etc/passwd" becomes "_.._etc_passwd": never a directory, never
  * hidden). Returns undefined when nothing safe is left.
  */
@@ -40,7 +41,7 @@ export function sanitizeFileName(name: string | undefined): string | undefined {
   if (name === undefined) return undefined;
   let safe = name
     .replace(/[/\\]/g, '_')
-    .replace(/[\u0000-\u001f\u007f-\u009f]/g, '')
+    .replace(/[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g, '')
     .trim()
     .replace(/^\.+/, '');
   if (safe === '') return undefined;

@@ -93,6 +93,12 @@ export class Tokens {
   }
 }
 
+function authorizationCount(raw: string[]): number {
+  let n = 0;
+  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.toLowerCase() === 'authorization') n++;
+  return n;
+}
+
 /** API.md rules 1 and 2, for every endpoint: identifies the caller or refuses with 401. */
 export function identify(tokens: Tokens, store: MetadataStore): RequestHandler {
   return async (req, _res, next) => {
@@ -104,7 +110,8 @@ export function identify(tokens: Tokens, store: MetadataStore): RequestHandler {
       return;
     }
     const match = /^Bearer +(\S+) *$/i.exec(header);
-    if (!match) throw Errors.badAuthHeader();
+    // Node keeps the first of repeated Authorization headers; a proxy may pass on the last.
+    if (!match || authorizationCount(req.rawHeaders) > 1) throw Errors.badAuthHeader();
     const claims = await tokens.verify(match[1]!);
     const user = claims && (await tokens.userOf(claims));
     if (!claims || !user) throw Errors.badToken();

@@ -44,6 +44,10 @@ export function createHttpServer(
     app,
   );
   server.timeout = limits.idleTimeoutMs;
+  // A client that sends its request and then closes its side (nc -N, ncat, shutdown(SHUT_WR))
+  // still gets the answer. Node's default aborts a request whose answer is not ready yet; a body
+  // cut short by the close is still an error that ends the request.
+  (server as unknown as { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
   // Connections must never take the file descriptors that content and uploads need.
   const fds = openFilesLimit();
   let maxConnections = limits.maxConnections;
@@ -110,6 +114,21 @@ export function createHttpServer(
         `closed a connection from ${socket.remoteAddress} that sent or read nothing for ${limits.idleTimeoutMs / 1000} s`,
       );
     socket.destroy();
+  });
+
+  // An Expect other than 100-continue: HTTP says 417, and every error here has a JSON body.
+  server.on('checkExpectation', (req: http.IncomingMessage, res: http.ServerResponse) => {
+    const body = JSON.stringify({
+      status: 'fail',
+      message: 'The server meets no expectation but "100-continue"',
+    });
+    res.writeHead(417, {
+      'Content-Type': 'application/json; charset=utf-8',
+      'Content-Length': Buffer.byteLength(body),
+      'Access-Control-Allow-Origin': '*',
+      Connection: 'close',
+    });
+    res.end(body);
   });
 
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {

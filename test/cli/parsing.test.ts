@@ -73,6 +73,9 @@ describe('file names from Content-Disposition', () => {
     expect(sanitizeFileName('dir/..')).toBe('dir_..');
     expect(sanitizeFileName('.hidden')).toBe('hidden');
     expect(sanitizeFileName('evil\nname\u0007.txt')).toBe('evilname.txt');
+    // A right-to-left override would show "invoice\u202Efdp.exe" as "invoiceexe.pdf".
+    expect(sanitizeFileName('invoice\u202Efdp.exe')).toBe('invoicefdp.exe');
+    expect(sanitizeFileName('a\u2066b\u2069\u200f\u061c.txt')).toBe('ab.txt');
     for (const bad of ['', '.', '..', '...', ' \u0000 '])
       expect(sanitizeFileName(bad), bad).toBeUndefined();
     expect(Buffer.byteLength(sanitizeFileName('é'.repeat(400))!)).toBeLessThanOrEqual(240);
@@ -94,5 +97,7 @@ describe('permissions and terminal output', () => {
 
   it('shows control characters from the server as ?', () => {
     expect(printable('a\u001b[31mb\tc')).toBe('a?[31mb?c');
+    expect(printable('invoice\u202Efdp.exe \u2067x\u2069')).toBe('invoice?fdp.exe ?x?');
+    expect(printable('日本語 é ü')).toBe('日本語 é ü');
   });
 });

@@ -10,6 +10,7 @@ import net from 'node:net';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import {
+  allShares,
   content,
   createShare,
   createShareWithContent,
@@ -297,6 +298,52 @@ describe('hostile input: a 4xx with a JSON body, never a 500', () => {
     expect((await raw('GARBAGE\r\n\r\n')).status).toBe(400);
     const nul = await raw('GET /whoami HTTP/1.1\r\nHost: x\r\nX-A: a\u0000b\r\n\r\n');
     expect(nul).toEqual({ status: 400, body: { status: 'fail', message: expect.any(String) } });
+  });
+
+  it('two Authorization headers: 401, whichever of them is valid (no identity is guessed)', async () => {
+    const other = await createUser(srv.url, admin, ['READ']);
+    for (const [first, second] of [
+      [admin, other.token],
+      [other.token, admin],
+      [admin, admin],
+      [admin, 'not-a-token'],
+    ]) {
+      const res = await raw(
+        `GET /whoami HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${first}\r\n` +
+          `authorization: Bearer ${second}\r\n\r\n`,
+      );
+      expect(res).toEqual({
+        status: 401,
+        body: { status: 'fail', message: expect.stringMatching(/one Authorization header/) },
+      });
+    }
+    // One header still works.
+    const one = await raw(
+      `GET /whoami HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${admin}\r\n\r\n`,
+    );
+    expect(one).toMatchObject({ status: 200, body: { username: ADMIN.username } });
+  });
+
+  it('a client that closes its side right after the request still gets the answer', async () => {
+    // raw() half-closes (like nc -N or ncat); the share is written (fsynced) before the answer.
+    const res = await raw(
+      `POST /files HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${admin}\r\n` +
+        'Content-Type: application/json\r\nContent-Length: 24\r\n\r\n{"file_name":"half.txt"}',
+    );
+    expect(res).toMatchObject({ status: 201, body: { status: 'success' } });
+    const id = (res.body as { url: string }).url.split('/').pop()!;
+    const share = await get(srv.url, `/files/${id}`, { token: admin });
+    expect(share.body).toMatchObject({ file_name: 'half.txt' });
+  });
+
+  it('an Expect the server cannot meet: 417 with JSON, and nothing is created', async () => {
+    const before = (await allShares(srv.url, admin)).length;
+    const res = await raw(
+      `POST /files HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${admin}\r\n` +
+        'Expect: 200-ok\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}',
+    );
+    expect(res).toEqual({ status: 417, body: { status: 'fail', message: expect.any(String) } });
+    expect(await allShares(srv.url, admin)).toHaveLength(before);
   });
 
   it('NUL and control characters in a multipart part header: 400', async () => {

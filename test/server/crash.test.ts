@@ -22,7 +22,8 @@ import {
   split,
 } from '../helpers/http.js';
 import { ensureBuilt, kill9, killAll, serve } from '../helpers/serve.js';
-import { ADMIN, login } from '../helpers/server.js';
+import { DataDirInUseError } from '../../src/server/store/dirlock.js';
+import { ADMIN, login, startServer } from '../helpers/server.js';
 
 let root: string;
 let dataDir: string;
@@ -254,5 +255,47 @@ describe('the binary', () => {
       running.child.kill('SIGTERM');
       await running.exited;
     }
+  });
+});
+
+// Two embedded servers on one data directory would append to one journal, each acknowledging
+// changes the other could then lose. The kernel's lock on <data-dir>/lock stops the second; it
+// dies with its holder, so a crash never leaves a lock that blocks the restart.
+describe('one data directory, one server', () => {
+  it('a second server is refused with one line naming the first, and changes nothing', async () => {
+    const dir = join(root, 'shared');
+    const first = await serve(dir);
+    const token = await login(first.url, ADMIN.username, ADMIN.password);
+    const one = await createShare(first.url, token, 'one.txt');
+    const files = async () =>
+      Promise.all(['db.json', 'db.journal'].map((f) => readFile(join(dir, f), 'utf8')));
+    const before = await files();
+
+    const refused = await serve(dir).then(
+      () => null,
+      (err: { code: number; stderr: string }) => err,
+    );
+    expect(refused?.code).toBe(1);
+    const lines = refused!.stderr.trim().split('\n');
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(
+      new RegExp(`^fshare: .* is in use by another fshare serve \\(process ${first.child.pid} on `),
+    );
+    expect(await files()).toEqual(before);
+    // In this process too (the test servers), whichever way the store is opened.
+    await expect(startServer({ dataDir: dir })).rejects.toBeInstanceOf(DataDirInUseError);
+    expect(await files()).toEqual(before);
+
+    // The first one never noticed.
+    const two = await createShare(first.url, token, 'two.txt');
+    // Killed, it leaves no lock behind: the next server starts at once, with both shares.
+    await kill9(first);
+    const next = await serve(dir);
+    const again = await login(next.url, ADMIN.username, ADMIN.password);
+    for (const [id, name] of [
+      [one, 'one.txt'],
+      [two, 'two.txt'],
+    ])
+      expect(await getShare(next.url, again, id!)).toMatchObject({ file_name: name });
   });
 });

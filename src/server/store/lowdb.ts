@@ -5,6 +5,7 @@ import { Low, type Adapter } from 'lowdb';
 import { fault } from '../faults.js';
 import { fsyncDir } from '../fsutil.js';
 import { writeFully } from '../../shared/copy.js';
+import { lockDataDir, type DataDirLock } from './dirlock.js';
 import { KeyedMutex } from '../mutex.js';
 import { encodeLine, readJournal, type Entry } from './journal.js';
 import {
@@ -204,6 +205,8 @@ export class LowdbStore implements MetadataStore {
   /** Set when a failed write could not be undone: every change is refused until a restart. */
   private broken: Error | null = null;
   private readonly shareLocks = new KeyedMutex();
+  /** This process's hold on the data directory, released by close(). */
+  private lock: DataDirLock | undefined;
 
   private constructor(
     private readonly dataDir: string,
@@ -215,6 +218,23 @@ export class LowdbStore implements MetadataStore {
 
   static async open(dataDir: string, options: LowdbStoreOptions = {}): Promise<LowdbStore> {
     const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`));
+    // Before anything is read: another process may be writing these files.
+    const lock = await lockDataDir(dataDir, log);
+    try {
+      const store = await LowdbStore.load(dataDir, options, log);
+      store.lock = lock;
+      return store;
+    } catch (err) {
+      await lock.release();
+      throw err;
+    }
+  }
+
+  private static async load(
+    dataDir: string,
+    options: LowdbStoreOptions,
+    log: (line: string) => void,
+  ): Promise<LowdbStore> {
     const store = new LowdbStore(dataDir, log);
     await store.db.read();
     const snapshot = store.db.data || null;
@@ -518,5 +538,6 @@ export class LowdbStore implements MetadataStore {
     this.compactNext = true;
     await this.flush();
     await this.journal.close();
+    await this.lock?.release();
   }
 }
