@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
+import { naming } from '../shared/syserr.js';
 
 /** Non-secret settings: where the last login went. Tokens live in credentials.ts. */
 export interface ConfigSchema {
@@ -53,7 +54,7 @@ export class Config {
       renameSync(tmp, this.path);
     } catch (err) {
       rmSync(tmp, { force: true });
-      throw err;
+      throw naming(err, this.path);
     }
   }
 

@@ -12,6 +12,7 @@ import { mkdir, open, readFile, rename, unlink } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import type { AsyncEntry } from '@napi-rs/keyring';
+import { naming } from '../shared/syserr.js';
 import { normalizeServer } from '../client/http.js';
 
 export interface CredentialStore {
@@ -84,7 +85,7 @@ export function createCredentialStore(
     } catch (err) {
       await handle.close();
       await unlink(tmp).catch(() => undefined);
-      throw err;
+      throw naming(err, file);
     }
     await handle.close();
     try {

@@ -8,6 +8,7 @@ import {
   VerificationError,
 } from '../client/errors.js';
 import { FileExistsError } from '../client/download.js';
+import { systemErrorText } from '../shared/syserr.js';
 
 /** CLI.md's exit codes. */
 export const EXIT = {
@@ -56,43 +57,6 @@ export function exitCodeFor(err: unknown): number {
   if (err instanceof FileExistsError) return EXIT.failure;
   if (err instanceof NoArtifactError) return EXIT.notFound;
   return EXIT.failure;
-}
-
-/**
- * A failure of the local system (a file that is missing, a directory, no permission, a full
- * disk) in words that name the path; undefined for anything else.
- */
-export function systemErrorText(err: unknown): string | undefined {
-  const e = err as NodeJS.ErrnoException | null;
-  if (!e || typeof e !== 'object' || typeof e.code !== 'string' || typeof e.syscall !== 'string')
-    return undefined;
-  const path = e.path ?? (e as { dest?: string }).dest;
-  const where = path ? `: ${path}` : '';
-  switch (e.code) {
-    case 'ENOENT':
-      return `no such file or directory${where}`;
-    case 'EACCES':
-    case 'EPERM':
-      return `permission denied${where}`;
-    case 'EISDIR':
-      return `is a directory, not a file${where}`;
-    case 'ENOTDIR':
-      return `not a directory${where}`;
-    case 'EEXIST':
-      return `already exists${where}`;
-    case 'ENOSPC':
-    case 'EDQUOT':
-      return `no space left on the device${where}`;
-    case 'EROFS':
-      return `read-only file system${where}`;
-    case 'EMFILE':
-    case 'ENFILE':
-      return 'too many open files (raise the limit with ulimit -n)';
-    case 'EIO':
-      return `input/output error${where}`;
-    default:
-      return undefined;
-  }
 }
 
 let outputIsLog = false;

@@ -2,6 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, open, readdir, readFile, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ResumeStore, UploadRecord } from '../client/upload.js';
+import { naming } from '../shared/syserr.js';
 
 /**
  * Unfinished uploads of this client, one small 0600 JSON file each under
@@ -35,16 +36,21 @@ export function uploadRecords(configDir: string): ResumeStore {
       return records.sort((a, b) => a.started.localeCompare(b.started));
     },
     async save(record) {
-      await mkdir(dir, { recursive: true, mode: 0o700 });
       const target = fileOf(record);
       const tmp = `${target}.${randomBytes(6).toString('hex')}.tmp`;
-      const handle = await open(tmp, 'wx', 0o600);
       try {
-        await handle.writeFile(JSON.stringify(record, null, 2));
-      } finally {
-        await handle.close();
+        await mkdir(dir, { recursive: true, mode: 0o700 });
+        const handle = await open(tmp, 'wx', 0o600);
+        try {
+          await handle.writeFile(JSON.stringify(record, null, 2));
+        } finally {
+          await handle.close();
+        }
+        await rename(tmp, target);
+      } catch (err) {
+        await rm(tmp, { force: true });
+        throw naming(err, target);
       }
-      await rename(tmp, target);
     },
     async remove(record) {
       await rm(fileOf(record), { force: true });

@@ -10,6 +10,7 @@ import type {
   User,
   Whoami,
 } from '../shared/types.js';
+import { ApiError } from './errors.js';
 import { callJson, type ApiClient } from './http.js';
 import { sharePath } from './refs.js';
 
@@ -68,7 +69,7 @@ export function whoami(client: ApiClient): Promise<Whoami> {
 // Shares
 
 export function listFiles(client: ApiClient, query?: PageQuery): Promise<Page<Share>> {
-  return callJson(client, { method: 'GET', path: '/files', query: pageQuery(query) });
+  return callPage(client, '/files', query);
 }
 
 /** fshare extension: when a share or link ends; seconds from now, or null for never. */
@@ -115,8 +116,11 @@ export async function findShares(
   return found;
 }
 
-export function getFile(client: ApiClient, id: string): Promise<Share> {
-  return callJson(client, { method: 'GET', path: sharePath(id) });
+export async function getFile(client: ApiClient, id: string): Promise<Share> {
+  const share = await callJson<Share>(client, { method: 'GET', path: sharePath(id) });
+  if (!isRecord(share) || typeof share.share_id !== 'string' || typeof share.file_name !== 'string')
+    throw new ApiError(200, `the server's answer to GET ${sharePath(id)} is not a share`);
+  return share;
 }
 
 export interface ShareChanges {
@@ -188,7 +192,7 @@ export function shareLinks(client: ApiClient, id: string): Promise<{ data: Link[
 }
 
 export function listLinks(client: ApiClient, query?: PageQuery): Promise<Page<Link>> {
-  return callJson(client, { method: 'GET', path: '/links', query: pageQuery(query) });
+  return callPage(client, '/links', query);
 }
 
 export function deleteLink(client: ApiClient, linkId: string): Promise<StatusResponse> {
@@ -198,7 +202,7 @@ export function deleteLink(client: ApiClient, linkId: string): Promise<StatusRes
 // Users
 
 export function listUsers(client: ApiClient, query?: PageQuery): Promise<Page<User>> {
-  return callJson(client, { method: 'GET', path: '/users', query: pageQuery(query) });
+  return callPage(client, '/users', query);
 }
 
 export function getUser(client: ApiClient, username: string): Promise<User> {
@@ -267,6 +271,27 @@ export function putSettings(client: ApiClient, settings: Settings): Promise<Stat
 }
 
 // Pagination
+
+const isRecord = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
+
+/**
+ * One page of a list, checked for the shape every caller reads (a "data" list of objects and a
+ * "next" page number or null), so that an answer of another shape (a proxy's page, a server of
+ * another kind) is one clear error, never a crash deep inside a command.
+ */
+async function callPage<T>(client: ApiClient, path: string, query?: PageQuery): Promise<Page<T>> {
+  const page = await callJson<Page<T>>(client, { method: 'GET', path, query: pageQuery(query) });
+  const next = isRecord(page) ? page.next : undefined;
+  if (
+    !isRecord(page) ||
+    !Array.isArray(page.data) ||
+    !page.data.every(isRecord) ||
+    !(next === undefined || next === null || Number.isSafeInteger(next))
+  )
+    throw new ApiError(200, `the server's answer to GET ${path} is not a page of a list`);
+  return page;
+}
 
 /** Walks every page of a paginated list, following `next`. */
 export async function* allPages<T>(

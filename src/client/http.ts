@@ -246,8 +246,29 @@ export async function send(client: ApiClient, req: RawRequest): Promise<Response
       await sleep(backoffDelay(client.retry, n), undefined, { signal: req.signal });
       continue;
     }
+    if (res.statusCode >= 300 && res.statusCode < 400) {
+      await res.dump();
+      throw redirected(res);
+    }
     return res;
   }
+}
+
+/**
+ * fshare follows no redirect, and never takes one for an answer: its body is not the content or
+ * the JSON asked for (a download "saved" 0 bytes of a 302 with exit 0), and following it would
+ * send the token to an address the user never gave.
+ */
+function redirected(res: Response): ApiError {
+  const to = header(res.headers, 'location');
+  return new ApiError(
+    res.statusCode,
+    to
+      ? `the server redirects to ${to}; fshare follows no redirects: if that address is right, use it as the server`
+      : `the server answered with a redirect without a Location; fshare follows no redirects`,
+    undefined,
+    res.headers,
+  );
 }
 
 /** Reads an error response into an ApiError carrying the server's message. */

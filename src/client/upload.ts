@@ -10,6 +10,7 @@ import { fileHasher } from './hashing.js';
 import { createLimiter, type Limiter } from './limit.js';
 import { sharePath, shareUrl } from './refs.js';
 import { ShortFileError, writeFileRange } from '../shared/copy.js';
+import { systemErrorText } from '../shared/syserr.js';
 
 export const DEFAULT_CHUNK_SIZE = 8 * 1024 * 1024;
 export const DEFAULT_PARALLEL = 4;
@@ -276,11 +277,20 @@ async function plan(
       pid: process.pid,
       host: hostname(),
     };
-    await options.resume.save(result.record);
   } else if (remembered && result.held.size) {
     // Taken over: this process runs it now.
     result.record = { ...remembered, pid: process.pid, host: hostname() };
-    await options.resume?.save(result.record);
+  }
+  if (result.record) {
+    // The record only makes a later run resumable: a full or read-only disk under it must not
+    // stop the upload (nor leave an empty share that no record names). It goes on, and says so.
+    await options.resume!.save(result.record).catch((err: unknown) => {
+      result.record = undefined;
+      options.onNotice?.(
+        `cannot keep a record to resume this upload (${systemErrorText(err) ?? (err as Error).message}); ` +
+          `it goes on, but could not be resumed if interrupted`,
+      );
+    });
   }
   return result;
 }

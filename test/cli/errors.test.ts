@@ -1,5 +1,8 @@
 import { randomUUID } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { rm, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import type { Command } from 'commander';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -126,6 +129,66 @@ describe('bad input gives one clear line and the right exit code', () => {
       join(work, 'a.txt'),
     ]);
     expect(up.exitCode).toBe(6);
+  });
+
+  // Property: an answer that is not the one asked for is a failure, never a success. A 302 was
+  // "Saved NAME (0 B)" with exit 0; a 200 of another shape crashed inside `ls` with "Cannot read
+  // properties of undefined". And a token is only ever sent to the address the user gave.
+  it('a redirect is one line naming where it leads (not followed); an answer of another shape is one line', async () => {
+    const seen: { url: string; auth?: string }[] = [];
+    const other = createServer((req, res) => {
+      seen.push({ url: req.url!, auth: req.headers.authorization });
+      req.resume();
+      if (req.url!.startsWith('/elsewhere')) {
+        res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': 5 });
+        res.end('bytes');
+      } else if (req.url!.startsWith('/files?')) {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end('{"data":null}');
+      } else if (req.url!.startsWith('/users?')) {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end('');
+      } else {
+        res.writeHead(302, { location: `http://127.0.0.1:${port}/elsewhere`, 'content-length': 0 });
+        res.end();
+      }
+    });
+    await new Promise<void>((r) => other.listen(0, '127.0.0.1', r));
+    const port = (other.address() as AddressInfo).port;
+    try {
+      const env = { FSHARE_TOKEN: 'secret-token-value' };
+      const at = ['--server', `http://127.0.0.1:${port}`];
+      const id = randomUUID();
+      const out = join(work, 'redirected.bin');
+      for (const args of [
+        ['get', id, '-o', out],
+        ['info', id],
+        ['upload', join(work, 'a.txt')],
+        ['whoami'],
+      ]) {
+        const res = await cli.run([...at, ...args], { env });
+        expect(res.exitCode, `${args[0]}: ${res.stderr}`).toBe(1);
+        expectOneLine(
+          res.stderr,
+          new RegExp(
+            `the server redirects to http://127\\.0\\.0\\.1:${port}/elsewhere; fshare follows no redirects.* \\(HTTP 302\\)$`,
+          ),
+        );
+      }
+      expect(existsSync(out)).toBe(false);
+      expect(existsSync(`${out}.part`)).toBe(false);
+      // Never followed, so the token went nowhere but where it was sent.
+      expect(seen.filter((r) => r.url.startsWith('/elsewhere'))).toEqual([]);
+
+      const ls = await cli.run([...at, 'ls'], { env });
+      expect(ls.exitCode).toBe(1);
+      expectOneLine(ls.stderr, /the server's answer to GET \/files is not a page of a list/);
+      const users = await cli.run([...at, 'users', 'ls'], { env });
+      expect(users.exitCode).toBe(1);
+      expectOneLine(users.stderr, /the server's answer to GET \/users is not a page of a list/);
+    } finally {
+      await new Promise((r) => other.close(r));
+    }
   });
 
   it('FSHARE_SERVER beats the saved server, --server beats both', async () => {

@@ -90,6 +90,31 @@ describe('fshare serve, as an operator meets it', () => {
     await rm(dir, { recursive: true, force: true });
   });
 
+  // Property: no token can be forged by guessing the key. RFC 7518 asks 256 bits of an HS256
+  // key; FSHARE_SECRET=changeme signed every token with a key found offline in moments.
+  it('an FSHARE_SECRET shorter than 32 bytes: one line, exit 2, nothing created', async () => {
+    const dir = await tempDir('weak-secret');
+    const data = join(dir, 'data');
+    for (const secret of ['changeme', 'x'.repeat(31)]) {
+      const res = await execa('node', [BIN, 'serve', '--port', '0', '--data-dir', data], {
+        env: cleanEnv({ FSHARE_SECRET: secret }),
+        extendEnv: false,
+        reject: false,
+        stdin: 'ignore',
+      });
+      expect(res.exitCode).toBe(2);
+      expect(res.stderr.trim().split('\n')).toEqual([
+        expect.stringMatching(/^fshare: FSHARE_SECRET must be at least 32 bytes .*openssl rand/),
+      ]);
+      expect(res.stderr).not.toContain(secret);
+      expect(existsSync(data)).toBe(false);
+    }
+    // 32 bytes is enough.
+    const ok = await serve(['--data-dir', data, '-q'], { FSHARE_SECRET: 'y'.repeat(32) });
+    expect(ok.url).toMatch(/^http:/);
+    await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+  });
+
   it('the first start keeps the generated admin password in a 0600 file that signs in', async () => {
     const dir = await tempDir('first');
     cleanup.push(() => rm(dir, { recursive: true, force: true }));

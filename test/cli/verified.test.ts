@@ -4,7 +4,7 @@
 import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { closeSync, createWriteStream, existsSync, openSync } from 'node:fs';
-import { readdir, readFile, rm, writeFile, open } from 'node:fs/promises';
+import { appendFile, readdir, readFile, rm, writeFile, open } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
@@ -394,6 +394,58 @@ describe('verified transfers against fshare serve', () => {
       expect(after.shares).toHaveLength(before.shares.length);
     } finally {
       await proxy.close();
+    }
+  });
+
+  // Property: the resume record is a convenience. Its disk being full must neither fail the
+  // upload nor leave an empty share behind that no record names (it did both: exit 1 with a
+  // pathless "no space left on the device", after the share was created).
+  it('a full disk under the config directory: the upload goes on, verified, and says it cannot resume', async () => {
+    const disk = await mountSmallDisk(1);
+    if (typeof disk === 'string') throw new Error(disk); // CI runs as root: a tmpfs always mounts
+    try {
+      const config = join(disk.dir, 'config');
+      const cli = await createCli(config);
+      await writeFile(join(disk.dir, 'filler'), Buffer.alloc(1024 * 1024 - 8 * 1024)).catch(
+        () => undefined,
+      );
+      while (
+        await appendFile(join(disk.dir, 'filler'), Buffer.alloc(512)).then(
+          () => true,
+          () => false,
+        )
+      );
+      const data = randomBytes(3 * 64 * 1024 + 5);
+      await writeFile(join(work, 'home-full.bin'), data);
+      const res = await cli.run(
+        [
+          '--server',
+          serve.url,
+          'upload',
+          join(work, 'home-full.bin'),
+          '--chunk-size',
+          '64k',
+          '--json',
+        ],
+        { env: { FSHARE_TOKEN: token } },
+      );
+      expect(res.exitCode, res.stderr).toBe(0);
+      expect(res.stderr.trim().split('\n')).toEqual([
+        expect.stringMatching(
+          new RegExp(
+            `^fshare: cannot keep a record to resume this upload \\(no space left on the device: ${config}/uploads/[0-9a-f]+\\.json\\); it goes on, but could not be resumed if interrupted$`,
+          ),
+        ),
+      ]);
+      const [up] = JSON.parse(res.stdout) as Transfer[];
+      expect(up).toMatchObject({ verified: true, sha256: sha256(data), size: data.length });
+      expect((await admin.runBinary(['get', up!.share_id, '-o', '-'])).stdout.equals(data)).toBe(
+        true,
+      );
+      // No temporary record left on the full disk.
+      expect(await readdir(join(config, 'uploads'))).toEqual([]);
+    } finally {
+      await disk.unmount();
     }
   });
 
