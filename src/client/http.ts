@@ -142,6 +142,12 @@ export function urlFor(client: ApiClient, path: string, query?: RawRequest['quer
   return url;
 }
 
+/**
+ * The most of a JSON or error answer read into memory: a page of 1,000 shares is well under
+ * 1 MiB, so only a server that is broken or hostile sends more, and it cannot fill this process.
+ */
+const MAX_ANSWER_BYTES = 16 * 1024 * 1024;
+
 function wrap(res: IncomingMessage): Response {
   return {
     statusCode: res.statusCode ?? 0,
@@ -150,10 +156,20 @@ function wrap(res: IncomingMessage): Response {
       for await (const data of res as AsyncIterable<Buffer>) await target.write(data);
     },
     async text() {
-      res.setEncoding('utf8');
-      let text = '';
-      for await (const piece of res) text += piece as string;
-      return text;
+      const pieces: Buffer[] = [];
+      let size = 0;
+      for await (const piece of res as AsyncIterable<Buffer>) {
+        size += piece.length;
+        if (size > MAX_ANSWER_BYTES) {
+          res.destroy();
+          throw new ApiError(
+            res.statusCode ?? 0,
+            `the server's answer is larger than ${MAX_ANSWER_BYTES / 1024 / 1024} MiB, more than any answer fshare reads`,
+          );
+        }
+        pieces.push(piece);
+      }
+      return Buffer.concat(pieces).toString('utf8');
     },
     async dump() {
       if (res.readableEnded || res.destroyed) return;

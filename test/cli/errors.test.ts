@@ -134,7 +134,7 @@ describe('bad input gives one clear line and the right exit code', () => {
   // Property: an answer that is not the one asked for is a failure, never a success. A 302 was
   // "Saved NAME (0 B)" with exit 0; a 200 of another shape crashed inside `ls` with "Cannot read
   // properties of undefined". And a token is only ever sent to the address the user gave.
-  it('a redirect is one line naming where it leads (not followed); an answer of another shape is one line', async () => {
+  it('a redirect is one line naming where it leads (not followed); an answer of another shape, or too large, is one line', async () => {
     const seen: { url: string; auth?: string }[] = [];
     const other = createServer((req, res) => {
       seen.push({ url: req.url!, auth: req.headers.authorization });
@@ -148,6 +148,19 @@ describe('bad input gives one clear line and the right exit code', () => {
       } else if (req.url!.startsWith('/users?')) {
         res.writeHead(200, { 'content-type': 'application/json' });
         res.end('');
+      } else if (req.url === '/admin/settings') {
+        // 17 MiB of JSON, in pieces: more than any answer fshare reads into memory.
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.write('{"default_permissions":[');
+        const piece = `${'"READ",'.repeat((1024 * 1024) / 8)}`;
+        let sent = 0;
+        const more = () => {
+          while (sent < 17 && res.write(piece)) sent++;
+          if (sent < 17) res.once('drain', more);
+          else res.end('"READ"]}');
+        };
+        res.on('error', () => undefined);
+        more();
       } else {
         res.writeHead(302, { location: `http://127.0.0.1:${port}/elsewhere`, 'content-length': 0 });
         res.end();
@@ -186,6 +199,9 @@ describe('bad input gives one clear line and the right exit code', () => {
       const users = await cli.run([...at, 'users', 'ls'], { env });
       expect(users.exitCode).toBe(1);
       expectOneLine(users.stderr, /the server's answer to GET \/users is not a page of a list/);
+      const huge = await cli.run([...at, 'settings', 'show'], { env });
+      expect(huge.exitCode).toBe(1);
+      expectOneLine(huge.stderr, /the server's answer is larger than 16 MiB/);
     } finally {
       await new Promise((r) => other.close(r));
     }
