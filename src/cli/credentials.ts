@@ -14,6 +14,21 @@ import { join } from 'node:path';
 import type { AsyncEntry } from '@napi-rs/keyring';
 import { naming } from '../shared/syserr.js';
 import { normalizeServer } from '../client/http.js';
+import { UsageError } from './output.js';
+
+/**
+ * FSHARE_TOKEN as a CI secret often arrives: with a line break at the end (read from a file) or
+ * pasted with its "Bearer " in front. Both are taken off; what is left must be one word.
+ */
+export function envToken(): string | undefined {
+  const raw = process.env.FSHARE_TOKEN;
+  if (raw === undefined) return undefined;
+  const token = raw.trim().replace(/^Bearer\s+/i, '');
+  if (token === '') return undefined;
+  if (/[\s\u0000-\u001f\u007f]/.test(token))
+    throw new UsageError('FSHARE_TOKEN is not a token: it has spaces or line breaks inside');
+  return token;
+}
 
 export interface CredentialStore {
   /** Token for server+user: FSHARE_TOKEN env first, then keychain, then the 0600 fallback file; undefined if none. */
@@ -123,7 +138,7 @@ export function createCredentialStore(
 
   return {
     async getToken(server, username) {
-      const fromEnv = process.env.FSHARE_TOKEN;
+      const fromEnv = envToken();
       if (fromEnv) return fromEnv;
 
       if (username === undefined) return findSoleToken(server);

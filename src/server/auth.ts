@@ -111,7 +111,8 @@ export function identify(tokens: Tokens, store: MetadataStore): RequestHandler {
     }
     const match = /^Bearer +(\S+) *$/i.exec(header);
     // Node keeps the first of repeated Authorization headers; a proxy may pass on the last.
-    if (!match || authorizationCount(req.rawHeaders) > 1) throw Errors.badAuthHeader();
+    if (authorizationCount(req.rawHeaders) > 1) throw Errors.twoAuthHeaders();
+    if (!match) throw Errors.badAuthHeader();
     const claims = await tokens.verify(match[1]!);
     const user = claims && (await tokens.userOf(claims));
     if (!claims || !user) throw Errors.badToken();

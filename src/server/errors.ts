@@ -25,8 +25,8 @@ export class HttpError extends Error {
 export const Errors = {
   authRequired: () =>
     new HttpError(401, 'Authentication required: send "Authorization: Bearer <token>"'),
-  badAuthHeader: () =>
-    new HttpError(401, 'The request must have one Authorization header, "Bearer <token>"'),
+  badAuthHeader: () => new HttpError(401, 'The Authorization header must be "Bearer <token>"'),
+  twoAuthHeaders: () => new HttpError(401, 'The request has more than one Authorization header'),
   badToken: () => new HttpError(401, 'The token is invalid, expired or revoked'),
   badCredentials: () => new HttpError(401, 'Wrong username or password'),
   forbidden: (permission: string) =>

@@ -207,6 +207,34 @@ describe('bad input gives one clear line and the right exit code', () => {
     }
   });
 
+  // A CI secret read from a file ends with a line break, and people paste "Bearer …": both used
+  // to fail (a header error; a 401), though the token itself was good.
+  it('FSHARE_TOKEN with a line break at the end or "Bearer " in front still works; inner spaces are exit 2', async () => {
+    const token = (await cli.run(['token'])).stdout.trim();
+    expect(token.split('.')).toHaveLength(3);
+    const fresh = await createCli(); // no stored token: only the variable can sign in
+    for (const value of [
+      `${token}\n`,
+      `${token}\r\n`,
+      `  ${token}\t`,
+      `Bearer ${token}`,
+      `bearer  ${token}\n`,
+    ]) {
+      const res = await fresh.run(['--server', serve.url, 'whoami'], {
+        env: { FSHARE_TOKEN: value },
+      });
+      expect(res.exitCode, JSON.stringify(value)).toBe(0);
+      expect(res.stdout).toMatch(new RegExp(`^${ADMIN.username} on `));
+    }
+    const bad = await fresh.run(['--server', serve.url, 'whoami'], {
+      env: { FSHARE_TOKEN: `${token.slice(0, 10)} ${token.slice(10)}` },
+    });
+    expect(bad.exitCode).toBe(2);
+    expectOneLine(bad.stderr, /FSHARE_TOKEN is not a token: it has spaces or line breaks inside/);
+    expect(bad.stderr).not.toContain(token.slice(10));
+    await rm(fresh.configDir, { recursive: true, force: true });
+  });
+
   it('FSHARE_SERVER beats the saved server, --server beats both', async () => {
     const port = await closedPort();
     const dead = `http://127.0.0.1:${port}`;

@@ -3,6 +3,7 @@ import { changePassword, extend, login, logout, revokeTokens, whoami } from '../
 import { ApiError } from '../../client/errors.js';
 import type { LoginResponse } from '../../shared/types.js';
 import { openSession, type Session } from '../context.js';
+import { envToken } from '../credentials.js';
 import { promptHidden, promptLine, readStdinLines } from '../input.js';
 import { AuthError, UsageError, examples, printJson, printLine, warn } from '../output.js';
 
@@ -70,7 +71,7 @@ export function registerAuth(program: Command): void {
     .action(async (options: { everywhere?: boolean }, cmd: Command) => {
       const session = openSession(cmd);
       const username = session.usernameFor(session.server);
-      const fromEnv = Boolean(process.env.FSHARE_TOKEN);
+      const fromEnv = envToken() !== undefined;
       const client = await session.client();
       if (!client.token) throw new AuthError(`not signed in to ${session.server}`);
       let serverError: unknown;
@@ -142,7 +143,7 @@ export function registerAuth(program: Command): void {
       if (!client.token)
         throw new AuthError(`not signed in to ${session.server}; run fshare login`);
       const res = await extend(client);
-      if (process.env.FSHARE_TOKEN) {
+      if (envToken() !== undefined) {
         // A token from the environment cannot be updated in place: hand the new one back.
         if (session.opts.json) printJson({ username: res.username, token: res.auth_token });
         else printLine(res.auth_token);
@@ -190,7 +191,7 @@ export function registerAuth(program: Command): void {
       const res = await changePassword(client, oldPassword, newPassword);
       // fshare serve ended every older token, this one too, and sent a new one: keep it.
       let stored: 'keychain' | 'file' | undefined;
-      if (res.auth_token && res.username && !process.env.FSHARE_TOKEN)
+      if (res.auth_token && res.username && envToken() === undefined)
         stored = await remember(session, res as LoginResponse);
       if (session.opts.json)
         printJson({ status: res.status, message: res.message, stored: stored ?? null });
