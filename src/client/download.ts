@@ -653,7 +653,8 @@ async function writeBody(
   if (part && (state.offset === 0 || !state.hash)) await startHash(state, part);
   const sink = part
     ? new FileSink(
-        await open(part, state.offset > 0 ? 'r+' : 'w', 0o600),
+        // As cp and curl -o make files: 0666 less the umask (a download is no secret of ours).
+        await open(part, state.offset > 0 ? 'r+' : 'w', 0o666),
         part,
         state.offset,
         state.hash,

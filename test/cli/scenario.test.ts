@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { readFile, rm, writeFile } from 'node:fs/promises';
+import { readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Page, Settings, Share, User, Whoami } from '../../src/shared/types.js';
@@ -211,6 +211,9 @@ describe('fshare end to end against fshare serve', () => {
     expect(res.exitCode).toBe(0);
     expect((await readFile(out)).equals(original)).toBe(true);
     expect(existsSync(`${out}.part`)).toBe(false);
+    // Made as cp and curl -o make files (it was 0600: unreadable to a web server serving it).
+    const umask = process.umask();
+    expect((await stat(out)).mode & 0o777).toBe(0o666 & ~umask);
 
     // Default name from Content-Disposition, in the current directory.
     const dir = await tempDir('get');
