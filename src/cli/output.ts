@@ -8,6 +8,7 @@ import {
   VerificationError,
 } from '../client/errors.js';
 import { FileExistsError } from '../client/download.js';
+import { UNSAFE_CHARACTERS } from '../client/filename.js';
 import { systemErrorText } from '../shared/syserr.js';
 
 /** CLI.md's exit codes. */
@@ -125,15 +126,9 @@ export function warn(line: string): void {
   process.stderr.write(line.startsWith('fshare:') ? `${line}\n` : `fshare: ${line}\n`);
 }
 
-/**
- * Control characters from the server (names) shown as "?", so they cannot drive the terminal;
- * so are the bidirectional controls that make "evil\u202Etxt.exe" read as "evilexe.txt".
- */
+/** Control characters from the server (names) shown as "?", so they cannot drive the terminal. */
 export function printable(text: string): string {
-  return text.replace(
-    /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g,
-    '?',
-  );
+  return text.replace(UNSAFE_CHARACTERS, '?');
 }
 
 /** The single JSON document of `--json`. */

@@ -31,19 +31,22 @@ function percentDecode(text: string): Buffer {
 const MAX_NAME_BYTES = 240; // leaves room for ".part" under the usual 255-byte limit
 
 /**
+ * Characters a name from the server may not bring to a terminal or a file name: C0 and C1
+ * controls, and the bidirectional controls that make "invoice\u202Efdp.exe" read as
+ * "invoiceexe.pdf".
+ */
+export const UNSAFE_CHARACTERS =
+  /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+
+/**
  * Turns a name chosen by the server into a safe single path component, the way browsers do:
- * the whole name is kept, with "/" and "\\" made "_", control characters (and the bidirectional
- * ones that can make "x\u202Etxt.exe" look like "xexe.txt") removed and leading
- * dots dropped (so "../../etc/passwd" becomes "_.._etc_passwd": never a directory, never
- * hidden). Returns undefined when nothing safe is left.
+ * the whole name is kept, with "/" and "\\" made "_", UNSAFE_CHARACTERS removed and leading dots
+ * dropped (so "../../etc/passwd" becomes "_.._etc_passwd": never a directory, never hidden).
+ * Returns undefined when nothing safe is left.
  */
 export function sanitizeFileName(name: string | undefined): string | undefined {
   if (name === undefined) return undefined;
-  let safe = name
-    .replace(/[/\\]/g, '_')
-    .replace(/[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g, '')
-    .trim()
-    .replace(/^\.+/, '');
+  let safe = name.replace(/[/\\]/g, '_').replace(UNSAFE_CHARACTERS, '').trim().replace(/^\.+/, '');
   if (safe === '') return undefined;
   while (Buffer.byteLength(safe) > MAX_NAME_BYTES) safe = [...safe].slice(0, -1).join('');
   return safe;
