@@ -217,7 +217,12 @@ async function openServer(
   opened: (() => unknown)[],
   ready: (app: Express) => void,
 ): Promise<FshareServer> {
-  await mkdir(dataDir, { recursive: true, mode: 0o700 });
+  await mkdir(dataDir, { recursive: true, mode: 0o700 }).catch((err: NodeJS.ErrnoException) => {
+    // "already exists" would name the file in the way, not what is wrong with it.
+    if (err.code === 'EEXIST' || err.code === 'ENOTDIR')
+      throw new Error(`the data directory ${dataDir} is not a directory`);
+    throw err;
+  });
   await chmod(dataDir, 0o700);
   const { store, shared } = await openStore(options, dataDir, log);
   opened.push(() => store.close());

@@ -115,6 +115,24 @@ describe('fshare serve, as an operator meets it', () => {
     await rm(dir, { recursive: true, force: true }).catch(() => undefined);
   });
 
+  it('a --data-dir that is a file: one line saying so, exit 1, the file untouched', async () => {
+    const dir = await tempDir('data-file');
+    const file = join(dir, 'not-a-dir');
+    await writeFile(file, 'keep me');
+    const res = await execa('node', [BIN, 'serve', '--port', '0', '--data-dir', file], {
+      env: cleanEnv(),
+      extendEnv: false,
+      reject: false,
+      stdin: 'ignore',
+    });
+    expect(res.exitCode).toBe(1);
+    expect(res.stderr.trim().split('\n')).toEqual([
+      `fshare: the data directory ${file} is not a directory`,
+    ]);
+    expect(await readFile(file, 'utf8')).toBe('keep me');
+    await rm(dir, { recursive: true, force: true });
+  });
+
   it('the first start keeps the generated admin password in a 0600 file that signs in', async () => {
     const dir = await tempDir('first');
     cleanup.push(() => rm(dir, { recursive: true, force: true }));
