@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import type { Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { writeFullySync } from '../shared/copy.js';
+import { systemErrorText } from '../shared/syserr.js';
 import type { Sha256 } from '../shared/hasher.js';
 import { getFile } from './api.js';
 import {
@@ -619,7 +620,16 @@ async function acceptResponse(
   const validator = validatorOf(res.headers);
   if (state.target && (state.offset === 0 || !state.validator)) {
     state.validator = validator;
-    await options.validators?.set(`${state.target}.part`, validator);
+    // Only --continue needs it: a full or read-only disk under the config must not stop the
+    // download (without it, a later --continue starts over, as with a server that gives none).
+    try {
+      await options.validators?.set(`${state.target}.part`, validator);
+    } catch (err) {
+      options.onNotice?.(
+        `cannot keep what --continue needs (${systemErrorText(err) ?? (err as Error).message}); ` +
+          `the download goes on, but could not be continued if interrupted`,
+      );
+    }
   }
   return windowStart;
 }
@@ -747,6 +757,11 @@ async function finish(
   if (!part || !target)
     return { path: null, bytes: state.offset, resumedFrom: state.resumedFrom, sha256, verified };
   await rename(part, target);
-  await options.validators?.set(part, undefined);
+  // A validator left behind names a .part that is gone, and is never used: no reason to fail.
+  try {
+    await options.validators?.set(part, undefined);
+  } catch {
+    // nothing lost: the entry is only ever read together with its .part
+  }
   return { path: target, bytes: state.offset, resumedFrom: state.resumedFrom, sha256, verified };
 }

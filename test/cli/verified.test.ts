@@ -397,10 +397,11 @@ describe('verified transfers against fshare serve', () => {
     }
   });
 
-  // Property: the resume record is a convenience. Its disk being full must neither fail the
-  // upload nor leave an empty share behind that no record names (it did both: exit 1 with a
-  // pathless "no space left on the device", after the share was created).
-  it('a full disk under the config directory: the upload goes on, verified, and says it cannot resume', async () => {
+  // Property: the resume record (and a download's validator) is a convenience. Its disk being
+  // full must neither fail the transfer nor leave an empty share behind that no record names
+  // (an upload did both: exit 1 with a pathless "no space left on the device", after the share
+  // was created; a download stopped before its first byte).
+  it('a full disk under the config directory: an upload and a download go on, verified, and say they cannot resume', async () => {
     const disk = await mountSmallDisk(1);
     if (typeof disk === 'string') throw new Error(disk); // CI runs as root: a tmpfs always mounts
     try {
@@ -444,6 +445,17 @@ describe('verified transfers against fshare serve', () => {
       );
       // No temporary record left on the full disk.
       expect(await readdir(join(config, 'uploads'))).toEqual([]);
+
+      // The same for a download: what --continue needs cannot be kept; the download goes on.
+      const out = join(work, 'home-full.out');
+      const got = await cli.run(['--server', serve.url, 'get', up!.share_id, '-o', out], {
+        env: { FSHARE_TOKEN: token },
+      });
+      expect(got.exitCode, got.stderr).toBe(0);
+      expect(got.stderr.trim().split('\n')).toEqual([
+        `fshare: cannot keep what --continue needs (no space left on the device: ${config}/config.json); the download goes on, but could not be continued if interrupted`,
+      ]);
+      expect((await readFile(out)).equals(data)).toBe(true);
     } finally {
       await disk.unmount();
     }
