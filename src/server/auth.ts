@@ -3,6 +3,7 @@ import type { Request, RequestHandler } from 'express';
 import jwt from 'jsonwebtoken';
 import type { Permission } from '../shared/permissions.js';
 import { Errors } from './errors.js';
+import { MIN_SECRET_BYTES } from '../shared/secrets.js';
 import type { MetadataStore, UserRecord } from './store/index.js';
 
 export interface TokenClaims {
@@ -44,6 +45,10 @@ export class Tokens {
     /** Milliseconds since the epoch; injectable for tests. */
     private readonly clock: () => number = Date.now,
   ) {
+    // Whatever the source (FSHARE_SECRET, the secret file, the database, a caller of
+    // createServer): a key that could be guessed is never used.
+    if (Buffer.byteLength(secret) < MIN_SECRET_BYTES)
+      throw new Error(`the token signing secret must be at least ${MIN_SECRET_BYTES} bytes`);
     this.key = createSecretKey(Buffer.from(secret));
   }
 

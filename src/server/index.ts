@@ -1,5 +1,5 @@
 import { createHmac, randomBytes, randomUUID } from 'node:crypto';
-import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, open, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import type { RequestListener, Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -8,6 +8,9 @@ import proxyaddr from 'proxy-addr';
 import { RateLimiterMemory, type RateLimiterAbstract } from 'rate-limiter-flexible';
 import { PERMISSIONS } from '../shared/permissions.js';
 import { isoNoZone } from '../shared/dates.js';
+import { writeFully } from '../shared/copy.js';
+import { MIN_SECRET_BYTES } from '../shared/secrets.js';
+import { fsyncDir } from './fsutil.js';
 import { identify, Tokens } from './auth.js';
 import { createHttpServer } from './connections.js';
 import type { Context } from './context.js';
@@ -115,15 +118,45 @@ export function requestLine(e: RequestEntry): string {
   return `${e.method} ${e.path} ${e.status} ${e.ms.toFixed(1)}ms${e.aborted ? ' (cut short)' : ''}`;
 }
 
-async function loadSecret(dataDir: string): Promise<string> {
+/**
+ * The JWT signing secret of an embedded server: `<data-dir>/secret`, made on the first start.
+ * It is written whole or not at all (temporary file, fsync, rename): a first start on a full
+ * disk once left an empty file, and the next start signed every token with an empty key, which
+ * anyone can forge. An empty file (from that, or any such cut) is replaced, with a notice; a
+ * short one is refused.
+ */
+async function loadSecret(dataDir: string, notice: (line: string) => void): Promise<string> {
   const file = join(dataDir, 'secret');
+  let found: string | undefined;
   try {
-    return (await readFile(file, 'utf8')).trim();
+    found = (await readFile(file, 'utf8')).trim();
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
   }
+  if (found) {
+    if (Buffer.byteLength(found) < MIN_SECRET_BYTES)
+      throw new Error(
+        `${file} holds a secret shorter than ${MIN_SECRET_BYTES} bytes, which could be guessed from any token: remove the file (a new one is made; every token issued so far stops working)`,
+      );
+    return found;
+  }
+  if (found === '') notice(`${file} was empty: made a new signing secret`);
   const secret = randomBytes(48).toString('base64url');
-  await writeFile(file, secret, { mode: 0o600, flag: 'wx' });
+  const tmp = `${file}.${randomBytes(6).toString('hex')}.tmp`;
+  try {
+    const handle = await open(tmp, 'wx', 0o600);
+    try {
+      await writeFully(handle, Buffer.from(secret), 0);
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    await rename(tmp, file);
+  } catch (err) {
+    await rm(tmp, { force: true });
+    throw err;
+  }
+  await fsyncDir(dataDir);
   return secret;
 }
 
@@ -258,7 +291,7 @@ async function openServer(
   await expiry.sweepDue();
 
   const secret =
-    options.secret ?? (shared ? await shared.sharedSecret() : await loadSecret(dataDir));
+    options.secret ?? (shared ? await shared.sharedSecret() : await loadSecret(dataDir, log));
   const limiter = (keyPrefix: string, points: number, seconds: number): RateLimiterAbstract =>
     shared
       ? shared.limiter(keyPrefix, points, seconds)

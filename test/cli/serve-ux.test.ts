@@ -1,6 +1,6 @@
-import { randomBytes } from 'node:crypto';
+import { createHmac, randomBytes } from 'node:crypto';
 import { closeSync, existsSync, openSync } from 'node:fs';
-import { readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -113,6 +113,59 @@ describe('fshare serve, as an operator meets it', () => {
     const ok = await serve(['--data-dir', data, '-q'], { FSHARE_SECRET: 'y'.repeat(32) });
     expect(ok.url).toMatch(/^http:/);
     await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+  });
+
+  // Property: no token can be forged. A first start on a full disk left an empty `secret` file,
+  // and the next start signed every token with an empty key, which anyone can compute: a token
+  // of the administrator, re-signed with "", was accepted.
+  it('a first start on a full disk leaves no secret; later starts sign with a whole one, never an empty one', async () => {
+    const disk = await mountSmallDisk(1);
+    if (typeof disk === 'string') throw new Error(disk); // CI runs as root: a tmpfs always mounts
+    cleanup.push(() => disk.unmount());
+    const data = join(disk.dir, 'data');
+    const filler = join(disk.dir, 'filler');
+    await writeFile(filler, Buffer.alloc(2 * 1024 * 1024)).catch((err: NodeJS.ErrnoException) => {
+      if (err.code !== 'ENOSPC') throw err;
+    });
+    const env = { FSHARE_ADMIN_PASSWORD: ADMIN.password };
+    const failed = await execa('node', [BIN, 'serve', '--port', '0', '--data-dir', data], {
+      env: cleanEnv(env),
+      extendEnv: false,
+      reject: false,
+      stdin: 'ignore',
+    });
+    expect(failed.exitCode).toBe(1);
+    expect(failed.stderr).toMatch(/no space left on the device/);
+    expect((await readdir(data)).filter((name) => name.startsWith('secret'))).toEqual([]);
+    await rm(filler);
+
+    /** A real token of the administrator, signed again with an empty key. */
+    const forged = (token: string) => {
+      const [head, body] = token.split('.');
+      const mac = createHmac('sha256', '').update(`${head}.${body}`).digest('base64url');
+      return `${head}.${body}.${mac}`;
+    };
+    for (const round of ['after the full disk', 'over an empty secret file']) {
+      const running = await serve(['--data-dir', data, '-q'], env);
+      const secret = (await readFile(join(data, 'secret'), 'utf8')).trim();
+      expect(Buffer.byteLength(secret), round).toBeGreaterThanOrEqual(32);
+      const login = await fetch(`${running.url}/users/login`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ username: ADMIN.username, password: ADMIN.password }),
+      });
+      const { auth_token: token } = (await login.json()) as { auth_token: string };
+      const as = (t: string) =>
+        fetch(`${running.url}/whoami`, { headers: { authorization: `Bearer ${t}` } });
+      expect((await as(token)).status, round).toBe(200);
+      expect((await as(forged(token))).status, round).toBe(401);
+      if (round === 'over an empty secret file')
+        expect(running.stderr()).toContain('was empty: made a new signing secret');
+      running.child.kill('SIGTERM');
+      await running.child;
+      // What an earlier version left after such a first start.
+      await writeFile(join(data, 'secret'), '');
+    }
   });
 
   it('a --data-dir that is a file: one line saying so, exit 1, the file untouched', async () => {

@@ -5,9 +5,7 @@ import { parseChunkSize, parseDuration } from '../args.js';
 import type { RequestEntry } from '../../server/options.js';
 import { backendOptions, describeBackends } from '../backends.js';
 import { treatOutputAsLog, UsageError } from '../output.js';
-
-/** The shortest FSHARE_SECRET accepted: 256 bits, as RFC 7518 asks of an HS256 key. */
-const MIN_SECRET_BYTES = 32;
+import { MIN_SECRET_BYTES } from '../../shared/secrets.js';
 
 interface ServeOptions {
   host: string;
@@ -199,8 +197,6 @@ Examples:
     .action(async (opts: ServeOptions) => {
       treatOutputAsLog(); // a full disk under stdout or stderr never stops the server
       const secret = process.env.FSHARE_SECRET || undefined;
-      // RFC 7518 3.2: an HS256 key of at least 256 bits. A short one is guessed offline from any
-      // token it signed, and then anyone can sign in as anyone.
       if (secret !== undefined && Buffer.byteLength(secret) < MIN_SECRET_BYTES)
         throw new UsageError(
           `FSHARE_SECRET must be at least ${MIN_SECRET_BYTES} bytes (it signs every token; a short one can be guessed): make one with \`openssl rand -base64 48\`, or leave it unset`,
