@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { constants as fs } from 'node:fs';
 import { open, rename, stat, type FileHandle } from 'node:fs/promises';
 import type { IncomingHttpHeaders } from 'node:http';
 import { join } from 'node:path';
@@ -664,7 +665,13 @@ async function writeBody(
   const sink = part
     ? new FileSink(
         // As cp and curl -o make files: 0666 less the umask (a download is no secret of ours).
-        await open(part, state.offset > 0 ? 'r+' : 'w', 0o666),
+        // O_NOFOLLOW: a NAME.part planted as a symbolic link (in /tmp, a shared workspace) would
+        // lead the write into whatever file it points at.
+        await open(
+          part,
+          (state.offset > 0 ? fs.O_RDWR : fs.O_WRONLY | fs.O_CREAT | fs.O_TRUNC) | fs.O_NOFOLLOW,
+          0o666,
+        ),
         part,
         state.offset,
         state.hash,

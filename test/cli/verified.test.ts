@@ -4,7 +4,7 @@
 import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { closeSync, createWriteStream, existsSync, openSync } from 'node:fs';
-import { appendFile, readdir, readFile, rm, writeFile, open } from 'node:fs/promises';
+import { appendFile, readdir, readFile, rm, symlink, writeFile, open } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
@@ -459,6 +459,33 @@ describe('verified transfers against fshare serve', () => {
     } finally {
       await disk.unmount();
     }
+  });
+
+  // Property: a download writes only the file it names. A NAME.part planted as a symbolic link
+  // (in /tmp, in a workspace other jobs can write) led the bytes into the file it pointed at,
+  // which was then overwritten, with exit 0.
+  it('a NAME.part that is a symbolic link is never written through, with or without --continue', async () => {
+    const data = randomBytes(70_000);
+    await writeFile(join(work, 'linked.bin'), data);
+    const [up] = await admin.json<Transfer[]>(['upload', join(work, 'linked.bin')]);
+    const dir = await tempDir('planted');
+    const victim = join(work, 'victim.txt');
+    await writeFile(victim, 'precious');
+    await symlink(victim, join(dir, 'linked.bin.part'));
+    for (const extra of [[], ['--continue']]) {
+      const res = await admin.run(['get', up!.share_id, ...extra], { cwd: dir });
+      expect(res.exitCode, res.stderr).toBe(1);
+      expect(res.stderr.trim().split('\n')).toEqual([
+        'fshare: a symbolic link, which fshare never writes through: linked.bin.part',
+      ]);
+      expect(await readFile(victim, 'utf8')).toBe('precious');
+      expect(existsSync(join(dir, 'linked.bin'))).toBe(false);
+    }
+    // With the link gone, the same command works.
+    await rm(join(dir, 'linked.bin.part'));
+    expect((await admin.run(['get', up!.share_id], { cwd: dir })).exitCode).toBe(0);
+    expect((await readFile(join(dir, 'linked.bin'))).equals(data)).toBe(true);
+    await rm(dir, { recursive: true, force: true });
   });
 
   it('an upload refused for good (413 over quota) leaves no share and no record', async () => {
