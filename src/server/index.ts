@@ -1,5 +1,5 @@
 import { createHmac, randomBytes, randomUUID } from 'node:crypto';
-import { chmod, mkdir, open, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import type { RequestListener, Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -8,9 +8,8 @@ import proxyaddr from 'proxy-addr';
 import { RateLimiterMemory, type RateLimiterAbstract } from 'rate-limiter-flexible';
 import { PERMISSIONS } from '../shared/permissions.js';
 import { isoNoZone } from '../shared/dates.js';
-import { writeFully } from '../shared/copy.js';
 import { MIN_SECRET_BYTES } from '../shared/secrets.js';
-import { fsyncDir } from './fsutil.js';
+import { writeFileDurably } from './fsutil.js';
 import { identify, Tokens } from './auth.js';
 import { createHttpServer } from './connections.js';
 import type { Context } from './context.js';
@@ -142,21 +141,7 @@ async function loadSecret(dataDir: string, notice: (line: string) => void): Prom
   }
   if (found === '') notice(`${file} was empty: made a new signing secret`);
   const secret = randomBytes(48).toString('base64url');
-  const tmp = `${file}.${randomBytes(6).toString('hex')}.tmp`;
-  try {
-    const handle = await open(tmp, 'wx', 0o600);
-    try {
-      await writeFully(handle, Buffer.from(secret), 0);
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
-    await rename(tmp, file);
-  } catch (err) {
-    await rm(tmp, { force: true });
-    throw err;
-  }
-  await fsyncDir(dataDir);
+  await writeFileDurably(file, secret);
   return secret;
 }
 

@@ -1,9 +1,9 @@
 import { readFileSync } from 'node:fs';
-import { open, readFile, rename, rm, type FileHandle } from 'node:fs/promises';
+import { open, readFile, rename, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Low, type Adapter } from 'lowdb';
 import { fault } from '../faults.js';
-import { fsyncDir } from '../fsutil.js';
+import { fsyncDir, writeFileDurably } from '../fsutil.js';
 import { writeFully } from '../../shared/copy.js';
 import { lockDataDir, type DataDirLock } from './dirlock.js';
 import { KeyedMutex } from '../mutex.js';
@@ -47,10 +47,7 @@ export interface LowdbStoreOptions {
  * the caller, at the moment the snapshot must describe.
  */
 class DurableJsonFile implements Adapter<string> {
-  constructor(
-    private readonly file: string,
-    private readonly dir: string,
-  ) {}
+  constructor(private readonly file: string) {}
 
   async read(): Promise<string | null> {
     try {
@@ -62,21 +59,7 @@ class DurableJsonFile implements Adapter<string> {
   }
 
   async write(text: string): Promise<void> {
-    const tmp = `${this.file}.tmp`;
-    try {
-      const handle = await open(tmp, 'w', 0o600);
-      try {
-        await writeFully(handle, Buffer.from(text), 0);
-        await handle.sync();
-      } finally {
-        await handle.close();
-      }
-      await rename(tmp, this.file);
-    } catch (err) {
-      await rm(tmp, { force: true }).catch(() => undefined);
-      throw err;
-    }
-    await fsyncDir(this.dir);
+    await writeFileDurably(this.file, text);
   }
 }
 
@@ -213,7 +196,7 @@ export class LowdbStore implements MetadataStore {
     private readonly log: (line: string) => void,
   ) {
     this.files = { snapshot: join(dataDir, 'db.json'), journal: join(dataDir, 'db.journal') };
-    this.db = new Low<string>(new DurableJsonFile(this.files.snapshot, dataDir), '');
+    this.db = new Low<string>(new DurableJsonFile(this.files.snapshot), '');
   }
 
   static async open(dataDir: string, options: LowdbStoreOptions = {}): Promise<LowdbStore> {
