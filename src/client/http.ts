@@ -80,6 +80,11 @@ export function normalizeServer(url: string): string {
     throw new ClientInputError(`server URL must be http or https: ${url}`);
   if (parsed.search || parsed.hash)
     throw new ClientInputError(`server URL must not have a query: ${url}`);
+  // Never echoed: it would put the password in a log. fshare signs in with tokens only.
+  if (parsed.username || parsed.password)
+    throw new ClientInputError(
+      `server URL must not carry a user name or password (${parsed.origin}); sign in with fshare login`,
+    );
   return `${parsed.origin}${parsed.pathname.replace(/\/+$/, '')}`;
 }
 

@@ -273,6 +273,14 @@ describe('bad input gives one clear line and the right exit code', () => {
     const res = await cli.run(['--server', 'ftp://example.com', 'ls']);
     expect(res.exitCode).toBe(2);
     expectOneLine(res.stderr, /http or https/);
+    // Credentials in the URL were dropped without a word; now refused, and never echoed.
+    const withPassword = await cli.run(['--server', 'http://ann:hunter2@127.0.0.1:9', 'ls']);
+    expect(withPassword.exitCode).toBe(2);
+    expectOneLine(
+      withPassword.stderr,
+      /server URL must not carry a user name or password \(http:\/\/127\.0\.0\.1:9\); sign in with fshare login/,
+    );
+    expect(withPassword.stderr).not.toContain('hunter2');
   });
 
   it('--json prints exactly one JSON document', async () => {
