@@ -168,6 +168,22 @@ describe('fshare serve, as an operator meets it', () => {
     }
   });
 
+  it('a --host that is no address: one line saying so, exit 1, nothing created', async () => {
+    const dir = await tempDir('bad-host');
+    const data = join(dir, 'data');
+    const res = await execa(
+      'node',
+      [BIN, 'serve', '--port', '0', '--host', 'no-such-host.invalid', '--data-dir', data],
+      { env: cleanEnv(), extendEnv: false, reject: false, stdin: 'ignore' },
+    );
+    expect(res.exitCode).toBe(1);
+    expect(res.stderr.trim().split('\n')).toEqual([
+      'fshare: --host no-such-host.invalid is not an address, nor a name that resolves to one',
+    ]);
+    expect(existsSync(data)).toBe(false);
+    await rm(dir, { recursive: true, force: true });
+  });
+
   it('a --data-dir that is a file: one line saying so, exit 1, the file untouched', async () => {
     const dir = await tempDir('data-file');
     const file = join(dir, 'not-a-dir');

@@ -291,5 +291,7 @@ function bindError(err: unknown, opts: ServeOptions): unknown {
   if (code === 'EACCES')
     return new Error(`not allowed to listen on ${where} (ports below 1024 need privileges)`);
   if (code === 'EADDRNOTAVAIL') return new Error(`${opts.host} is not an address of this machine`);
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN')
+    return new Error(`--host ${opts.host} is not an address, nor a name that resolves to one`);
   return err;
 }
