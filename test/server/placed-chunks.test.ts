@@ -129,7 +129,22 @@ describe('placed chunks', () => {
       data: randomBytes(100),
     });
     expectFail(res, 400);
+    expect((res.body as { message: string }).message).toBe(
+      'Chunk 1 starts at byte 500, but chunk 0 ends at byte 100',
+    );
     expect(await getShare(srv.url, token, id)).toMatchObject({ initialized: false, size: null });
+    // The first chunk can only start at byte 0, and the message says so.
+    const first = await sendPlaced(id, {
+      dzuuid: randomUUID(),
+      index: 0,
+      total: 2,
+      offset: 3,
+      data: randomBytes(100),
+    });
+    expectFail(first, 400);
+    expect((first.body as { message: string }).message).toBe(
+      'Chunk 0 starts at byte 3, but the file starts at byte 0',
+    );
     // Re-sending the chunk at its right offset mends the upload.
     expectStatus(
       await sendPlaced(id, { dzuuid, index: 1, total: 2, offset: 100, data: randomBytes(100) }),

@@ -55,7 +55,9 @@ export function joinedStart(
   if (fields.offset !== undefined && before >= 0 && fields.offset !== before)
     throw new ChunkRefusedError(
       'invalid',
-      `Chunk ${index} starts at byte ${fields.offset}, but chunks 0-${index - 1} end at byte ${before}`,
+      index === 0
+        ? `Chunk 0 starts at byte ${fields.offset}, but the file starts at byte 0`
+        : `Chunk ${index} starts at byte ${fields.offset}, but ${index === 1 ? 'chunk 0 ends' : `chunks 0-${index - 1} end`} at byte ${before}`,
     );
   return fields.offset ?? (before >= 0 ? before : undefined);
 }
