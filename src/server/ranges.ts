@@ -1,3 +1,6 @@
+/** A range in a unit other than bytes: a token, then `=`. */
+const OTHER_UNIT = /^\s*[!#$%&'*+.^_`|~0-9A-Za-z-]+\s*=/;
+
 export type RangeResult =
   { kind: 'none' } | { kind: 'range'; start: number; end: number } | { kind: 'unsatisfiable' };
 
@@ -5,12 +8,14 @@ export type RangeResult =
  * One byte range per RFC 9110 §14.1.2, with API.md's choices: `a-b`, `a-`, `-n`; an end past the
  * last byte is cut to it; a start at or past the size, a start after the end, or an unparsable
  * header is unsatisfiable (416). Several ranges are answered with the whole content (RFC 9110
- * lets a server ignore Range), since fshare serves one range per request.
+ * lets a server ignore Range), since fshare serves one range per request, and so is a range in
+ * another unit (which RFC 9110 §14.2 says must be ignored).
  */
 export function parseRange(header: string | undefined, size: number): RangeResult {
   if (header === undefined) return { kind: 'none' };
   const match = /^\s*bytes\s*=\s*(.*)$/i.exec(header);
-  if (!match) return { kind: 'unsatisfiable' };
+  // RFC 9110 §14.2: a range unit the server does not know ("items=0-9") is ignored, not refused.
+  if (!match) return OTHER_UNIT.test(header) ? { kind: 'none' } : { kind: 'unsatisfiable' };
   const spec = match[1]!.trim();
   if (spec.includes(',')) {
     const parts = spec.split(',').map((p) => p.trim());

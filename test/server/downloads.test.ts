@@ -305,6 +305,15 @@ describe('Range', () => {
     });
   }
 
+  for (const other of ['items=0-9', 'pages = 1-2', 'x-rows=0-']) {
+    it(`a range in a unit other than bytes (${JSON.stringify(other)}) is ignored: 200, the whole content (RFC 9110 §14.2)`, async () => {
+      const res = await fetchContent({ range: other });
+      expectStatus(res, 200);
+      expect(res.buf.equals(DATA)).toBe(true);
+      expect(res.headers['content-range']).toBeUndefined();
+    });
+  }
+
   it('any range on an empty file → 416 with bytes */0', async () => {
     const empty = await createShareWithContent(base, admin, 'empty.txt', Buffer.alloc(0));
     expectUnsatisfiable(await fetchContent({ range: 'bytes=0-' }, 'GET', empty), 0);
