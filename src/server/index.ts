@@ -55,7 +55,8 @@ export interface FshareServer {
 const cors: RequestHandler = (req, res, next) => {
   res.set({
     'Access-Control-Allow-Origin': '*',
-    'Access-Control-Allow-Headers': 'Authorization, Content-Type, Range, If-Range, If-None-Match',
+    'Access-Control-Allow-Headers':
+      'Authorization, Content-Type, Range, If-Range, If-None-Match, If-Match, If-Modified-Since, If-Unmodified-Since',
     'Access-Control-Allow-Methods': 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS',
     'Access-Control-Expose-Headers':
       'Content-Disposition, Content-Range, Content-Length, Location, ETag, Accept-Ranges, Repr-Digest',

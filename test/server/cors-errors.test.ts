@@ -79,7 +79,16 @@ describe('CORS', () => {
         expect(res.status, `OPTIONS ${path} (${method})`).toBe(204);
         expectAllowsOrigin(res);
         const allowHeaders = list(res.headers['access-control-allow-headers']);
-        for (const h of ['authorization', 'content-type', 'range']) {
+        for (const h of [
+          'authorization',
+          'content-type',
+          'range',
+          'if-range',
+          'if-none-match',
+          'if-match',
+          'if-modified-since',
+          'if-unmodified-since',
+        ]) {
           expect(allowHeaders, `${path}: Access-Control-Allow-Headers lists ${h}`).toContain(h);
         }
         const allowMethods = list(res.headers['access-control-allow-methods']);

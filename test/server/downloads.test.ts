@@ -364,6 +364,65 @@ describe('conditional requests', () => {
     expectStatus(res, 200);
     expect(res.buf.equals(DATA)).toBe(true);
   });
+
+  // A client that resumes or re-reads a share asks for the version it saw: If-Match (strong
+  // comparison) and If-Unmodified-Since make any other version a 412, never other bytes.
+  it('If-Match: the current ETag or * → the content; another ETag, or a weak one → 412 JSON', async () => {
+    const { headers } = await fetchContent();
+    expectRange(await fetchContent({ range: 'bytes=0-9', 'if-match': headers.etag! }), 0, 9);
+    expectStatus(await fetchContent({ 'if-match': `"x", ${headers.etag!}` }), 200);
+    expectStatus(await fetchContent({ 'if-match': '*' }), 200);
+    for (const other of ['"x"', `W/${headers.etag!}`]) {
+      const res = await fetchContent({ range: 'bytes=0-9', 'if-match': other });
+      expectFail(res, 412);
+      expect(res.headers['content-range']).toBeUndefined();
+      expect(res.headers.etag).toBe(headers.etag);
+    }
+  });
+
+  it('If-Match with the ETag of content since replaced → 412, not the new bytes', async () => {
+    const share = await createShareWithContent(base, admin, 'm.txt', Buffer.from('version one'));
+    const first = await fetchContent({}, 'GET', share);
+    await upload(base, admin, share, Buffer.from('version two!'), 1, 'PUT');
+    const res = await fetchContent({ 'if-match': first.headers.etag! }, 'GET', share);
+    expectFail(res, 412);
+    expect(res.buf.toString()).not.toContain('version two');
+  });
+
+  it('If-Unmodified-Since before Last-Modified → 412; at or after it, or not a date → the content', async () => {
+    const { headers } = await fetchContent();
+    const lastModified = Date.parse(headers['last-modified']!);
+    const before = new Date(lastModified - 1000).toUTCString();
+    expectFail(await fetchContent({ 'if-unmodified-since': before }), 412);
+    expectStatus(await fetchContent({ 'if-unmodified-since': headers['last-modified']! }), 200);
+    expectStatus(await fetchContent({ 'if-unmodified-since': 'yesterday' }), 200);
+    // If-Match, when present, is the one that counts (RFC 9110 §13.1.4).
+    expectStatus(
+      await fetchContent({ 'if-match': headers.etag!, 'if-unmodified-since': before }),
+      200,
+    );
+  });
+
+  it('If-Modified-Since at or after Last-Modified → 304; before it → 200; If-None-Match wins', async () => {
+    const { headers } = await fetchContent();
+    const lastModified = Date.parse(headers['last-modified']!);
+    const res = await fetchContent({ 'if-modified-since': headers['last-modified']! });
+    expectStatus(res, 304);
+    expect(res.buf.length).toBe(0);
+    const earlier = new Date(lastModified - 1000).toUTCString();
+    const changed = await fetchContent({ 'if-modified-since': earlier });
+    expectStatus(changed, 200);
+    expect(changed.buf.equals(DATA)).toBe(true);
+    expectStatus(await fetchContent({ 'if-modified-since': 'not a date' }), 200);
+    // A browser revalidating sends both; a different ETag means the content changed.
+    expectStatus(
+      await fetchContent({
+        'if-none-match': '"other"',
+        'if-modified-since': headers['last-modified']!,
+      }),
+      200,
+    );
+  });
 });
 
 describe('HEAD /files/<id>/content', () => {

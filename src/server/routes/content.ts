@@ -379,7 +379,30 @@ export async function sendContent(
     if (share.sha256)
       headers['Repr-Digest'] = `sha-256=:${Buffer.from(share.sha256, 'hex').toString('base64')}:`;
 
-    if (matchesEtag(req.headers['if-none-match'], etag)) {
+    // RFC 9110 §13.2.2: If-Match, else If-Unmodified-Since (412); then If-None-Match, else
+    // If-Modified-Since (304); then Range with If-Range.
+    const ifMatch = req.get('if-match');
+    const ifUnmodifiedSince = req.get('if-unmodified-since');
+    if (
+      ifMatch !== undefined
+        ? !matchesEtag(ifMatch, etag, true)
+        : ifUnmodifiedSince !== undefined && lastModified.getTime() > httpDate(ifUnmodifiedSince)
+    ) {
+      res.set(headers);
+      throw new HttpError(
+        412,
+        ifMatch !== undefined
+          ? `The content is not the version asked for (If-Match): its ETag is now ${etag}`
+          : `The content changed after the time given in If-Unmodified-Since (${lastModified.toUTCString()})`,
+      );
+    }
+    const ifNoneMatch = req.get('if-none-match');
+    const ifModifiedSince = req.get('if-modified-since');
+    if (
+      ifNoneMatch !== undefined
+        ? matchesEtag(ifNoneMatch, etag, false)
+        : ifModifiedSince !== undefined && lastModified.getTime() <= httpDate(ifModifiedSince)
+    ) {
       res.status(304).set(headers).end();
       return;
     }
@@ -429,10 +452,21 @@ export async function sendContent(
   }
 }
 
-function matchesEtag(header: string | undefined, etag: string): boolean {
-  if (!header) return false;
+/**
+ * Whether an If-Match (`strong`: a weak tag never matches) or If-None-Match (weak comparison)
+ * list names the current ETag; `*` names any current content.
+ */
+function matchesEtag(header: string, etag: string, strong: boolean): boolean {
   if (header.trim() === '*') return true;
-  return header.split(',').some((t) => t.trim().replace(/^W\//, '') === etag);
+  return header
+    .split(',')
+    .map((t) => t.trim())
+    .some((t) => (strong ? t : t.replace(/^W\//, '')) === etag);
+}
+
+/** An HTTP date in milliseconds; a date that does not parse is ignored (NaN compares false). */
+function httpDate(value: string): number {
+  return Date.parse(value);
 }
 
 /** If-Range: a strong ETag must match exactly; a date must equal Last-Modified. */
