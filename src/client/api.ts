@@ -10,8 +10,7 @@ import type {
   User,
   Whoami,
 } from '../shared/types.js';
-import { ApiError } from './errors.js';
-import { callJson, type ApiClient } from './http.js';
+import { callJson, isRecord, type AnswerShape, type ApiClient } from './http.js';
 import { sharePath } from './refs.js';
 
 export interface PageQuery {
@@ -27,6 +26,63 @@ function userPath(username: string): string {
   return `/users/${encodeURIComponent(username)}`;
 }
 
+// What each answer must be (docs/CLI.md "Errors and exit codes": an answer of another shape is
+// one clear error, never a success the server did not state, nor a crash deep in a command).
+
+const isString = (v: unknown): v is string => typeof v === 'string';
+const isStringList = (v: unknown) => Array.isArray(v) && v.every(isString);
+
+/** Every change the API makes answers `{"status": "success", …}` (API.md "Bodies"). */
+const SUCCESS: AnswerShape = { what: 'a success', ok: (b) => b.status === 'success' };
+const TOKEN: AnswerShape = {
+  what: 'a token',
+  ok: (b) => b.status === 'success' && isString(b.auth_token) && b.auth_token !== '',
+};
+/** A new share or user: its address in `url`. */
+const CREATED: AnswerShape = {
+  what: 'a success with the new address',
+  ok: (b) => b.status === 'success' && isString(b.url) && idFromUrl(b.url) !== '',
+};
+const SHARE: AnswerShape = {
+  what: 'a share',
+  ok: (b) => isString(b.share_id) && isString(b.file_name),
+};
+const USER: AnswerShape = {
+  what: 'a user',
+  ok: (b) => isString(b.username) && isStringList(b.permissions),
+};
+const WHOAMI: AnswerShape = {
+  what: 'an identity',
+  ok: (b) => (b.username === null || isString(b.username)) && isStringList(b.permissions),
+};
+const SETTINGS: AnswerShape = {
+  what: 'the settings',
+  ok: (b) => isStringList(b.default_permissions),
+};
+/** A page of a list: a "data" list of objects and a "next" page number or null. */
+const PAGE: AnswerShape = {
+  what: 'a page of a list',
+  ok: (b) =>
+    Array.isArray(b.data) &&
+    b.data.every(isRecord) &&
+    (b.next === undefined || b.next === null || Number.isSafeInteger(b.next)),
+};
+const LIST: AnswerShape = {
+  what: 'a list',
+  ok: (b) => Array.isArray(b.data) && b.data.every(isRecord),
+};
+const UPLOAD_STATE: AnswerShape = {
+  what: 'the state of an upload',
+  ok: (b) =>
+    Number.isSafeInteger(b.total) &&
+    Array.isArray(b.received) &&
+    b.received.every((i) => Number.isSafeInteger(i)),
+};
+const NEW_LINK: AnswerShape = {
+  what: 'a new link',
+  ok: (b) => b.status === 'success' && isString(b.url) && isString(b.download_url),
+};
+
 // Authentication
 
 export function login(
@@ -34,16 +90,26 @@ export function login(
   username: string,
   password: string,
 ): Promise<LoginResponse> {
-  return callJson(client, { method: 'POST', path: '/users/login', json: { username, password } });
+  return callJson(client, {
+    method: 'POST',
+    path: '/users/login',
+    json: { username, password },
+    expect: TOKEN,
+  });
 }
 
 export function extend(client: ApiClient): Promise<LoginResponse> {
-  return callJson(client, { method: 'POST', path: '/users/extend' });
+  return callJson(client, { method: 'POST', path: '/users/extend', expect: TOKEN });
 }
 
 /** Revokes `token` (by default the client's own). */
 export function logout(client: ApiClient, token = client.token): Promise<StatusResponse> {
-  return callJson(client, { method: 'POST', path: '/users/logout', json: { token } });
+  return callJson(client, {
+    method: 'POST',
+    path: '/users/logout',
+    json: { token },
+    expect: SUCCESS,
+  });
 }
 
 /**
@@ -59,11 +125,12 @@ export function changePassword(
     method: 'POST',
     path: '/users/password',
     json: { old: oldPassword, new: newPassword },
+    expect: SUCCESS,
   });
 }
 
 export function whoami(client: ApiClient): Promise<Whoami> {
-  return callJson(client, { method: 'GET', path: '/whoami' });
+  return callJson(client, { method: 'GET', path: '/whoami', expect: WHOAMI });
 }
 
 // Shares
@@ -86,6 +153,7 @@ export function createFile(
     method: 'POST',
     path: '/files',
     json: { ...(fileName === undefined ? {} : { file_name: fileName }), ...extra },
+    expect: CREATED,
   });
 }
 
@@ -109,6 +177,7 @@ export async function findShares(
       method: 'GET',
       path: '/files',
       query: { ...filter, page, per_page: 1000 },
+      expect: PAGE,
     });
     for (const s of result.data) if (matches(s)) found.push(s);
     page = result.next;
@@ -116,11 +185,8 @@ export async function findShares(
   return found;
 }
 
-export async function getFile(client: ApiClient, id: string): Promise<Share> {
-  const share = await callJson<Share>(client, { method: 'GET', path: sharePath(id) });
-  if (!isRecord(share) || typeof share.share_id !== 'string' || typeof share.file_name !== 'string')
-    throw new ApiError(200, `the server's answer to GET ${sharePath(id)} is not a share`);
-  return share;
+export function getFile(client: ApiClient, id: string): Promise<Share> {
+  return callJson<Share>(client, { method: 'GET', path: sharePath(id), expect: SHARE });
 }
 
 export interface ShareChanges {
@@ -135,7 +201,7 @@ export function patchFile(
   id: string,
   changes: ShareChanges,
 ): Promise<StatusResponse> {
-  return callJson(client, { method: 'PATCH', path: sharePath(id), json: changes });
+  return callJson(client, { method: 'PATCH', path: sharePath(id), json: changes, expect: SUCCESS });
 }
 
 export function putFile(
@@ -143,11 +209,11 @@ export function putFile(
   id: string,
   share: Required<ShareChanges>,
 ): Promise<StatusResponse> {
-  return callJson(client, { method: 'PUT', path: sharePath(id), json: share });
+  return callJson(client, { method: 'PUT', path: sharePath(id), json: share, expect: SUCCESS });
 }
 
 export function deleteFile(client: ApiClient, id: string): Promise<StatusResponse> {
-  return callJson(client, { method: 'DELETE', path: sharePath(id) });
+  return callJson(client, { method: 'DELETE', path: sharePath(id), expect: SUCCESS });
 }
 
 /** fshare extension: which chunks of an unfinished upload the server holds. */
@@ -161,15 +227,16 @@ export function uploadState(client: ApiClient, id: string, dzuuid: string): Prom
   return callJson(client, {
     method: 'GET',
     path: `${sharePath(id)}/uploads/${encodeURIComponent(dzuuid)}`,
+    expect: UPLOAD_STATE,
   });
 }
 
 export function lockFile(client: ApiClient, id: string): Promise<StatusResponse> {
-  return callJson(client, { method: 'POST', path: `${sharePath(id)}/lock` });
+  return callJson(client, { method: 'POST', path: `${sharePath(id)}/lock`, expect: SUCCESS });
 }
 
 export function unlockFile(client: ApiClient, id: string): Promise<StatusResponse> {
-  return callJson(client, { method: 'POST', path: `${sharePath(id)}/unlock` });
+  return callJson(client, { method: 'POST', path: `${sharePath(id)}/unlock`, expect: SUCCESS });
 }
 
 // Share links (fshare extension)
@@ -184,11 +251,16 @@ export function createLink(
   id: string,
   link: NewLink,
 ): Promise<Link & { url: string; download_url: string }> {
-  return callJson(client, { method: 'POST', path: `${sharePath(id)}/links`, json: link });
+  return callJson(client, {
+    method: 'POST',
+    path: `${sharePath(id)}/links`,
+    json: link,
+    expect: NEW_LINK,
+  });
 }
 
 export function shareLinks(client: ApiClient, id: string): Promise<{ data: Link[] }> {
-  return callJson(client, { method: 'GET', path: `${sharePath(id)}/links` });
+  return callJson(client, { method: 'GET', path: `${sharePath(id)}/links`, expect: LIST });
 }
 
 export function listLinks(client: ApiClient, query?: PageQuery): Promise<Page<Link>> {
@@ -196,7 +268,11 @@ export function listLinks(client: ApiClient, query?: PageQuery): Promise<Page<Li
 }
 
 export function deleteLink(client: ApiClient, linkId: string): Promise<StatusResponse> {
-  return callJson(client, { method: 'DELETE', path: `/links/${encodeURIComponent(linkId)}` });
+  return callJson(client, {
+    method: 'DELETE',
+    path: `/links/${encodeURIComponent(linkId)}`,
+    expect: SUCCESS,
+  });
 }
 
 // Users
@@ -206,7 +282,7 @@ export function listUsers(client: ApiClient, query?: PageQuery): Promise<Page<Us
 }
 
 export function getUser(client: ApiClient, username: string): Promise<User> {
-  return callJson(client, { method: 'GET', path: userPath(username) });
+  return callJson(client, { method: 'GET', path: userPath(username), expect: USER });
 }
 
 export interface NewUser {
@@ -216,7 +292,7 @@ export interface NewUser {
 }
 
 export function createUser(client: ApiClient, user: NewUser): Promise<CreatedResponse> {
-  return callJson(client, { method: 'POST', path: '/users', json: user });
+  return callJson(client, { method: 'POST', path: '/users', json: user, expect: CREATED });
 }
 
 export function patchUser(
@@ -224,7 +300,12 @@ export function patchUser(
   username: string,
   changes: Partial<NewUser>,
 ): Promise<StatusResponse> {
-  return callJson(client, { method: 'PATCH', path: userPath(username), json: changes });
+  return callJson(client, {
+    method: 'PATCH',
+    path: userPath(username),
+    json: changes,
+    expect: SUCCESS,
+  });
 }
 
 export function putUser(
@@ -232,16 +313,20 @@ export function putUser(
   username: string,
   user: NewUser,
 ): Promise<StatusResponse> {
-  return callJson(client, { method: 'PUT', path: userPath(username), json: user });
+  return callJson(client, { method: 'PUT', path: userPath(username), json: user, expect: SUCCESS });
 }
 
 export function deleteUser(client: ApiClient, username: string): Promise<StatusResponse> {
-  return callJson(client, { method: 'DELETE', path: userPath(username) });
+  return callJson(client, { method: 'DELETE', path: userPath(username), expect: SUCCESS });
 }
 
 /** fshare extension: ends every token of the user issued so far ("sign out everywhere"). */
 export function revokeTokens(client: ApiClient, username: string): Promise<StatusResponse> {
-  return callJson(client, { method: 'DELETE', path: `${userPath(username)}/tokens` });
+  return callJson(client, {
+    method: 'DELETE',
+    path: `${userPath(username)}/tokens`,
+    expect: SUCCESS,
+  });
 }
 
 /** fshare extension: a user's storage quota in bytes, or null for none (ADMIN). */
@@ -250,47 +335,46 @@ export function setQuota(
   username: string,
   quota: number | null,
 ): Promise<StatusResponse> {
-  return callJson(client, { method: 'PATCH', path: userPath(username), json: { quota } });
+  return callJson(client, {
+    method: 'PATCH',
+    path: userPath(username),
+    json: { quota },
+    expect: SUCCESS,
+  });
 }
 
 // Settings
 
 export function getSettings(client: ApiClient): Promise<Settings> {
-  return callJson(client, { method: 'GET', path: '/admin/settings' });
+  return callJson(client, { method: 'GET', path: '/admin/settings', expect: SETTINGS });
 }
 
 export function patchSettings(
   client: ApiClient,
   changes: Partial<Settings>,
 ): Promise<StatusResponse> {
-  return callJson(client, { method: 'PATCH', path: '/admin/settings', json: changes });
+  return callJson(client, {
+    method: 'PATCH',
+    path: '/admin/settings',
+    json: changes,
+    expect: SUCCESS,
+  });
 }
 
 export function putSettings(client: ApiClient, settings: Settings): Promise<StatusResponse> {
-  return callJson(client, { method: 'PUT', path: '/admin/settings', json: settings });
+  return callJson(client, {
+    method: 'PUT',
+    path: '/admin/settings',
+    json: settings,
+    expect: SUCCESS,
+  });
 }
 
 // Pagination
 
-const isRecord = (value: unknown): value is Record<string, unknown> =>
-  typeof value === 'object' && value !== null && !Array.isArray(value);
-
-/**
- * One page of a list, checked for the shape every caller reads (a "data" list of objects and a
- * "next" page number or null), so that an answer of another shape (a proxy's page, a server of
- * another kind) is one clear error, never a crash deep inside a command.
- */
-async function callPage<T>(client: ApiClient, path: string, query?: PageQuery): Promise<Page<T>> {
-  const page = await callJson<Page<T>>(client, { method: 'GET', path, query: pageQuery(query) });
-  const next = isRecord(page) ? page.next : undefined;
-  if (
-    !isRecord(page) ||
-    !Array.isArray(page.data) ||
-    !page.data.every(isRecord) ||
-    !(next === undefined || next === null || Number.isSafeInteger(next))
-  )
-    throw new ApiError(200, `the server's answer to GET ${path} is not a page of a list`);
-  return page;
+/** One page of a list, checked for the shape every caller reads. */
+function callPage<T>(client: ApiClient, path: string, query?: PageQuery): Promise<Page<T>> {
+  return callJson<Page<T>>(client, { method: 'GET', path, query: pageQuery(query), expect: PAGE });
 }
 
 /** Walks every page of a paginated list, following `next`. */

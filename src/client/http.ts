@@ -316,9 +316,26 @@ export interface JsonRequest {
   path: string;
   query?: RawRequest['query'];
   json?: unknown;
+  /** What a 2xx answer must be; anything else is an ApiError naming the request. */
+  expect: AnswerShape;
 }
 
-/** A JSON call: throws ApiError on an error status, returns the parsed body otherwise. */
+/** The shape of the answer a request asks for: a JSON object that `ok` accepts. */
+export interface AnswerShape {
+  /** What it is, for the error line: "a share", "a success". */
+  what: string;
+  ok: (body: Record<string, unknown>) => boolean;
+}
+
+export const isRecord = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
+
+/**
+ * A JSON call: throws ApiError on an error status; returns the parsed body of a 2xx answer when
+ * it has the shape asked for. Any other answer (a proxy's page, an empty body, `{"status":
+ * "fail"}` with 200, a server of another kind) is an ApiError, so no command reports a success
+ * the server did not state.
+ */
 export async function callJson<T>(client: ApiClient, req: JsonRequest): Promise<T> {
   const payload = req.json === undefined ? undefined : JSON.stringify(req.json);
   const idempotent = req.method === 'GET' || req.method === 'HEAD' || req.method === 'PUT';
@@ -333,12 +350,29 @@ export async function callJson<T>(client: ApiClient, req: JsonRequest): Promise<
   });
   if (res.statusCode >= 400) throw await toApiError(res);
   const text = await res.text();
-  if (!text) return {} as T;
+  let body: unknown;
   try {
-    return JSON.parse(text) as T;
+    body = JSON.parse(text);
   } catch {
-    throw new ApiError(res.statusCode, 'the server sent a response that is not JSON');
+    throw new ApiError(
+      res.statusCode,
+      text.trim() === ''
+        ? `the server's answer to ${req.method} ${req.path} is empty, not ${req.expect.what}`
+        : `the server's answer to ${req.method} ${req.path} is not JSON`,
+    );
   }
+  if (isRecord(body) && req.expect.ok(body)) return body as T;
+  if (isRecord(body) && body.status === 'fail' && typeof body.message === 'string')
+    throw new ApiError(
+      res.statusCode,
+      `the server answered ${req.method} ${req.path} with a failure: ${body.message}`,
+      body,
+    );
+  throw new ApiError(
+    res.statusCode,
+    `the server's answer to ${req.method} ${req.path} is not ${req.expect.what}`,
+    body,
+  );
 }
 
 /** One header's value (the first, when the server sent several). */

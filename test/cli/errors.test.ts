@@ -198,10 +198,70 @@ describe('bad input gives one clear line and the right exit code', () => {
       expectOneLine(ls.stderr, /the server's answer to GET \/files is not a page of a list/);
       const users = await cli.run([...at, 'users', 'ls'], { env });
       expect(users.exitCode).toBe(1);
-      expectOneLine(users.stderr, /the server's answer to GET \/users is not a page of a list/);
+      expectOneLine(
+        users.stderr,
+        /the server's answer to GET \/users is empty, not a page of a list \(HTTP 200\)$/,
+      );
       const huge = await cli.run([...at, 'settings', 'show'], { env });
       expect(huge.exitCode).toBe(1);
       expectOneLine(huge.stderr, /the server's answer is larger than 16 MiB/);
+    } finally {
+      await new Promise((r) => other.close(r));
+    }
+  });
+
+  // A 200 is not a success by itself: a proxy's page, an empty body or {"status":"fail"} once made
+  // rm, lock, rename, users add/rm, token extend and logout print their success line, exit 0,
+  // though the server had stated nothing (token extend even stored a token that was not there).
+  it('a 2xx answer that does not state success is one line and exit 1, for every command that changes something', async () => {
+    const answers: Record<string, [string, string]> = {
+      fail: ['application/json', '{"status":"fail","message":"refused by policy"}'],
+      empty: ['application/json', ''],
+      html: ['text/html', '<html><body>Sign in to the proxy</body></html>'],
+      other: ['application/json', '{"ok":true}'],
+    };
+    let kind = 'fail';
+    const other = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        const [type, body] = answers[kind]!;
+        res.writeHead(200, { 'content-type': type, 'content-length': Buffer.byteLength(body) });
+        res.end(body);
+      });
+    });
+    await new Promise<void>((r) => other.listen(0, '127.0.0.1', r));
+    const port = (other.address() as AddressInfo).port;
+    const id = randomUUID();
+    try {
+      const env = { FSHARE_TOKEN: 'secret-token-value' };
+      const at = ['--server', `http://127.0.0.1:${port}`];
+      const commands: [string[], string][] = [
+        [['rm', id], `DELETE /files/${id}`],
+        [['lock', id], `POST /files/${id}/lock`],
+        [['unlock', id], `POST /files/${id}/unlock`],
+        [['rename', id, 'new-name'], `PATCH /files/${id}`],
+        [['users', 'add', 'bob', '--password-stdin'], 'POST /users'],
+        [['users', 'rm', 'bob'], 'DELETE /users/bob'],
+        [['upload', join(work, 'a.txt')], 'POST /files'],
+        [['token', 'extend'], 'POST /users/extend'],
+        [['whoami'], 'GET /whoami'],
+      ];
+      for (const k of Object.keys(answers)) {
+        kind = k;
+        const what: Record<string, RegExp> = {
+          fail: /with a failure: refused by policy \(HTTP 200\)$/,
+          empty: /is empty, not (a|an) [a-z ]+ \(HTTP 200\)$/,
+          html: /is not JSON \(HTTP 200\)$/,
+          other: /is not (a|an) [a-z ]+ \(HTTP 200\)$/,
+        };
+        for (const [args, request] of commands) {
+          const res = await cli.run([...at, ...args], { env, input: 'pw-for-bob-123\n' });
+          expect(res.exitCode, `${k}: ${args.join(' ')}: ${res.stderr}`).toBe(1);
+          expect(res.stdout, `${k}: ${args.join(' ')}`).toBe('');
+          expectOneLine(res.stderr, what[k]!);
+          expect(res.stderr).toContain(request);
+        }
+      }
     } finally {
       await new Promise((r) => other.close(r));
     }
