@@ -114,6 +114,11 @@ export function contentRoutes(ctx: Context): Router {
 
   /** Reads the chunk's fields and bytes; `max` bytes are stored, the excess is left out. */
   const readChunk = async (req: Request, res: Response, shareId: string, max: number) => {
+    // multer passes any other body over silently, and the error would then name a missing field.
+    if (!req.is('multipart/form-data'))
+      throw Errors.badRequest(
+        `A chunk is sent as multipart/form-data (fields dzuuid, dzchunkindex, dztotalchunks and the file part "upload"), not as ${req.get('content-type')?.split(';')[0]?.trim() || 'a body without a Content-Type'}`,
+      );
     targets.set(req, { shareId, max });
     await new Promise<void>((resolve, reject) =>
       receive(req, res, (err) => (err ? reject(err) : resolve())),
