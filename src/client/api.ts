@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type { Permission } from '../shared/permissions.js';
 import type {
   CreatedResponse,
@@ -153,6 +154,10 @@ export function createFile(
     method: 'POST',
     path: '/files',
     json: { ...(fileName === undefined ? {} : { file_name: fileName }), ...extra },
+    // A create whose answer is lost is sent again with the same key: fshare serve then answers
+    // with the share the first one made. (A server without the extension may make a second,
+    // empty share, as running the command again would.)
+    idempotencyKey: randomUUID(),
     expect: CREATED,
   });
 }

@@ -318,6 +318,11 @@ export interface JsonRequest {
   json?: unknown;
   /** What a 2xx answer must be; anything else is an ApiError naming the request. */
   expect: AnswerShape;
+  /**
+   * An `Idempotency-Key` for a POST: the request is then sent again after a lost answer or a
+   * 5xx, like a GET (fshare serve answers a repeat with what the first one made).
+   */
+  idempotencyKey?: string;
 }
 
 /** The shape of the answer a request asks for: a JSON object that `ok` accepts. */
@@ -338,12 +343,19 @@ export const isRecord = (value: unknown): value is Record<string, unknown> =>
  */
 export async function callJson<T>(client: ApiClient, req: JsonRequest): Promise<T> {
   const payload = req.json === undefined ? undefined : JSON.stringify(req.json);
-  const idempotent = req.method === 'GET' || req.method === 'HEAD' || req.method === 'PUT';
+  const idempotent =
+    req.method === 'GET' ||
+    req.method === 'HEAD' ||
+    req.method === 'PUT' ||
+    req.idempotencyKey !== undefined;
   const res = await send(client, {
     method: req.method,
     path: req.path,
     query: req.query,
-    headers: { accept: 'application/json' },
+    headers: {
+      accept: 'application/json',
+      ...(req.idempotencyKey === undefined ? {} : { 'idempotency-key': req.idempotencyKey }),
+    },
     body: payload === undefined ? undefined : () => payload,
     idempotent,
     retryServerErrors: idempotent,

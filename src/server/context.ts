@@ -25,6 +25,8 @@ export interface Context {
   expiry: ShareExpiry;
   /** Signs the short-lived grants a link's password form hands out. */
   linkKey: Buffer;
+  /** Turns a caller's Idempotency-Key into the id of the share it creates. */
+  idempotencyKey: Buffer;
   /** The base of link URLs when the server is reached through a proxy (`--public-url`). */
   publicUrl?: string;
 }

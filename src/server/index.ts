@@ -56,10 +56,10 @@ const cors: RequestHandler = (req, res, next) => {
   res.set({
     'Access-Control-Allow-Origin': '*',
     'Access-Control-Allow-Headers':
-      'Authorization, Content-Type, Range, If-Range, If-None-Match, If-Match, If-Modified-Since, If-Unmodified-Since',
+      'Authorization, Content-Type, Range, If-Range, If-None-Match, If-Match, If-Modified-Since, If-Unmodified-Since, Idempotency-Key',
     'Access-Control-Allow-Methods': 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS',
     'Access-Control-Expose-Headers':
-      'Content-Disposition, Content-Range, Content-Length, Location, ETag, Accept-Ranges, Repr-Digest',
+      'Content-Disposition, Content-Range, Content-Length, Location, ETag, Accept-Ranges, Repr-Digest, Idempotent-Replayed',
     'Access-Control-Max-Age': '600',
   });
   if (req.method === 'OPTIONS') {
@@ -331,6 +331,7 @@ async function openServer(
     clock,
     expiry,
     linkKey: createHmac('sha256', secret).update('fshare link grants').digest(),
+    idempotencyKey: createHmac('sha256', secret).update('fshare idempotency keys').digest(),
     publicUrl: options.publicUrl,
   };
   const app = express();

@@ -13,7 +13,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ADMIN, createCli, startServe, tempDir, type Cli, type Serve } from '../helpers/cli.js';
 
 /** What the proxy does with one request. */
-type Fault = 'pass' | 'http503' | 'drop' | { cutAfter: number };
+type Fault = 'pass' | 'http503' | 'drop' | 'loseAnswer' | { cutAfter: number };
 
 interface Seen {
   method: string;
@@ -62,6 +62,12 @@ function startFaultProxy(target: string, decide: (req: IncomingMessage, n: numbe
       },
       (up) => {
         entry.status = up.statusCode;
+        if (fault === 'loseAnswer') {
+          // The server has done the work; its answer never reaches the client.
+          up.resume();
+          up.on('end', () => res.socket?.destroy());
+          return;
+        }
         res.writeHead(up.statusCode ?? 502, up.headers);
         if (fault === 'pass') {
           up.pipe(res);
@@ -181,6 +187,35 @@ describe('transfers survive a flaky network', () => {
       1,
     );
     await cli.run(['unlock', id]);
+  });
+
+  // A create whose answer was lost used to be exit 6 with an empty share left on the server, and
+  // running the command again made a second. Now it is sent again with its Idempotency-Key, and
+  // the server answers with the share the first one made.
+  it('a lost answer to the share creation is sent again and makes one share, not two', async () => {
+    const name = `lost-create-${Date.now()}.bin`;
+    await writeFile(join(work, name), original);
+    let creates = 0;
+    const keys: (string | undefined)[] = [];
+    fault = (req) => {
+      if (req.method !== 'POST' || req.url !== '/files') return 'pass';
+      keys.push(req.headers['idempotency-key'] as string | undefined);
+      return ++creates === 1 ? 'loseAnswer' : 'pass';
+    };
+    const res = await cli.run(['--json', 'upload', join(work, name)]);
+    expect(res.exitCode, res.stderr).toBe(0);
+    expect(creates).toBe(2);
+    expect(keys[0]).toMatch(/^[0-9a-f-]{36}$/);
+    expect(keys[1]).toBe(keys[0]);
+    const [share] = JSON.parse(res.stdout) as { share_id: string; verified: boolean }[];
+    expect(share!.verified).toBe(true);
+    fault = () => 'pass';
+    const all = await cli.json<{ shares: { share_id: string; file_name: string }[] }>([
+      'ls',
+      '--all',
+    ]);
+    const named = all.shares.filter((s) => s.file_name === name);
+    expect(named.map((s) => s.share_id)).toEqual([share!.share_id]);
   });
 
   it('retries an idempotent JSON request after a 5xx', async () => {

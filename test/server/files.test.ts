@@ -2,6 +2,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  allShares,
   content,
   createShare,
   createShareWithContent,
@@ -161,6 +162,85 @@ describe('POST /files', () => {
         400,
       );
     }
+  });
+});
+
+// Additive: Idempotency-Key on POST /files. A client whose create lost its answer sends it again
+// with the same key and gets the share the first one made, never a second.
+describe('POST /files with an Idempotency-Key', () => {
+  const create = (token: string | undefined, key: string, json: object = {}) =>
+    post(base, '/files', { token, json, headers: { 'idempotency-key': key } });
+  const sharesNamed = async (name: string) =>
+    (await allShares(base, admin)).filter((s) => s.file_name === name);
+
+  it('the same key from the same caller names one share: 201 again, Idempotent-Replayed', async () => {
+    const key = randomUUID();
+    const name = `idem-${key}.txt`;
+    const first = await create(alice.token, key, { file_name: name });
+    expectStatus(first, 201);
+    expect(first.headers['idempotent-replayed']).toBeUndefined();
+    const again = await create(alice.token, key, { file_name: name });
+    expectStatus(again, 201);
+    expect(again.body).toEqual(first.body);
+    expect(again.headers.location).toBe(first.headers.location);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(await sharesNamed(name)).toHaveLength(1);
+    // Still the same share once it has content.
+    const id = (first.body as { url: string }).url.split('/').pop()!;
+    await upload(base, alice.token, id, Buffer.from('the content'), 1);
+    expect((await create(alice.token, key, { file_name: name })).body).toEqual(first.body);
+    expect(await content(base, alice.token, id)).toEqual(Buffer.from('the content'));
+  });
+
+  it('twelve concurrent creates with one key make one share', async () => {
+    const key = randomUUID();
+    const name = `race-${key}.txt`;
+    const answers = await Promise.all(
+      Array.from({ length: 12 }, () => create(alice.token, key, { file_name: name })),
+    );
+    for (const a of answers) expectStatus(a, 201);
+    expect(new Set(answers.map((a) => (a.body as { url: string }).url)).size).toBe(1);
+    expect(answers.filter((a) => a.headers['idempotent-replayed'] === undefined)).toHaveLength(1);
+    expect(await sharesNamed(name)).toHaveLength(1);
+  });
+
+  it('the same key from another caller is another share; ids cannot be guessed from the key', async () => {
+    const key = 'build-42';
+    const mine = await create(alice.token, key, { file_name: 'k.txt' });
+    const theirs = await create(bob.token, key, { file_name: 'k.txt' });
+    expectStatus(mine, 201);
+    expectStatus(theirs, 201);
+    const ids = [mine, theirs].map((r) => (r.body as { url: string }).url.split('/').pop()!);
+    expect(ids[0]).not.toBe(ids[1]);
+    for (const id of ids) expect(id).toMatch(UUID);
+    expect(await getShare(base, admin, ids[0]!)).toMatchObject({ owner_name: alice.username });
+    expect(await getShare(base, admin, ids[1]!)).toMatchObject({ owner_name: bob.username });
+  });
+
+  it('a key reused for another name → 422; a malformed key → 400; neither creates anything', async () => {
+    const key = randomUUID();
+    expectStatus(await create(alice.token, key, { file_name: `one-${key}` }), 201);
+    const other = await create(alice.token, key, { file_name: `two-${key}` });
+    expectFail(other, 422);
+    expect(await sharesNamed(`two-${key}`)).toHaveLength(0);
+    for (const bad of ['', 'has space', 'x'.repeat(256), 'caf\u00e9']) {
+      const name = `bad-${randomUUID()}`;
+      expectFail(await create(alice.token, bad, { file_name: name }), 400);
+      expect(await sharesNamed(name)).toHaveLength(0);
+    }
+  });
+
+  it('a share handed to another owner is not handed back by its key: 409', async () => {
+    const key = randomUUID();
+    const name = `handed-${key}`;
+    const first = await create(alice.token, key, { file_name: name });
+    const id = (first.body as { url: string }).url.split('/').pop()!;
+    expectStatus(
+      await patch(base, `/files/${id}`, { token: alice.token, json: { owner_name: bob.username } }),
+      200,
+    );
+    expectFail(await create(alice.token, key, { file_name: name }), 409);
+    expect(await sharesNamed(name)).toHaveLength(1);
   });
 });
 

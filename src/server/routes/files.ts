@@ -1,11 +1,11 @@
-import { randomUUID } from 'node:crypto';
+import { createHmac, randomUUID } from 'node:crypto';
 import { Router, type Request, type Response } from 'express';
 import { isoNoZone } from '../../shared/dates.js';
 import { need } from '../auth.js';
 import type { Context } from '../context.js';
-import { Errors } from '../errors.js';
+import { Errors, HttpError } from '../errors.js';
 import { paginate, route, shareJson, success } from '../http.js';
-import { blobOf, type ShareChanges, type ShareRecord } from '../store/index.js';
+import { blobOf, type NewShare, type ShareChanges, type ShareRecord } from '../store/index.js';
 import {
   expiryField,
   fileNameField,
@@ -105,7 +105,9 @@ export function fileRoutes(ctx: Context): Router {
       need(req, 'CREATE');
       const body = requireObject(req.body, true);
       onlyFields(body, [...WRITABLE, ...EXPIRY], READ_ONLY);
-      const share_id = randomUUID();
+      const key = idempotencyKeyOf(req);
+      const share_id =
+        key === undefined ? randomUUID() : keyedShareId(ctx.idempotencyKey, req.caller.userId, key);
       // A server-wide maximum also applies to shares made without an expiry.
       const cap = await expiryCap(req);
       const now = clock();
@@ -119,7 +121,7 @@ export function fileRoutes(ctx: Context): Router {
           'A new share is owned by its creator; change owner_name afterwards',
         );
       }
-      await store.addShare({
+      const share: NewShare = {
         share_id,
         file_name,
         owner_id: req.caller.userId,
@@ -129,9 +131,33 @@ export function fileRoutes(ctx: Context): Router {
         size: null,
         sha256: null,
         expires,
-      });
-      if (expires) expiry.schedule();
+      };
+      let replayed = false;
+      if (key === undefined) await store.addShare(share);
+      else
+        replayed = await store.withShareLock(share_id, async () => {
+          // Additive: the same key from the same caller names the same share, so a create whose
+          // answer was lost can be sent again without making a second one.
+          const made = await store.getShare(share_id);
+          if (!made) {
+            await store.addShare(share);
+            return false;
+          }
+          if (made.owner_id !== req.caller.userId)
+            throw new HttpError(
+              409,
+              'The share this Idempotency-Key created has been handed to another owner',
+            );
+          if (made.file_name !== file_name)
+            throw new HttpError(
+              422,
+              `This Idempotency-Key already created a share named ${JSON.stringify(made.file_name)}; use a new key for another request`,
+            );
+          return true;
+        });
+      if (expires && !replayed) expiry.schedule();
       const url = `/files/${share_id}`;
+      if (replayed) res.set('Idempotent-Replayed', 'true');
       res.status(201).location(url).json({ status: 'success', url });
     },
   });
@@ -163,4 +189,34 @@ export function fileRoutes(ctx: Context): Router {
   route(router, '/files/:id/unlock', { post: setLocked(false) });
 
   return router;
+}
+
+/**
+ * The `Idempotency-Key` of a request (draft-ietf-httpapi-idempotency-key-header), when it has
+ * one: 1 to 255 visible ASCII characters, else 400.
+ */
+function idempotencyKeyOf(req: Request): string | undefined {
+  const raw = req.headers['idempotency-key'];
+  if (raw === undefined) return undefined;
+  const value = Array.isArray(raw) ? undefined : raw.trim().replace(/^"(.*)"$/, '$1');
+  if (value === undefined || !/^[\x21-\x7e]{1,255}$/.test(value))
+    throw Errors.badRequest(
+      'The Idempotency-Key header must be one value of 1 to 255 visible ASCII characters',
+    );
+  return value;
+}
+
+/**
+ * The share id a caller's key names: a UUID (version 8) made from an HMAC of the caller and the
+ * key with the server's secret, so nobody can guess the id another caller's key leads to.
+ */
+function keyedShareId(secret: Buffer, userId: string | null, key: string): string {
+  const b = createHmac('sha256', secret)
+    .update(`${userId ?? 'anonymous'}\0${key}`)
+    .digest()
+    .subarray(0, 16);
+  b[6] = (b[6]! & 0x0f) | 0x80;
+  b[8] = (b[8]! & 0x3f) | 0x80;
+  const hex = b.toString('hex');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
 }
