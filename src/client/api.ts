@@ -218,7 +218,12 @@ export function putFile(
 }
 
 export function deleteFile(client: ApiClient, id: string): Promise<StatusResponse> {
-  return callJson(client, { method: 'DELETE', path: sharePath(id), expect: SUCCESS });
+  return callJson(client, {
+    method: 'DELETE',
+    path: sharePath(id),
+    expect: SUCCESS,
+    repeatable: true,
+  });
 }
 
 /** fshare extension: which chunks of an unfinished upload the server holds. */
@@ -237,11 +242,21 @@ export function uploadState(client: ApiClient, id: string, dzuuid: string): Prom
 }
 
 export function lockFile(client: ApiClient, id: string): Promise<StatusResponse> {
-  return callJson(client, { method: 'POST', path: `${sharePath(id)}/lock`, expect: SUCCESS });
+  return callJson(client, {
+    method: 'POST',
+    path: `${sharePath(id)}/lock`,
+    expect: SUCCESS,
+    repeatable: true,
+  });
 }
 
 export function unlockFile(client: ApiClient, id: string): Promise<StatusResponse> {
-  return callJson(client, { method: 'POST', path: `${sharePath(id)}/unlock`, expect: SUCCESS });
+  return callJson(client, {
+    method: 'POST',
+    path: `${sharePath(id)}/unlock`,
+    expect: SUCCESS,
+    repeatable: true,
+  });
 }
 
 // Share links (fshare extension)
@@ -277,6 +292,7 @@ export function deleteLink(client: ApiClient, linkId: string): Promise<StatusRes
     method: 'DELETE',
     path: `/links/${encodeURIComponent(linkId)}`,
     expect: SUCCESS,
+    repeatable: true,
   });
 }
 

@@ -138,6 +138,8 @@ export interface Response {
   readInto(target: BodyTarget): Promise<void>;
   text(): Promise<string>;
   dump(): Promise<void>;
+  /** An earlier attempt of this request may have reached the server (its answer was lost, or 5xx). */
+  repeated?: boolean;
 }
 
 export function urlFor(client: ApiClient, path: string, query?: RawRequest['query']): URL {
@@ -243,6 +245,7 @@ export async function send(client: ApiClient, req: RawRequest): Promise<Response
   const url = urlFor(client, req.path, req.query);
   const headers: Record<string, string> = { ...req.headers };
   if (client.token) headers.authorization = `Bearer ${client.token}`;
+  let repeated = false;
   for (let n = 1; ; n++) {
     let res: Response;
     try {
@@ -251,6 +254,7 @@ export async function send(client: ApiClient, req: RawRequest): Promise<Response
       if (req.signal?.aborted) throw req.signal.reason ?? err;
       if (!isTransportError(err)) throw tlsError(client.server, err) ?? err;
       const retryable = req.idempotent || isConnectError(err);
+      if (!isConnectError(err)) repeated = true;
       if (!retryable || n > client.retry.retries) {
         const tries = n === 1 ? '' : ` (after ${n} attempts)`;
         throw new NetworkError(
@@ -263,6 +267,7 @@ export async function send(client: ApiClient, req: RawRequest): Promise<Response
       continue;
     }
     if (res.statusCode >= 500 && req.retryServerErrors && n <= client.retry.retries) {
+      repeated = true;
       await res.dump();
       await sleep(backoffDelay(client.retry, n), undefined, { signal: req.signal });
       continue;
@@ -271,6 +276,7 @@ export async function send(client: ApiClient, req: RawRequest): Promise<Response
       await res.dump();
       throw redirected(res);
     }
+    res.repeated = repeated;
     return res;
   }
 }
@@ -323,6 +329,12 @@ export interface JsonRequest {
    * 5xx, like a GET (fshare serve answers a repeat with what the first one made).
    */
   idempotencyKey?: string;
+  /**
+   * A request whose repeat does no more than the first (DELETE, lock, unlock): sent again after
+   * a lost answer or a 5xx. A DELETE repeated that way and answered 404 was done by an earlier
+   * attempt (or by someone else meanwhile): the thing is gone, as asked.
+   */
+  repeatable?: boolean;
 }
 
 /** The shape of the answer a request asks for: a JSON object that `ok` accepts. */
@@ -347,6 +359,7 @@ export async function callJson<T>(client: ApiClient, req: JsonRequest): Promise<
     req.method === 'GET' ||
     req.method === 'HEAD' ||
     req.method === 'PUT' ||
+    req.repeatable === true ||
     req.idempotencyKey !== undefined;
   const res = await send(client, {
     method: req.method,
@@ -360,6 +373,10 @@ export async function callJson<T>(client: ApiClient, req: JsonRequest): Promise<
     idempotent,
     retryServerErrors: idempotent,
   });
+  if (res.statusCode === 404 && res.repeated && req.repeatable && req.method === 'DELETE') {
+    await res.dump();
+    return { status: 'success', message: 'Already gone' } as T;
+  }
   if (res.statusCode >= 400) throw await toApiError(res);
   const text = await res.text();
   let body: unknown;

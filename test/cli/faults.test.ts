@@ -218,6 +218,35 @@ describe('transfers survive a flaky network', () => {
     expect(named.map((s) => s.share_id)).toEqual([share!.share_id]);
   });
 
+  // rm and lock whose answer was lost used to be exit 6 ("cannot reach"), though the server had
+  // done them. They are sent again; a repeated DELETE answered 404 is done.
+  it('rm and lock whose answers are lost are sent again and succeed; the share is gone / locked', async () => {
+    const [a] = await cli.json<{ share_id: string }[]>(['upload', join(work, 'data.bin')]);
+    const [b] = await cli.json<{ share_id: string }[]>(['upload', join(work, 'data.bin')]);
+    const lost = new Set<string>();
+    fault = (req) => {
+      const key = `${req.method} ${req.url}`;
+      if (!['DELETE', 'POST'].includes(req.method!) || req.url === '/files') return 'pass';
+      if (lost.has(key)) return 'pass';
+      lost.add(key);
+      return 'loseAnswer';
+    };
+    const rm = await cli.run(['rm', a!.share_id]);
+    expect(rm.exitCode, rm.stderr).toBe(0);
+    expect(rm.stdout).toContain(`Deleted ${a!.share_id}`);
+    expect(proxy.seen.filter((s) => s.method === 'DELETE')).toHaveLength(2);
+    const lock = await cli.run(['lock', b!.share_id]);
+    expect(lock.exitCode, lock.stderr).toBe(0);
+    expect(proxy.seen.filter((s) => s.url.endsWith('/lock'))).toHaveLength(2);
+    fault = () => 'pass';
+    expect((await cli.run(['info', a!.share_id])).exitCode).toBe(4);
+    expect((await cli.json<{ locked: boolean }>(['info', b!.share_id])).locked).toBe(true);
+    await cli.run(['unlock', b!.share_id]);
+    // A share that never existed is still "not found", exit 4: only a repeat counts 404 as done.
+    const missing = await cli.run(['rm', '00000000-0000-4000-8000-000000000000']);
+    expect(missing.exitCode).toBe(4);
+  });
+
   it('retries an idempotent JSON request after a 5xx', async () => {
     let calls = 0;
     fault = (req) => (req.url === '/whoami' && ++calls === 1 ? 'http503' : 'pass');
