@@ -257,8 +257,13 @@ export async function send(client: ApiClient, req: RawRequest): Promise<Response
       if (!isConnectError(err)) repeated = true;
       if (!retryable || n > client.retry.retries) {
         const tries = n === 1 ? '' : ` (after ${n} attempts)`;
+        // A request that is not repeated and may have reached the server: say so, since it may
+        // have been carried out (a user created, a password changed) though no answer came.
+        const why = describeTransportError(err);
         throw new NetworkError(
-          `cannot reach ${client.server}: ${describeTransportError(err)}${tries}`,
+          retryable
+            ? `cannot reach ${client.server}: ${why}${tries}`
+            : `no answer from ${client.server} to ${req.method} ${req.path} (${why}): it may have been carried out; check before running the command again`,
           n,
           { cause: err },
         );

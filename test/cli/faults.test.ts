@@ -242,6 +242,18 @@ describe('transfers survive a flaky network', () => {
     expect((await cli.run(['info', a!.share_id])).exitCode).toBe(4);
     expect((await cli.json<{ locked: boolean }>(['info', b!.share_id])).locked).toBe(true);
     await cli.run(['unlock', b!.share_id]);
+    // A request that is not repeated says its answer was lost, not that the server was unreachable.
+    fault = (req) => (req.method === 'POST' && req.url === '/users' ? 'loseAnswer' : 'pass');
+    const add = await cli.run(['users', 'add', `lost-${Date.now()}`, '--password-stdin'], {
+      input: 'a-password-123\n',
+    });
+    expect(add.exitCode).toBe(6);
+    expect(add.stderr.trimEnd().split('\n')).toEqual([
+      expect.stringMatching(
+        /^fshare: no answer from http:\/\/127\.0\.0\.1:\d+ to POST \/users \(connection reset\): it may have been carried out; check before running the command again$/,
+      ),
+    ]);
+    fault = () => 'pass';
     // A share that never existed is still "not found", exit 4: only a repeat counts 404 as done.
     const missing = await cli.run(['rm', '00000000-0000-4000-8000-000000000000']);
     expect(missing.exitCode).toBe(4);
