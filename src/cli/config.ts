@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
+import { withFileLockSync } from '../shared/filelock.js';
 import { naming } from '../shared/syserr.js';
 
 /** Non-secret settings: where the last login went. Tokens live in credentials.ts. */
@@ -63,14 +64,35 @@ export class Config {
   }
 
   set<K extends keyof ConfigSchema>(key: K, value: ConfigSchema[K]): void {
-    this.write({ ...this.read(), [key]: value });
+    this.update(key, () => value);
   }
 
   delete(key: keyof ConfigSchema): void {
-    const data = this.read();
-    if (!(key in data)) return;
-    delete data[key];
-    this.write(data);
+    this.update(key, () => undefined);
+  }
+
+  /**
+   * Changes one key from its current value (`undefined` removes it), read and written under the
+   * config's lock, so that commands run at once never write back each other's stale copies.
+   */
+  update<K extends keyof ConfigSchema>(
+    key: K,
+    change: (current: ConfigSchema[K]) => ConfigSchema[K],
+  ): void {
+    try {
+      mkdirSync(dirname(this.path), { recursive: true, mode: 0o700 }); // for the lock file
+    } catch {
+      // write() says why, if there is anything to write
+    }
+    withFileLockSync(`${this.path}.lock`, () => {
+      const data = this.read();
+      const value = change(data[key]);
+      if (value === undefined) {
+        if (!(key in data)) return;
+        delete data[key];
+      } else data[key] = value;
+      this.write(data);
+    });
   }
 }
 

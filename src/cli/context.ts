@@ -85,12 +85,12 @@ export function partialValidators(config: Config): ValidatorStore {
       const stored = config.get('partials')?.[resolve(part)];
       return typeof stored === 'string' ? { etag: stored } : stored;
     },
-    set: (part, validator) => {
-      const partials = { ...config.get('partials') };
-      if (validator === undefined) delete partials[resolve(part)];
-      else partials[resolve(part)] = validator;
-      if (Object.keys(partials).length === 0) config.delete('partials');
-      else config.set('partials', partials);
-    },
+    set: (part, validator) =>
+      config.update('partials', (current) => {
+        const partials = { ...current };
+        if (validator === undefined) delete partials[resolve(part)];
+        else partials[resolve(part)] = validator;
+        return Object.keys(partials).length === 0 ? undefined : partials;
+      }),
   };
 }

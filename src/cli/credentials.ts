@@ -12,6 +12,7 @@ import { mkdir, open, readFile, rename, unlink } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import type { AsyncEntry } from '@napi-rs/keyring';
+import { withFileLock } from '../shared/filelock.js';
 import { naming } from '../shared/syserr.js';
 import { normalizeServer } from '../client/http.js';
 import { UsageError } from './output.js';
@@ -111,11 +112,17 @@ export function createCredentialStore(
     }
   }
 
+  /** Reads, changes and writes the token file under its lock (commands run at once take turns). */
+  async function changeFileTokens(change: (tokens: TokenFile) => boolean): Promise<void> {
+    await mkdir(configDir, { recursive: true, mode: 0o700 }).catch(() => undefined);
+    await withFileLock(`${file}.lock`, async () => {
+      const tokens = await readFileTokens();
+      if (change(tokens)) await writeFileTokens(tokens);
+    });
+  }
+
   async function removeFromFile(account: string): Promise<void> {
-    const tokens = await readFileTokens();
-    if (!Object.hasOwn(tokens, account)) return;
-    delete tokens[account];
-    await writeFileTokens(tokens);
+    await changeFileTokens((tokens) => Object.hasOwn(tokens, account) && delete tokens[account]);
   }
 
   /** Without a username, the token of the server's only account, if exactly one is stored. */
@@ -167,9 +174,10 @@ export function createCredentialStore(
           return 'keychain';
         }
       }
-      const tokens = await readFileTokens();
-      tokens[account] = token;
-      await writeFileTokens(tokens);
+      await changeFileTokens((tokens) => {
+        tokens[account] = token;
+        return true;
+      });
       if (!keychainOff()) {
         warn(`fshare: no OS keychain available; token saved to ${file} (mode 0600)`);
       }
