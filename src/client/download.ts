@@ -545,7 +545,16 @@ async function transfer(
       continue;
     }
     if (res.statusCode >= 400) throw await toApiError(res);
-    windowStart = await acceptResponse(res, state, options, headers, toStream, windowStart, id);
+    windowStart = await acceptResponse(
+      client,
+      res,
+      state,
+      options,
+      headers,
+      toStream,
+      windowStart,
+      id,
+    );
     if (!started) {
       await checkOverwrite(state, options, res);
       options.onStart?.({
@@ -572,6 +581,7 @@ async function transfer(
 
 /** Reads a response's status and headers into the state; returns where the window starts. */
 async function acceptResponse(
+  client: ApiClient,
   res: Response,
   state: State,
   options: DownloadOptions,
@@ -608,7 +618,15 @@ async function acceptResponse(
       state.offset = state.resumedFrom = 0;
     }
     windowStart = 0;
-    state.expected = contentLength(res.headers);
+    // Without a Content-Length (chunked, or read until the connection closes) the body has no end
+    // of its own: the share's size, where the server states it, bounds it instead, so a server
+    // that never stops cannot fill the disk.
+    state.expected =
+      contentLength(res.headers) ??
+      (await getFile(client, id).then(
+        (share) => (Number.isSafeInteger(share.size) ? (share.size as number) : undefined),
+        () => undefined,
+      ));
   }
   state.digest = reprDigest(res.headers) ?? (state.offset > 0 ? state.digest : undefined);
   if (!toStream && state.target === undefined) {
@@ -680,6 +698,10 @@ async function writeBody(
   let received = 0;
   const progress = (n: number) => {
     received += n;
+    if (state.expected !== undefined && state.offset + received > state.expected)
+      throw new Error(
+        `the server sent more than the ${state.expected} bytes it announced; nothing more was written`,
+      );
     options.onProgress?.(state.offset + received, state.expected);
   };
   let cut: unknown = null;

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { rm, writeFile } from 'node:fs/promises';
+import { rm, stat, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -262,6 +262,66 @@ describe('bad input gives one clear line and the right exit code', () => {
           expect(res.stderr).toContain(request);
         }
       }
+    } finally {
+      await new Promise((r) => other.close(r));
+    }
+  });
+
+  // A download without a Content-Length (chunked) had no end but the server's: one that never
+  // stopped filled the disk (77 GB here before ENOSPC). The share's stated size bounds it now.
+  it('a download body longer than the share it belongs to is cut off at once: exit 1, one line, nothing past the size', async () => {
+    const id = randomUUID();
+    const piece = Buffer.alloc(1024 * 1024, 0x41);
+    let pieces = 0;
+    let closed = false;
+    const other = createServer((req, res) => {
+      req.resume();
+      if (req.url === `/files/${id}`) {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(
+          JSON.stringify({
+            share_id: id,
+            file_name: 'endless.bin',
+            owner_name: null,
+            initialized: true,
+            locked: false,
+            create_date: '2026-01-01T00:00:00',
+            size: 3 * piece.length + 5,
+            sha256: 'a'.repeat(64),
+          }),
+        );
+        return;
+      }
+      // Chunked, 256 MiB at most (the test's own bound), a piece whenever the socket takes it.
+      res.writeHead(200, { 'content-type': 'application/octet-stream' });
+      res.on('close', () => (closed = true));
+      res.on('error', () => undefined);
+      const more = () => {
+        while (!closed && pieces < 256) {
+          pieces++;
+          if (!res.write(piece)) return void res.once('drain', more);
+        }
+        res.end();
+      };
+      more();
+    });
+    await new Promise<void>((r) => other.listen(0, '127.0.0.1', r));
+    const port = (other.address() as AddressInfo).port;
+    try {
+      const out = join(work, 'endless.bin');
+      const res = await cli.run(['--server', `http://127.0.0.1:${port}`, 'get', id, '-o', out], {
+        env: { FSHARE_TOKEN: 'secret-token-value' },
+      });
+      expect(res.exitCode).toBe(1);
+      expectOneLine(
+        res.stderr,
+        /^fshare: the server sent more than the 3145733 bytes it announced; nothing more was written$/,
+      );
+      expect(existsSync(out)).toBe(false);
+      const { size } = await stat(`${out}.part`);
+      expect(size).toBeLessThanOrEqual(3 * piece.length + 5);
+      expect(closed).toBe(true);
+      expect(pieces).toBeLessThan(256); // the client hung up; it did not read to the end
     } finally {
       await new Promise((r) => other.close(r));
     }
