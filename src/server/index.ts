@@ -75,13 +75,25 @@ const parseJson = express.json({ limit: LIMITS.maxJsonBytes });
 const deferredJson: RequestHandler = (req, res, next) => {
   parseJson(req, res, (err?: unknown) => {
     if ((err as { type?: string } | undefined)?.type === 'entity.parse.failed') {
-      req.body = UNPARSABLE;
+      // `null`, `"text"`, `7` are JSON that strict parsing refuses: the route then says the body
+      // must be an object, not that it is no JSON.
+      req.body = jsonValue((err as { body?: unknown }).body);
       next();
       return;
     }
     next(err);
   });
 };
+
+/** The value of a body body-parser refused: JSON that is not an object or array, else UNPARSABLE. */
+function jsonValue(text: unknown): unknown {
+  if (typeof text !== 'string') return UNPARSABLE;
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return UNPARSABLE;
+  }
+}
 
 /** One entry per request, when the response is done or the client went away. */
 function requestLog(log: (entry: RequestEntry) => void): RequestHandler {

@@ -153,13 +153,21 @@ describe('POST /files', () => {
       '{"file_name": "x"',
       '{]',
     ]) {
-      expectFail(
-        await request(base, 'POST', '/files', {
-          token: alice.token,
-          body,
-          headers: { 'content-type': 'application/json' },
-        }),
-        400,
+      const res = await request(base, 'POST', '/files', {
+        token: alice.token,
+        body,
+        headers: { 'content-type': 'application/json' },
+      });
+      expectFail(res, 400);
+      // JSON that is not an object is called that, not "not valid JSON".
+      let json = true;
+      try {
+        JSON.parse(body);
+      } catch {
+        json = false;
+      }
+      expect((res.body as { message: string }).message, body).toBe(
+        json ? 'The body must be a JSON object' : 'The request body is not valid JSON',
       );
     }
   });
