@@ -131,6 +131,31 @@ describe('bad input gives one clear line and the right exit code', () => {
     expect(up.exitCode).toBe(6);
   });
 
+  // A password typed for a plain-HTTP server on another machine crosses the network readable; the
+  // login said nothing of it. Loopback and https:// are quiet.
+  it('login over plain HTTP to another machine warns before the password is sent; loopback and https do not', async () => {
+    const login = (server: string) =>
+      cli.run(['--server', server, 'login', '-u', 'someone', '--password-stdin'], {
+        input: 'a-password-123\n',
+      });
+    const far = await login('http://fshare-test.invalid:5000');
+    expect(far.exitCode).toBe(6); // no such host
+    const lines = far.stderr.trimEnd().split('\n');
+    expect(lines[0]).toBe(
+      'fshare: http://fshare-test.invalid:5000 is plain HTTP: the password and the token cross the network unencrypted; use https:// unless a trusted network carries it',
+    );
+    expect(lines).toHaveLength(2);
+    for (const quiet of [
+      'https://fshare-test.invalid:5000',
+      'http://localhost:1',
+      'http://[::1]:1',
+    ]) {
+      const res = await login(quiet);
+      expect(res.stderr, quiet).not.toContain('plain HTTP');
+      expect(res.stderr.trimEnd().split('\n'), quiet).toHaveLength(1);
+    }
+  });
+
   // Property: an answer that is not the one asked for is a failure, never a success. A 302 was
   // "Saved NAME (0 B)" with exit 0; a 200 of another shape crashed inside `ls` with "Cannot read
   // properties of undefined". And a token is only ever sent to the address the user gave.

@@ -17,6 +17,19 @@ async function remember(session: Session, res: LoginResponse): Promise<'keychain
   return where;
 }
 
+/** Plain HTTP to another machine: what is sent can be read on the way (loopback cannot). */
+export function travelsInClear(server: string): boolean {
+  const url = new URL(server);
+  if (url.protocol !== 'http:') return false;
+  const host = url.hostname.replace(/^\[|\]$/g, '').toLowerCase();
+  return !(
+    host === 'localhost' ||
+    host.endsWith('.localhost') ||
+    /^127\.\d+\.\d+\.\d+$/.test(host) ||
+    host === '::1'
+  );
+}
+
 export function registerAuth(program: Command): void {
   program
     .command('login')
@@ -38,6 +51,10 @@ export function registerAuth(program: Command): void {
         session.usernameFor(session.server) ??
         (await promptLine('Username: ', 'a user name', '-u USER'));
       if (!username) throw new UsageError('a user name is needed (-u USER)');
+      if (travelsInClear(session.server))
+        warn(
+          `fshare: ${session.server} is plain HTTP: the password and the token cross the network unencrypted; use https:// unless a trusted network carries it`,
+        );
       const password = options.passwordStdin
         ? (await readStdinLines(1, 'the password'))[0]!
         : await promptHidden(`Password for ${username} on ${session.server}: `);
