@@ -238,6 +238,16 @@ function attempt(url: URL, req: RawRequest, headers: Record<string, string>): Pr
 }
 
 /**
+ * A 5xx that a moment may mend (500, 502, 503, 504…). Not these, which the same request meets
+ * again: 501 Not Implemented, 505 HTTP Version Not Supported, 507 Insufficient Storage (the
+ * server's disk or the file's declared size: space is freed by people, not by seconds), 508, 510,
+ * 511 Network Authentication Required.
+ */
+function passing(status: number): boolean {
+  return status >= 500 && ![501, 505, 507, 508, 510, 511].includes(status);
+}
+
+/**
  * Sends one request, retrying transport failures (and 5xx when allowed) with backoff.
  * Returns the response with its body unread; the caller must read or dump it.
  */
@@ -271,7 +281,7 @@ export async function send(client: ApiClient, req: RawRequest): Promise<Response
       await sleep(backoffDelay(client.retry, n), undefined, { signal: req.signal });
       continue;
     }
-    if (res.statusCode >= 500 && req.retryServerErrors && n <= client.retry.retries) {
+    if (passing(res.statusCode) && req.retryServerErrors && n <= client.retry.retries) {
       repeated = true;
       await res.dump();
       await sleep(backoffDelay(client.retry, n), undefined, { signal: req.signal });

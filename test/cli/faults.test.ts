@@ -13,7 +13,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ADMIN, createCli, startServe, tempDir, type Cli, type Serve } from '../helpers/cli.js';
 
 /** What the proxy does with one request. */
-type Fault = 'pass' | 'http503' | 'drop' | 'loseAnswer' | { cutAfter: number };
+type Fault = 'pass' | 'http503' | 'http507' | 'drop' | 'loseAnswer' | { cutAfter: number };
 
 interface Seen {
   method: string;
@@ -43,12 +43,13 @@ function startFaultProxy(target: string, decide: (req: IncomingMessage, n: numbe
       req.socket.destroy();
       return;
     }
-    if (fault === 'http503') {
+    if (fault === 'http503' || fault === 'http507') {
+      const status = fault === 'http503' ? 503 : 507;
       req.resume();
       req.on('end', () => {
-        entry.status = 503;
-        res.writeHead(503, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ status: 'fail', message: 'injected failure' }));
+        entry.status = status;
+        res.writeHead(status, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ status: 'fail', message: `injected ${status}` }));
       });
       return;
     }
@@ -169,6 +170,21 @@ describe('transfers survive a flaky network', () => {
     fault = () => 'pass';
     const got = await cli.runBinary(['get', share!.share_id, '-o', '-']);
     expect(got.stdout.equals(original)).toBe(true);
+  });
+
+  // 507 (out of space, or a file larger than the server can hold) is not mended by waiting a
+  // second: each retry sent the chunk again for the same answer.
+  it('does not retry a 507: one request, exit 1 with the server line', async () => {
+    let chunkRequests = 0;
+    fault = (req) => {
+      if (req.method !== 'POST' || !isContent(req)) return 'pass';
+      chunkRequests++;
+      return 'http507';
+    };
+    const res = await cli.run(['upload', join(work, 'data.bin'), '--chunk-size', '1m']);
+    expect(res.exitCode).toBe(1);
+    expect(res.stderr).toContain('fshare: injected 507 (HTTP 507)');
+    expect(chunkRequests).toBe(1);
   });
 
   it('does not retry a 4xx', async () => {

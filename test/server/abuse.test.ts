@@ -546,6 +546,37 @@ describe('storage quotas', () => {
     }
   });
 
+  // A file declared whole (dztotalfilesize) past the owner's quota used to be taken chunk by
+  // chunk up to the quota, then refused: the client sent what fit, for nothing.
+  it('a file declared larger than the quota leaves is refused at its first chunk: 413, nothing kept', async () => {
+    const srv = await startServer();
+    try {
+      const admin = await login(srv.url, ADMIN.username, ADMIN.password);
+      const user = await createUser(srv.url, admin, ['CREATE', 'READ']);
+      await patch(srv.url, `/users/${user.username}`, { token: admin, json: { quota: 10_000 } });
+      const id = await createShare(srv.url, user.token, 'declared');
+      const placed = (dzuuid: string, index: number, fileSize: number) =>
+        sendParts(srv.url, user.token, id, [
+          { name: 'dzuuid', value: dzuuid },
+          { name: 'dzchunkindex', value: String(index) },
+          { name: 'dztotalchunks', value: String(Math.ceil(fileSize / 1000)) },
+          { name: 'dzchunksize', value: '1000' },
+          { name: 'dztotalfilesize', value: String(fileSize) },
+          { name: 'upload', filename: 'b', data: randomBytes(1000) },
+        ]);
+      const over = await placed('big', 0, 20_000);
+      expectFail(over, 413);
+      expect(over.body.message).toMatch(/quota of .*10000 bytes; 10000 bytes are left/);
+      expect(await storedUploads(srv, id)).toEqual([]);
+      expect(await incomingFiles(srv)).toEqual([]);
+      // What fits the quota goes through.
+      expectStatus(await placed('fits', 0, 2000), 200);
+      expectStatus(await placed('fits', 1, 2000), 201);
+    } finally {
+      await srv.close();
+    }
+  });
+
   it('a body without a length is cut off where the quota ends: 413, nothing kept', async () => {
     const srv = await startServer();
     try {

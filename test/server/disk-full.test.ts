@@ -19,6 +19,7 @@ import {
   post,
   request,
   sendChunk,
+  sendParts,
   verifyAllContent,
   walkFiles,
   type Res,
@@ -90,6 +91,48 @@ describe.skipIf(typeof disk === 'string')('a full disk', () => {
       const again = await createShare(srv.url, token, 'again.bin');
       expectStatus(await upload1(srv.url, token, again, randomBytes(8 * MiB)), 201);
       await verifyAllContent(srv.url, token);
+    } finally {
+      await srv.close();
+    }
+  });
+
+  // A file declared whole (dztotalfilesize) that the disk cannot hold used to be taken chunk by
+  // chunk until the reserve refused one: the client sent what fit, for nothing. (A chunk placed
+  // at index 99,999 of a 6.7 TB file was accepted on a disk with 77 GB free.) Now its first
+  // chunk is refused with 507 and the numbers, and nothing of it stays.
+  it('a file declared larger than the free space is refused at its first chunk: 507, nothing kept', async () => {
+    const dir = join((disk as SmallDisk).dir, 'declared');
+    const srv = await startServer({ dataDir: dir, minFreeBytes: 4 * MiB });
+    try {
+      const token = await login(srv.url, ADMIN.username, ADMIN.password);
+      const id = await createShare(srv.url, token, 'huge.bin');
+      const placed = (dzuuid: string, index: number, fileSize: number, data: Buffer) =>
+        sendParts(srv.url, token, id, [
+          { name: 'dzuuid', value: dzuuid },
+          { name: 'dzchunkindex', value: String(index) },
+          { name: 'dztotalchunks', value: String(Math.ceil(fileSize / MiB)) },
+          { name: 'dzchunksize', value: String(MiB) },
+          { name: 'dztotalfilesize', value: String(fileSize) },
+          { name: 'dzchunkbyteoffset', value: String(index * MiB) },
+          { name: 'upload', filename: 'blob', data },
+        ]);
+      const huge = randomUUID();
+      for (const index of [0, 199, 5]) {
+        const res = await placed(huge, index, 200 * MiB, randomBytes(MiB));
+        expectFail(res, 507);
+        expect(res.body.message).toMatch(
+          /^The server has too little free space for this file: it needs \d+ more bytes, has \d+ free and keeps 4194304 free$/,
+        );
+      }
+      expect(await leftovers(dir)).toEqual([]);
+      expectStatus(await request(srv.url, 'GET', `/files/${id}/uploads/${huge}`, { token }), 404);
+      expect(await getShare(srv.url, token, id)).toMatchObject({ initialized: false });
+      // A file that fits goes through, chunk by chunk as before.
+      const fits = randomUUID();
+      const data = randomBytes(2 * MiB);
+      expectStatus(await placed(fits, 1, data.length, data.subarray(MiB)), 200);
+      expectStatus(await placed(fits, 0, data.length, data.subarray(0, MiB)), 201);
+      expect((await content(srv.url, token, id)).equals(data)).toBe(true);
     } finally {
       await srv.close();
     }

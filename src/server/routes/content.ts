@@ -156,8 +156,21 @@ export function contentRoutes(ctx: Context): Router {
     );
 
   /** A chunk that starts a new upload: the share's and the user's unfinished uploads are bounded. */
-  const checkNewUpload = async (req: Request, share: ShareRecord, fields: ChunkFields) => {
+  const checkNewUpload = async (
+    req: Request,
+    share: ShareRecord,
+    fields: ChunkFields,
+    quota: { room: number; owner: { username: string; quota: number | null } | undefined },
+    received: number,
+  ) => {
     if (await storage.isUnfinished(share.share_id, fields.uploadId)) return;
+    // A file declared whole at its first chunk (dztotalfilesize) that cannot fit is refused now,
+    // not after the client has sent what fits: past the owner's quota 413, past the disk 507.
+    if (fields.layout) {
+      const { fileSize } = fields.layout;
+      if (quota.owner && fileSize > quota.room) throw overQuota(quota.owner, quota.room);
+      await storage.holdsMore?.(Math.max(0, fileSize - received));
+    }
     const all = await storage.unfinished();
     if ((all.get(share.share_id)?.uploads ?? 0) >= limits.maxUploadsPerShare)
       throw Errors.tooManyUploads(
@@ -206,7 +219,7 @@ export function contentRoutes(ctx: Context): Router {
           throw overQuota(owner, room);
         // The share may have been deleted while the body streamed in.
         if (!(await store.getShare(share.share_id))) throw Errors.shareNotFound();
-        await checkNewUpload(req, share, fields);
+        await checkNewUpload(req, share, fields, { room, owner }, chunk.received.bytes);
         outcome = await storage.commit(share.share_id, fields, chunk.received, (content) =>
           store.withShareLock(share.share_id, async () => {
             const current = await store.getShare(share.share_id);

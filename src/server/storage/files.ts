@@ -376,6 +376,10 @@ export class FileStorage implements ContentStorage {
     return this.space.reserve(bytes);
   }
 
+  holdsMore(bytes: number): Promise<void> {
+    return this.space.check(bytes);
+  }
+
   // Receiving
 
   async receive(

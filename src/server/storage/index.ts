@@ -27,6 +27,12 @@ export interface ContentStorage {
   reserve(bytes: number): Promise<() => void>;
 
   /**
+   * Throws InsufficientStorageError when the disk that keeps the content cannot take `bytes`
+   * more beyond its reserve. Absent where content is kept elsewhere (S3): no such bound.
+   */
+  holdsMore?(bytes: number): Promise<void>;
+
+  /**
    * Receives a chunk's bytes as they stream in. `fields` are the chunk's fields when they came
    * before its data in the request, else null. Resolves when the bytes are stored (not yet part
    * of the upload: that is `commit`).

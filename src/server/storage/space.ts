@@ -29,4 +29,17 @@ export class SpaceReserve {
       released = true;
     };
   }
+
+  /**
+   * Throws InsufficientStorageError when the disk cannot take `bytes` more and keep its reserve
+   * (a whole file declared at its first chunk): judged on the free space now, claiming nothing.
+   */
+  async check(bytes: number): Promise<void> {
+    const fs = await statfs(this.dir);
+    const free = fs.bavail * fs.bsize;
+    if (free - bytes < this.minFreeBytes)
+      throw new InsufficientStorageError(
+        `The server has too little free space for this file: it needs ${bytes} more bytes, has ${free} free and keeps ${this.minFreeBytes} free`,
+      );
+  }
 }
