@@ -1,7 +1,10 @@
-import { resolve } from 'node:path';
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { createClient, normalizeServer, type ApiClient } from '../client/http.js';
-import type { ValidatorStore } from '../client/download.js';
+import type { Validator, ValidatorStore } from '../client/download.js';
+import { naming } from '../shared/syserr.js';
 import { parseShareRef } from '../client/refs.js';
 import { openConfig, configDir, type Config } from './config.js';
 import { createCredentialStore, type CredentialStore } from './credentials.js';
@@ -78,19 +81,56 @@ export function openSession(cmd: Command): Session {
   };
 }
 
-/** Keeps the validator of each unfinished download in the config, for --continue's If-Range. */
+/**
+ * Keeps the validator of each unfinished download, for --continue's If-Range: one small file per
+ * `.part` in `<config dir>/partials/`, written whole (temporary file, rename) and removed when the
+ * download ends. Parallel downloads never write the same file, so none can lose another's entry
+ * (they shared one map in config.json, where fshare 0.1 and earlier versions kept it: still read).
+ */
 export function partialValidators(config: Config): ValidatorStore {
+  const dir = join(configDir(config), 'partials');
+  const fileOf = (part: string) =>
+    join(dir, `${createHash('sha256').update(resolve(part)).digest('hex').slice(0, 32)}.json`);
+  const legacy = (part: string) => {
+    const stored = config.get('partials')?.[resolve(part)];
+    return typeof stored === 'string' ? { etag: stored } : stored;
+  };
   return {
     get: (part) => {
-      const stored = config.get('partials')?.[resolve(part)];
-      return typeof stored === 'string' ? { etag: stored } : stored;
+      try {
+        const record = JSON.parse(readFileSync(fileOf(part), 'utf8')) as {
+          part?: unknown;
+          validator?: Validator;
+        };
+        if (record.part === resolve(part) && record.validator) return record.validator;
+      } catch {
+        // none, or unreadable: the older place, else none (--continue then starts over)
+      }
+      return legacy(part);
     },
-    set: (part, validator) =>
-      config.update('partials', (current) => {
-        const partials = { ...current };
-        if (validator === undefined) delete partials[resolve(part)];
-        else partials[resolve(part)] = validator;
-        return Object.keys(partials).length === 0 ? undefined : partials;
-      }),
+    set: (part, validator) => {
+      const file = fileOf(part);
+      if (validator === undefined) {
+        rmSync(file, { force: true });
+        if (legacy(part))
+          config.update('partials', (current) => {
+            const partials = { ...current };
+            delete partials[resolve(part)];
+            return Object.keys(partials).length === 0 ? undefined : partials;
+          });
+        return;
+      }
+      mkdirSync(dir, { recursive: true, mode: 0o700 });
+      const tmp = `${file}.${randomBytes(6).toString('hex')}.tmp`;
+      try {
+        writeFileSync(tmp, `${JSON.stringify({ part: resolve(part), validator })}\n`, {
+          mode: 0o600,
+        });
+        renameSync(tmp, file);
+      } catch (err) {
+        rmSync(tmp, { force: true });
+        throw naming(err, file);
+      }
+    },
   };
 }

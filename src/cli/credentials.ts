@@ -122,6 +122,8 @@ export function createCredentialStore(
   }
 
   async function removeFromFile(account: string): Promise<void> {
+    // Most often there is nothing to remove (the keychain holds the tokens): no lock for that.
+    if (!Object.hasOwn(await readFileTokens().catch(() => ({})), account)) return;
     await changeFileTokens((tokens) => Object.hasOwn(tokens, account) && delete tokens[account]);
   }
 

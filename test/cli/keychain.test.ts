@@ -342,7 +342,13 @@ echo "ms=$(( ($(date +%s%N) - start) / 1000000 ))"`,
 
       expect((await stat(configDir)).mode & 0o777).toBe(0o700);
       expect((await stat(join(configDir, 'credentials.json'))).mode & 0o777).toBe(0o600);
-      expect(await readdir(configDir)).toEqual(['credentials.json']); // no temp file left behind
+      // No temp file left behind; the lock that changes take turns on is an empty 0600 file.
+      expect((await readdir(configDir)).sort()).toEqual([
+        'credentials.json',
+        'credentials.json.lock',
+      ]);
+      const lock = await stat(join(configDir, 'credentials.json.lock'));
+      expect([lock.size, lock.mode & 0o777]).toEqual([0, 0o600]);
 
       const read = await withoutBus(['get', SERVER, 'bob']);
       expect(read.stdout).toBe('"tok-file"');
