@@ -48,6 +48,17 @@ export function sanitizeFileName(name: string | undefined): string | undefined {
   if (name === undefined) return undefined;
   let safe = name.replace(/[/\\]/g, '_').replace(UNSAFE_CHARACTERS, '').trim().replace(/^\.+/, '');
   if (safe === '') return undefined;
-  while (Buffer.byteLength(safe) > MAX_NAME_BYTES) safe = [...safe].slice(0, -1).join('');
+  if (Buffer.byteLength(safe) > MAX_NAME_BYTES) {
+    // The longest run of whole characters from the start that fits, in one pass: dropping one
+    // character at a time cost seconds to minutes for a server's 16–64 KB name.
+    let kept = '';
+    let bytes = 0;
+    for (const ch of safe) {
+      bytes += Buffer.byteLength(ch);
+      if (bytes > MAX_NAME_BYTES) break;
+      kept += ch;
+    }
+    safe = kept;
+  }
   return safe;
 }
