@@ -3,9 +3,10 @@ export function filenameFromDisposition(header: string | undefined): string | un
   if (!header) return undefined;
   const extended = /(?:^|;)\s*filename\*\s*=\s*([^;]*)/i.exec(header);
   if (extended) {
-    const match = /^\s*([\w!#$%&+^`{}~-]*)'[^']*'(.*?)\s*$/.exec(extended[1]!);
+    // Trailing spaces trimmed after the match: a lazy `(.*?)\s*$` took 0.5 s on 16 KB of them.
+    const match = /^\s*([\w!#$%&+^`{}~-]*)'[^']*'(.*)$/.exec(extended[1]!);
     if (match) {
-      const bytes = percentDecode(match[2]!);
+      const bytes = percentDecode(match[2]!.trimEnd());
       return match[1]!.toLowerCase() === 'utf-8'
         ? bytes.toString('utf8')
         : bytes.toString('latin1');

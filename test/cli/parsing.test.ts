@@ -61,6 +61,12 @@ describe('file names from Content-Disposition', () => {
     ).toBe('café.txt');
     expect(filenameFromDisposition('attachment; filename="a \\"b\\".txt"')).toBe('a "b".txt');
     expect(filenameFromDisposition('attachment; filename=plain.bin')).toBe('plain.bin');
+    // Spaces after an extended value are not part of the name; spaces inside it are.
+    expect(filenameFromDisposition(`attachment; filename*=UTF-8''a%20b.txt   ; x=1`)).toBe(
+      'a b.txt',
+    );
+    const spaced = `attachment; filename*=UTF-8''a${' '.repeat(16_000)}b`;
+    expect(filenameFromDisposition(spaced)).toBe(`a${' '.repeat(16_000)}b`);
     expect(filenameFromDisposition('attachment')).toBeUndefined();
     expect(filenameFromDisposition(undefined)).toBeUndefined();
   });
