@@ -121,7 +121,7 @@ describe.skipIf(typeof disk === 'string')('a full disk', () => {
         const res = await placed(huge, index, 200 * MiB, randomBytes(MiB));
         expectFail(res, 507);
         expect(res.body.message).toMatch(
-          /^The server has too little free space for this file: it needs \d+ more bytes, has \d+ free and keeps 4194304 free$/,
+          /^The server has too little free space for this file: it needs 199\.0 MiB more, has [\d.]+ MiB free and keeps 4\.0 MiB free$/,
         );
       }
       expect(await leftovers(dir)).toEqual([]);

@@ -1,4 +1,5 @@
 import { statfs } from 'node:fs/promises';
+import { formatSize } from '../../shared/size.js';
 import { InsufficientStorageError } from './index.js';
 
 /**
@@ -39,7 +40,7 @@ export class SpaceReserve {
     const free = fs.bavail * fs.bsize;
     if (free - bytes < this.minFreeBytes)
       throw new InsufficientStorageError(
-        `The server has too little free space for this file: it needs ${bytes} more bytes, has ${free} free and keeps ${this.minFreeBytes} free`,
+        `The server has too little free space for this file: it needs ${formatSize(bytes)} more, has ${formatSize(free)} free and keeps ${formatSize(this.minFreeBytes)} free`,
       );
   }
 }
