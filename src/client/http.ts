@@ -243,7 +243,7 @@ function attempt(url: URL, req: RawRequest, headers: Record<string, string>): Pr
  * server's disk or the file's declared size: space is freed by people, not by seconds), 508, 510,
  * 511 Network Authentication Required.
  */
-function passing(status: number): boolean {
+function transient(status: number): boolean {
   return status >= 500 && ![501, 505, 507, 508, 510, 511].includes(status);
 }
 
@@ -281,7 +281,7 @@ export async function send(client: ApiClient, req: RawRequest): Promise<Response
       await sleep(backoffDelay(client.retry, n), undefined, { signal: req.signal });
       continue;
     }
-    if (passing(res.statusCode) && req.retryServerErrors && n <= client.retry.retries) {
+    if (transient(res.statusCode) && req.retryServerErrors && n <= client.retry.retries) {
       repeated = true;
       await res.dump();
       await sleep(backoffDelay(client.retry, n), undefined, { signal: req.signal });
