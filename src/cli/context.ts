@@ -120,9 +120,9 @@ export function partialValidators(config: Config): ValidatorStore {
           });
         return;
       }
-      mkdirSync(dir, { recursive: true, mode: 0o700 });
       const tmp = `${file}.${randomBytes(6).toString('hex')}.tmp`;
       try {
+        mkdirSync(dir, { recursive: true, mode: 0o700 });
         writeFileSync(tmp, `${JSON.stringify({ part: resolve(part), validator })}\n`, {
           mode: 0o600,
         });
