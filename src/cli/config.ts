@@ -48,15 +48,7 @@ export class Config {
   }
 
   private write(data: ConfigSchema): void {
-    mkdirSync(dirname(this.path), { recursive: true, mode: 0o700 });
-    const tmp = `${this.path}.${randomBytes(6).toString('hex')}.tmp`;
-    try {
-      writeFileSync(tmp, `${JSON.stringify(data, null, '\t')}\n`, { mode: 0o600 });
-      renameSync(tmp, this.path);
-    } catch (err) {
-      rmSync(tmp, { force: true });
-      throw naming(err, this.path);
-    }
+    writeWholeSync(this.path, `${JSON.stringify(data, null, '\t')}\n`);
   }
 
   get<K extends keyof ConfigSchema>(key: K): ConfigSchema[K] {
@@ -112,4 +104,20 @@ export function openConfig(): Config {
 
 export function configDir(config: Config): string {
   return dirname(config.path);
+}
+
+/**
+ * Writes a small file of the config directory whole or not at all: a 0600 temporary file beside
+ * it, renamed over it (its directory made 0700 first). Errors name the file.
+ */
+export function writeWholeSync(path: string, text: string): void {
+  const tmp = `${path}.${randomBytes(6).toString('hex')}.tmp`;
+  try {
+    mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+    writeFileSync(tmp, text, { mode: 0o600 });
+    renameSync(tmp, path);
+  } catch (err) {
+    rmSync(tmp, { force: true });
+    throw naming(err, path);
+  }
 }

@@ -1,12 +1,11 @@
-import { createHash, randomBytes } from 'node:crypto';
-import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { readFileSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { createClient, normalizeServer, type ApiClient } from '../client/http.js';
 import type { Validator, ValidatorStore } from '../client/download.js';
-import { naming } from '../shared/syserr.js';
 import { parseShareRef } from '../client/refs.js';
-import { openConfig, configDir, type Config } from './config.js';
+import { openConfig, configDir, writeWholeSync, type Config } from './config.js';
 import { createCredentialStore, type CredentialStore } from './credentials.js';
 import { warn } from './output.js';
 
@@ -120,17 +119,7 @@ export function partialValidators(config: Config): ValidatorStore {
           });
         return;
       }
-      const tmp = `${file}.${randomBytes(6).toString('hex')}.tmp`;
-      try {
-        mkdirSync(dir, { recursive: true, mode: 0o700 });
-        writeFileSync(tmp, `${JSON.stringify({ part: resolve(part), validator })}\n`, {
-          mode: 0o600,
-        });
-        renameSync(tmp, file);
-      } catch (err) {
-        rmSync(tmp, { force: true });
-        throw naming(err, file);
-      }
+      writeWholeSync(file, `${JSON.stringify({ part: resolve(part), validator })}\n`);
     },
   };
 }

@@ -5,17 +5,18 @@ import { createRequire } from 'node:module';
 /**
  * Turns for processes that read, change and write back one file (the client's config.json and
  * credentials.json): each takes an exclusive kernel lock on a lock file beside it first, so two
- * commands run at once (parallel `fshare get`s in a CI job, two logins) no longer lose each
- * other's changes. The lock is an open-file-description lock through fs-native-extensions, as
- * for the server's data directory: the kernel drops it when its holder ends in any way.
+ * commands run at once (two logins, a login beside a CI job) no longer lose each other's changes.
+ * The lock is an open-file-description lock through fs-native-extensions, as for the server's
+ * data directory (store/dirlock.ts): the kernel drops it when its holder ends in any way.
  */
 interface Locks {
+  tryLock(fd: number): boolean;
   waitForLock(fd: number): Promise<void>;
   waitForLockSync(fd: number): void;
 }
 let locks: Locks | undefined;
-// Loaded on the first change: commands that only read never load the addon.
-const loadLocks = (): Locks =>
+/** The addon, loaded when first needed: commands that only read never load it. */
+export const loadLocks = (): Locks =>
   (locks ??= createRequire(import.meta.url)('fs-native-extensions') as Locks);
 
 /**

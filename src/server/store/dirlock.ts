@@ -1,7 +1,7 @@
 import { open, type FileHandle } from 'node:fs/promises';
-import { createRequire } from 'node:module';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
+import { loadLocks } from '../../shared/filelock.js';
 
 /**
  * The embedded store belongs to one process at a time: a second `fshare serve` on the same data
@@ -13,14 +13,6 @@ import { join } from 'node:path';
  * drops it when the process ends in any way, SIGKILL included, so a crash never leaves a stale
  * lock behind; over NFS it is a POSIX lock that the server arbitrates between hosts.
  */
-
-interface Locks {
-  tryLock(fd: number): boolean;
-}
-let locks: Locks | undefined;
-// Loaded when a data directory is opened: client commands never load the addon.
-const loadLocks = (): Locks =>
-  (locks ??= createRequire(import.meta.url)('fs-native-extensions') as Locks);
 
 /** Another process holds the data directory. Nothing was read or changed. */
 export class DataDirInUseError extends Error {
