@@ -3,7 +3,13 @@ import type { Writable } from 'node:stream';
 import { CommanderError } from 'commander';
 import { closeConnections } from '../client/http.js';
 import { writeFullySync } from '../shared/copy.js';
-import { EXIT, outputErrorText, outputFailuresAreFatal, reportError } from './output.js';
+import {
+  EXIT,
+  outputErrorText,
+  outputFailuresAreFatal,
+  outputIsADownload,
+  reportError,
+} from './output.js';
 import { buildProgram } from './program.js';
 
 const program = buildProgram();
@@ -47,12 +53,19 @@ function isRegularFile(fd: number): boolean {
   }
 }
 
-// Reading stdout into `head` must end quietly, not with an EPIPE trace. Any other failure to
-// write the output (a full disk under `> file`) is one line and exit 1, never a silent success
-// with the output cut short.
+// Reading a listing into `head` must end quietly, not with an EPIPE trace. A download into
+// `head` (`get -o - | head -c 100`) was cut short and never verified: one line and exit 1, as
+// curl fails there too. Any other failure to write the output (a full disk under `> file`) is one
+// line and exit 1, never a silent success with the output cut short.
 process.stdout.on('error', (err: NodeJS.ErrnoException) => {
   if (!outputFailuresAreFatal()) return; // `serve` goes on serving
-  if (err.code === 'EPIPE') process.exit(process.exitCode ?? 0);
+  if (err.code === 'EPIPE' && !outputIsADownload()) process.exit(process.exitCode ?? 0);
+  if (err.code === 'EPIPE') {
+    process.stderr.write(
+      'fshare: standard output was closed before the download ended; the download was cut short and not verified\n',
+    );
+    process.exit(EXIT.failure);
+  }
   process.stderr.write(`fshare: cannot write to standard output: ${outputErrorText(err)}\n`);
   process.exit(EXIT.failure);
 });

@@ -70,6 +70,21 @@ export function treatOutputAsLog(): void {
   outputIsLog = true;
 }
 
+let outputIsContent = false;
+
+/**
+ * For `get -o -`: standard output carries a share's bytes, so a reader that goes away before the
+ * end (`| head -c 100`) cuts the download short, unverified: a failure, not a quiet success.
+ */
+export function treatOutputAsContent(): void {
+  outputIsContent = true;
+}
+
+/** Whether standard output carries a download's bytes (see treatOutputAsContent). */
+export function outputIsADownload(): boolean {
+  return outputIsContent;
+}
+
 /** Whether a failure to write standard output ends the command (every command but `serve`). */
 export function outputFailuresAreFatal(): boolean {
   return !outputIsLog;

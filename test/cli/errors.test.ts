@@ -1,14 +1,17 @@
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { rm, stat, writeFile } from 'node:fs/promises';
+import { readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import type { Command } from 'commander';
+import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildProgram } from '../../src/cli/program.js';
 import {
   ADMIN,
+  BIN,
+  cleanEnv,
   closedPort,
   createCli,
   startServe,
@@ -350,6 +353,35 @@ describe('bad input gives one clear line and the right exit code', () => {
     } finally {
       await new Promise((r) => other.close(r));
     }
+  });
+
+  // `get -o - | head -c 10` used to exit 0: the download was cut short by the reader and never
+  // verified, yet it reported success. A listing into `head` stays a quiet exit 0.
+  it('a download into a reader that leaves early is exit 1 with one line; a listing into head stays exit 0', async () => {
+    const file = join(work, 'four-mib.bin');
+    await writeFile(file, randomBytes(4 * 1024 * 1024));
+    const [up] = await cli.json<{ share_id: string }[]>(['upload', file, '--no-progress']);
+    const env = cleanEnv({ FSHARE_CONFIG_DIR: cli.configDir, FSHARE_KEYRING: 'off' });
+    const pipe = (command: string) =>
+      execa('bash', ['-c', `${command} | head -c 10 > /dev/null; echo "\${PIPESTATUS[0]}"`], {
+        env,
+        extendEnv: false,
+        reject: false,
+        input: '',
+      });
+    const cut = await pipe(`node ${BIN} get ${up!.share_id} -o - --no-progress`);
+    expect(cut.stdout.trim()).toBe('1');
+    expectOneLine(
+      cut.stderr,
+      /^fshare: standard output was closed before the download ended; the download was cut short and not verified$/,
+    );
+    const listing = await pipe(`node ${BIN} ls`);
+    expect(listing.stdout.trim()).toBe('0');
+    expect(listing.stderr).toBe('');
+    // Read to its end, the same download is whole and exit 0.
+    const whole = await cli.runBinary(['get', up!.share_id, '-o', '-', '--no-progress']);
+    expect(whole.exitCode).toBe(0);
+    expect(whole.stdout.equals(await readFile(file))).toBe(true);
   });
 
   // A CI secret read from a file ends with a line break, and people paste "Bearer …": both used

@@ -32,6 +32,7 @@ import {
   printJson,
   printLine,
   printTable,
+  treatOutputAsContent,
   warn,
 } from '../output.js';
 import { createProgress, progressEnabled } from '../progress.js';
@@ -329,6 +330,7 @@ const get = (program: Command) =>
         if (toStdout && session.opts.json)
           throw new UsageError('--json cannot be combined with -o - (the content goes to stdout)');
         if (toStdout && options.continue) throw new UsageError('--continue needs a file, not -o -');
+        if (toStdout) treatOutputAsContent();
         if (options.continue && options.range)
           throw new UsageError('--continue and --range cannot be combined');
         const range: ByteRange | undefined = options.range
