@@ -9,6 +9,7 @@ import {
 } from './storage/index.js';
 import { DuplicateUserError, LastAdminError, MissingRecordError } from './store/index.js';
 import { ThrottledError } from './throttle.js';
+import { redactLinkPath } from './redact.js';
 
 /** The one error type routes throw; the error handler turns it into API.md's error body. */
 export class HttpError extends Error {
@@ -105,7 +106,7 @@ export function asHttpError(err: unknown): unknown {
 }
 
 export const notFound: RequestHandler = (req) => {
-  throw new HttpError(404, `No route for ${req.method} ${req.path}`);
+  throw new HttpError(404, `No route for ${req.method} ${redactLinkPath(req.path, undefined)}`);
 };
 
 /** Answers 405 with an Allow header for a known path with another method. */

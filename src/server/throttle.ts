@@ -1,4 +1,4 @@
-import { RateLimiterMemory, type RateLimiterAbstract } from 'rate-limiter-flexible';
+import { RateLimiterMemory, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
 import { LIMITS } from './limits.js';
 
 /** Too many failed sign-ins: `retryAfter` seconds until the next attempt is considered. */
@@ -45,23 +45,45 @@ export class LoginThrottle {
     ];
   }
 
-  /** Throws ThrottledError while any of the counts for this attempt is used up. */
-  async check(username: string, address: string): Promise<void> {
-    let wait = 0;
-    for (const [limiter, key] of this.limiters(username, address)) {
-      const res = await limiter.get(key);
-      if (res && res.consumedPoints >= limiter.points && res.msBeforeNext > 0)
-        wait = Math.max(wait, res.msBeforeNext);
+  /**
+   * Counts a sign-in attempt before its password is checked; throws ThrottledError, counting
+   * nothing, while any of its counts is used up. Counting first means attempts sent together
+   * cannot all pass a count that only some of them may (30 at once used to be 30 guesses).
+   */
+  async attempt(username: string, address: string): Promise<void> {
+    const taken: [RateLimiterAbstract, string][] = [];
+    try {
+      for (const [limiter, key] of this.limiters(username, address)) {
+        const wait = await countAttempt(limiter, key);
+        if (wait > 0) throw new ThrottledError(Math.ceil(wait / 1000));
+        taken.push([limiter, key]);
+      }
+    } catch (err) {
+      for (const [limiter, key] of taken) await limiter.reward(key, 1).catch(() => undefined);
+      throw err;
     }
-    if (wait > 0) throw new ThrottledError(Math.ceil(wait / 1000));
   }
 
-  async failed(username: string, address: string): Promise<void> {
-    for (const [limiter, key] of this.limiters(username, address))
-      await limiter.penalty(key, 1).catch(() => undefined);
-  }
-
+  /** The password was right: the attempt is not a failure, and the caller's count is cleared. */
   async succeeded(username: string, address: string): Promise<void> {
     await this.pair.delete(`${username}\0${address}`).catch(() => undefined);
+    await this.account.reward(username, 1).catch(() => undefined);
+    await this.address.reward(address, 1).catch(() => undefined);
+  }
+}
+
+/**
+ * Takes one point of `key`'s count for an attempt about to be checked (a right password gives it
+ * back). Resolves to 0, or, while the count is used up, to the milliseconds until it starts over,
+ * having counted nothing. A failing store (the database down) rejects.
+ */
+export async function countAttempt(limiter: RateLimiterAbstract, key: string): Promise<number> {
+  try {
+    await limiter.consume(key, 1);
+    return 0;
+  } catch (err) {
+    if (!(err instanceof RateLimiterRes)) throw err;
+    await limiter.reward(key, 1).catch(() => undefined);
+    return Math.max(1, err.msBeforeNext);
   }
 }

@@ -4,6 +4,7 @@
 // Expiry, validation and the settings' limits are in expiry.test.ts.
 import { createHash, randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
+import http from 'node:http';
 import { join } from 'node:path';
 import contentDisposition from 'content-disposition';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -961,10 +962,50 @@ describe('the request log', () => {
       }
       const paths = entries.filter((e) => /^\/l\//i.test(e.path)).map((e) => e.path);
       const mentions = (linkId: string) => paths.filter((p) => p.includes(linkId)).length;
-      expect(paths.filter((p) => p === `/l/<link ${open.id}>`)).toHaveLength(5);
+      // Whatever follows the token is left out too (\`/l/TOKEN/\` is logged as the link).
+      expect(paths.filter((p) => p === `/l/<link ${open.id}>`)).toHaveLength(6);
       expect(mentions(open.id)).toBe(6);
       expect(mentions(locked.id)).toBe(3);
       for (const p of paths) expect(p).toMatch(/^\/l\/<(link [0-9A-Za-z_-]+|no such link)>/);
+    } finally {
+      await own.close();
+    }
+  });
+
+  // Found from outside: an absolute-form request line (served as the link), `/l//TOKEN` and
+  // `/./l/TOKEN` (404s) were logged with the token in clear, and the 404 echoed it back.
+  it('never shows a token in an absolute-form request line, an odd path, or a 404 message', async () => {
+    const entries: RequestEntry[] = [];
+    const own = await startServer({ requestLog: (e) => entries.push(e) });
+    try {
+      const token = await login(own.url, ADMIN.username, ADMIN.password);
+      const id = await createShareWithContent(own.url, token, 'absolute.bin', DATA);
+      const made = await makeLink(own.url, token, id);
+      const { hostname, port } = new URL(own.direct);
+      const raw = (path: string) =>
+        new Promise<{ status: number; body: string }>((resolve, reject) => {
+          const req = http.request(
+            { host: hostname, port, path, method: 'GET', agent: false, headers: JSON_ONLY },
+            (res) => {
+              let body = '';
+              res.setEncoding('utf8');
+              res.on('data', (c: string) => (body += c));
+              res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+            },
+          );
+          req.on('error', reject);
+          req.end();
+        });
+      const absolute = await raw(`http://elsewhere.example/l/${made.token}`);
+      expect(absolute.status).toBe(200);
+      for (const path of [`/l//${made.token}`, `/./l/${made.token}`, `/l/${made.token}/x/y`]) {
+        const res = await raw(path);
+        expect(res.status, path).toBe(404);
+        expect(res.body).not.toContain(made.token);
+      }
+      await vi.waitFor(() => expect(entries.length).toBeGreaterThanOrEqual(6));
+      for (const e of entries) expect(e.path, JSON.stringify(e)).not.toContain(made.token);
+      expect(entries.map((e) => e.path)).toContain(`/l/<link ${made.id}>`);
     } finally {
       await own.close();
     }

@@ -35,11 +35,10 @@ export function authRoutes({ store, tokens, passwords, throttle }: Context): Rou
     stored?: string,
   ) => {
     const address = clientAddress(req);
-    await throttle.check(username, address);
+    await throttle.attempt(username, address);
     // Same work for an unknown user as for a wrong password.
     const ok = await passwords.verify(password, stored);
     if (ok) await throttle.succeeded(username, address);
-    else await throttle.failed(username, address);
     return ok;
   };
 

@@ -210,36 +210,34 @@ export function contentRoutes(ctx: Context): Router {
       // within the body), which tells the storage that a small upload is small.
       const max = Math.min(room, maxChunkBytes, length || Infinity) + 1;
       const chunk = await readChunk(req, res, share.share_id, max);
-      fields = chunk.fields;
+      const chunkFields = chunk.fields;
+      fields = chunkFields;
       try {
-        if (
-          owner &&
-          (chunk.received.bytes > room || (chunk.received.overflow && room < maxChunkBytes))
-        )
-          throw overQuota(owner, room);
-        // The share may have been deleted while the body streamed in.
-        if (!(await store.getShare(share.share_id))) throw Errors.shareNotFound();
-        await checkNewUpload(req, share, fields, { room, owner }, chunk.received.bytes);
-        outcome = await storage.commit(share.share_id, fields, chunk.received, (content) =>
-          store.withShareLock(share.share_id, async () => {
-            const current = await store.getShare(share.share_id);
-            if (!current) throw Errors.shareNotFound();
-            checkOwner(req, current);
-            // The same content published again (the storage finishing a completion a crash
-            // cut short after publishing): the upload did complete; nothing changes.
-            if (current.initialized && blobOf(current) === content.blob) return undefined;
-            allowed(current);
-            // Read before the update, which changes the record in place.
-            const replaced = current.initialized ? blobOf(current) : undefined;
-            await store.updateShare(share.share_id, {
-              initialized: true,
-              size: content.size,
-              sha256: content.sha256 || null,
-              blob: content.blob,
-            });
-            return replaced;
-          }),
-        );
+        // The quota and the bounds on unfinished uploads count what other requests committed:
+        // checked and committed under one lock per user (per share for an anonymous caller), so
+        // chunks that race cannot all pass a check that only one of them may.
+        const guarded =
+          owner !== undefined || !(await storage.isUnfinished(share.share_id, fields.uploadId));
+        const checkAndCommit = async () => {
+          const quota =
+            guarded && owner ? await quotaRoom(req, share, share.initialized) : { room, owner };
+          if (
+            quota.owner &&
+            (chunk.received.bytes > quota.room ||
+              (chunk.received.overflow && quota.room < maxChunkBytes))
+          )
+            throw overQuota(quota.owner, quota.room);
+          // The share may have been deleted while the body streamed in.
+          if (!(await store.getShare(share.share_id))) throw Errors.shareNotFound();
+          await checkNewUpload(req, share, chunkFields, quota, chunk.received.bytes);
+          return commitChunk(req, share, chunkFields, chunk.received, allowed);
+        };
+        outcome = guarded
+          ? await store.withShareLock(
+              `uploads of ${req.caller.userId ?? share.share_id}`,
+              checkAndCommit,
+            )
+          : await checkAndCommit();
       } finally {
         await storage.discard(chunk.received);
       }
@@ -257,6 +255,35 @@ export function contentRoutes(ctx: Context): Router {
       });
     }
   };
+
+  /** Commits a checked chunk; the one that completes the upload publishes the new content. */
+  const commitChunk = (
+    req: Request,
+    share: ShareRecord,
+    fields: ChunkFields,
+    received: ReceivedChunk,
+    allowed: (s: ShareRecord) => void,
+  ) =>
+    storage.commit(share.share_id, fields, received, (content) =>
+      store.withShareLock(share.share_id, async () => {
+        const current = await store.getShare(share.share_id);
+        if (!current) throw Errors.shareNotFound();
+        checkOwner(req, current);
+        // The same content published again (the storage finishing a completion a crash
+        // cut short after publishing): the upload did complete; nothing changes.
+        if (current.initialized && blobOf(current) === content.blob) return undefined;
+        allowed(current);
+        // Read before the update, which changes the record in place.
+        const replaced = current.initialized ? blobOf(current) : undefined;
+        await store.updateShare(share.share_id, {
+          initialized: true,
+          size: content.size,
+          sha256: content.sha256 || null,
+          blob: content.blob,
+        });
+        return replaced;
+      }),
+    );
 
   const checkCreate = (s: ShareRecord) => {
     if (s.locked) throw Errors.locked();

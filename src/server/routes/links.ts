@@ -20,6 +20,7 @@ import {
 import { clientAddress } from './auth.js';
 import { sendContent } from './content.js';
 import { findShare, isAdmin } from './shares.js';
+import { countAttempt } from '../throttle.js';
 
 /** Resume windows are kept as seconds after this (2023-11-14), so they fit a 32-bit count. */
 const WINDOW_EPOCH_S = 1_700_000_000;
@@ -35,14 +36,6 @@ function rangeStart(req: Request): number {
 }
 
 export const tokenHash = (token: string) => createHash('sha256').update(token).digest('hex');
-
-/** What the request log shows instead of a link's path: never the token. */
-export function redactLinkPath(path: string, linkId: unknown): string {
-  return path.replace(
-    /^\/l\/[^/]*/i,
-    typeof linkId === 'string' ? `/l/<link ${linkId}>` : '/l/<no such link>',
-  );
-}
 
 type LinkState = Link['state'];
 
@@ -378,18 +371,19 @@ export function linkRoutes(ctx: Context): Router {
         const body = (req.body ?? {}) as Record<string, unknown>;
         const password = typeof body.password === 'string' ? body.password : '';
         const key = `${link.id}\0${clientAddress(req)}`;
-        const seen = await guesses.get(key);
-        if (seen && seen.consumedPoints >= guesses.points && seen.msBeforeNext > 0)
+        // Counted before the check, so that guesses sent together cannot all pass the count.
+        const wait = await countAttempt(guesses, key);
+        if (wait > 0)
           throw new HttpError(
             429,
-            `Too many wrong passwords for this link; try again in ${Math.ceil(seen.msBeforeNext / 1000)} s`,
-            { 'Retry-After': String(Math.ceil(seen.msBeforeNext / 1000)) },
+            `Too many wrong passwords for this link; try again in ${Math.ceil(wait / 1000)} s`,
+            { 'Retry-After': String(Math.ceil(wait / 1000)) },
           );
         if (!(await passwords.verify(password, link.password_hash))) {
-          await guesses.penalty(key, 1).catch(() => undefined);
           needPassword(req, res, true);
           return;
         }
+        await guesses.reward(key, 1).catch(() => undefined);
         grant(req, res, link, token);
       }
       if ('download' in req.query) {

@@ -391,7 +391,13 @@ export class FileStorage implements ContentStorage {
     if (!fields) {
       const path = join(this.incomingDir, rand());
       const received = new Received('incoming', path);
-      await this.writeFile(body, received, path, maxBytes);
+      try {
+        await this.writeFile(body, received, path, maxBytes);
+      } catch (err) {
+        // A body cut off, stalled or refused leaves nothing in incoming/.
+        await this.discard(received);
+        throw err;
+      }
       return received;
     }
     const received = await this.withUpload(shareId, fields, true, async (upload) => {
@@ -618,35 +624,39 @@ export class FileStorage implements ContentStorage {
   /** Checks a received chunk against its upload and makes it part of it (commit makes its log line durable). */
   private async record(upload: Upload, fields: ChunkFields, received: Received): Promise<void> {
     const { index } = fields;
+    // Every check comes before anything is written: a refused chunk leaves nothing behind, not
+    // an upload of no chunks (which would count against the limits on unfinished uploads) nor
+    // its dzsha256 (which would refuse the right one when the chunk is sent again).
+    if (fields.sha256 && upload.sha256 && upload.sha256 !== fields.sha256)
+      throw new ChunkRefusedError('invalid', 'dzsha256 differs from the one earlier chunks sent');
+    const region = upload.meta.layout ? upload.region(index) : null;
+    if (region && (received.overflow || received.bytes !== region.length))
+      throw new ChunkRefusedError(
+        'invalid',
+        `Chunk ${index} must have ${region.length} bytes (dzchunksize and dztotalfilesize), not ${received.overflow ? 'more' : received.bytes}`,
+      );
+    if (!region) this.checkJoinedOffset(upload, fields, received.bytes);
     if (!upload.persisted) {
       await writeMeta(upload.dir, upload.meta);
       await fsyncDir(this.uploadsDir);
       upload.persisted = true;
     }
-    if (fields.sha256) {
-      if (upload.sha256 && upload.sha256 !== fields.sha256)
-        throw new ChunkRefusedError('invalid', 'dzsha256 differs from the one earlier chunks sent');
-      if (!upload.sha256) {
-        await this.appendLog(upload, `h ${fields.sha256}\n`, false);
-        upload.sha256 = fields.sha256;
-      }
-    }
-    if (upload.meta.layout) {
-      const { start, length } = upload.region(index);
-      if (received.overflow || received.bytes !== length)
-        throw new ChunkRefusedError(
-          'invalid',
-          `Chunk ${index} must have ${length} bytes (dzchunksize and dztotalfilesize), not ${received.overflow ? 'more' : received.bytes}`,
-        );
+    const sha256Line = async () => {
+      if (!fields.sha256 || upload.sha256) return;
+      await this.appendLog(upload, `h ${fields.sha256}\n`, false);
+      upload.sha256 = fields.sha256;
+    };
+    if (region) {
+      const { start, length } = region;
       if (received.kind !== 'inplace')
         await this.copyIntoPlace(upload, index, received, start, length);
       await fault('chunk.before-record');
+      await sha256Line();
       await this.appendLog(upload, `c ${index} ${length} -\n`, false);
       upload.committed.set(index, { length });
       if (received.kind === 'inplace') upload.writers.delete(index);
       return;
     }
-    this.checkJoinedOffset(upload, fields, received.bytes);
     const target = join(upload.dir, String(index));
     if (upload.committed.has(index) && index < upload.hash.next) {
       const same = await sameBytes(target, 0, received.path, 0, received.bytes);
@@ -655,6 +665,7 @@ export class FileStorage implements ContentStorage {
     await rename(received.path, target);
     await fsyncDir(upload.dir);
     await fault('chunk.before-record');
+    await sha256Line();
     const offset = fields.offset ?? '-';
     await this.appendLog(upload, `c ${index} ${received.bytes} ${offset}\n`, false);
     upload.committed.set(index, { length: received.bytes, offset: fields.offset });

@@ -1,0 +1,232 @@
+// A refused or cut-off request changes nothing, and a check that counts what other requests did
+// holds when they race. Found from outside: a refused first chunk used to leave its upload and its
+// dzsha256 behind (the right chunk was then refused, and refused chunks used up the bounds on
+// unfinished uploads for 24 hours); a body whose file part came before its fields stayed in
+// incoming/ when it was cut off; chunks and sign-ins sent together all passed a quota, a bound or
+// a throttle that only some of them could.
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import net from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  content,
+  createShare,
+  createShareWithContent,
+  createUser,
+  expectFail,
+  expectStatus,
+  get,
+  patch,
+  post,
+  sendParts,
+  type Part,
+} from '../helpers/http.js';
+import {
+  ADMIN,
+  incomingFiles,
+  login,
+  startServer,
+  storedUploads,
+  type TestServer,
+} from '../helpers/server.js';
+
+const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
+
+/** Polls until `check` holds (something the server does on its own), for at most 10 s. */
+async function until(check: () => Promise<boolean>, what: string): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+const fieldsOf = (fields: Record<string, string | number>): Part[] =>
+  Object.entries(fields).map(([name, value]) => ({ name, value: String(value) }));
+
+describe('a refused chunk leaves nothing behind', () => {
+  let srv: TestServer;
+  let admin: string;
+  beforeAll(async () => {
+    srv = await startServer({ limits: { maxUploadsPerShare: 2 } });
+    admin = await login(srv.url, ADMIN.username, ADMIN.password);
+  });
+  afterAll(() => srv?.close());
+
+  it('a first chunk of the wrong length with a wrong dzsha256: no upload, and the right chunk then goes through', async () => {
+    const id = await createShare(srv.url, admin, 'placed.bin');
+    const data = randomBytes(8);
+    const dzuuid = randomUUID();
+    const placed = (index: number, bytes: Buffer, digest?: string) =>
+      sendParts(srv.url, admin, id, [
+        ...fieldsOf({
+          dzuuid,
+          dzchunkindex: index,
+          dztotalchunks: 2,
+          dzchunksize: 4,
+          dztotalfilesize: 8,
+          ...(digest ? { dzsha256: digest } : {}),
+        }),
+        { name: 'upload', filename: 'b', data: bytes },
+      ]);
+    const refused = await placed(0, data.subarray(0, 3), '0'.repeat(64));
+    expectFail(refused, 400);
+    expect(refused.body.message).toMatch(/must have 4 bytes/);
+    expectFail(await get(srv.url, `/files/${id}/uploads/${dzuuid}`, { token: admin }), 404);
+    expect(await storedUploads(srv, id)).toEqual([]);
+    // The same upload, sent right: its dzsha256 is taken, not the refused chunk's.
+    expectStatus(await placed(0, data.subarray(0, 4), sha256(data)), 200);
+    expectStatus(await placed(1, data.subarray(4), sha256(data)), 201);
+    expect((await content(srv.url, admin, id)).equals(data)).toBe(true);
+    expect((await get(srv.url, `/files/${id}`, { token: admin })).body.sha256).toBe(sha256(data));
+  });
+
+  it('refused first chunks do not use up the bound on unfinished uploads, before or after a restart', async () => {
+    const id = await createShare(srv.url, admin, 'bounded.bin');
+    for (let i = 0; i < 3; i++) {
+      const refused = await sendParts(srv.url, admin, id, [
+        ...fieldsOf({
+          dzuuid: `refused-${i}`,
+          dzchunkindex: 0,
+          dztotalchunks: 2,
+          dzchunksize: 10,
+          dztotalfilesize: 20,
+        }),
+        { name: 'upload', filename: 'b', data: randomBytes(7) },
+      ]);
+      expectFail(refused, 400);
+    }
+    await srv.close(false);
+    srv = await startServer({ dataDir: srv.dataDir, limits: { maxUploadsPerShare: 2 } });
+    admin = await login(srv.url, ADMIN.username, ADMIN.password);
+    expect(await storedUploads(srv, id)).toEqual([]);
+    const data = randomBytes(100);
+    const whole = await sendParts(srv.url, admin, id, [
+      ...fieldsOf({ dzuuid: 'valid', dzchunkindex: 0, dztotalchunks: 1 }),
+      { name: 'upload', filename: 'b', data },
+    ]);
+    expectStatus(whole, 201);
+    expect((await content(srv.url, admin, id)).equals(data)).toBe(true);
+  });
+
+  it('a body whose file part comes before its fields, cut off in the middle, leaves nothing in incoming/', async () => {
+    const id = await createShare(srv.url, admin, 'file-first.bin');
+    const { hostname, port } = new URL(srv.direct);
+    const boundary = `----cut-${randomUUID()}`;
+    const head = Buffer.from(
+      `--${boundary}\r\nContent-Disposition: form-data; name="upload"; filename="b"\r\n` +
+        `Content-Type: application/octet-stream\r\n\r\n`,
+    );
+    const declared = 4 * 1024 * 1024;
+    for (let i = 0; i < 3; i++) {
+      const socket = net.connect(Number(port), hostname);
+      await new Promise<void>((r, j) => socket.once('connect', r).once('error', j));
+      socket.on('error', () => undefined);
+      socket.write(
+        `POST /files/${id}/content HTTP/1.1\r\nHost: ${hostname}\r\n` +
+          `Authorization: Bearer ${admin}\r\n` +
+          `Content-Type: multipart/form-data; boundary=${boundary}\r\n` +
+          `Content-Length: ${declared}\r\n\r\n`,
+      );
+      socket.write(head);
+      await new Promise<void>((r) => socket.write(randomBytes(1024 * 1024), () => r()));
+      // The server has started a file for the part; then the client is gone.
+      await until(async () => (await incomingFiles(srv)).length > 0, 'the part to arrive');
+      socket.destroy();
+      await until(async () => (await incomingFiles(srv)).length === 0, 'incoming/ to empty');
+    }
+    expect(await incomingFiles(srv)).toEqual([]);
+    expect((await get(srv.url, `/files/${id}`, { token: admin })).body.initialized).toBe(false);
+  });
+});
+
+describe('checks that count other requests hold when requests race', () => {
+  let srv: TestServer;
+  let admin: string;
+  beforeAll(async () => {
+    srv = await startServer();
+    admin = await login(srv.url, ADMIN.username, ADMIN.password);
+  });
+  afterAll(() => srv?.close());
+
+  it('six chunks sent at once into a quota that holds one: one is stored, five get 413', async () => {
+    const user = await createUser(srv.url, admin, ['CREATE', 'READ']);
+    expectStatus(
+      await patch(srv.url, `/users/${user.username}`, { token: admin, json: { quota: 1_000_000 } }),
+      200,
+    );
+    const id = await createShare(srv.url, user.token, 'racing.bin');
+    const answers = await Promise.all(
+      Array.from({ length: 6 }, (_, index) =>
+        sendParts(srv.url, user.token, id, [
+          ...fieldsOf({ dzuuid: 'race', dzchunkindex: index, dztotalchunks: 6 }),
+          { name: 'upload', filename: 'b', data: randomBytes(600_000) },
+        ]),
+      ),
+    );
+    const statuses = answers.map((a) => a.status).sort();
+    expect(statuses).toEqual([200, 413, 413, 413, 413, 413]);
+    const me = await get(srv.url, `/users/${user.username}`, { token: user.token });
+    expect(me.body.used).toBeLessThanOrEqual(1_000_000);
+  });
+
+  it('twenty new uploads sent at once to one share: no more than the bound are taken', async () => {
+    const id = await createShare(srv.url, admin, 'many.bin');
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        sendParts(srv.url, admin, id, [
+          ...fieldsOf({ dzuuid: `new-${i}`, dzchunkindex: 0, dztotalchunks: 2 }),
+          { name: 'upload', filename: 'b', data: randomBytes(1000) },
+        ]),
+      ),
+    );
+    const taken = answers.filter((a) => a.status === 200).length;
+    expect(answers.every((a) => a.status === 200 || a.status === 429)).toBe(true);
+    expect(taken).toBe(8); // limits.maxUploadsPerShare, the default
+    expect(await storedUploads(srv, id)).toHaveLength(8);
+  });
+
+  it('thirty wrong passwords sent at once: ten are checked, the rest get 429; so does the right one after them', async () => {
+    const user = await createUser(srv.url, admin, ['READ']);
+    const answers = await Promise.all(
+      Array.from({ length: 30 }, () =>
+        post(srv.url, '/users/login', {
+          json: { username: user.username, password: 'wrong-password' },
+        }),
+      ),
+    );
+    const counts = (status: number) => answers.filter((a) => a.status === status).length;
+    // 503 is the bounded password queue turning some away before they are counted.
+    expect(counts(401)).toBeLessThanOrEqual(10);
+    expect(counts(401) + counts(429) + counts(503)).toBe(30);
+    expect(counts(429)).toBeGreaterThan(0);
+    const right = await post(srv.url, '/users/login', {
+      json: { username: user.username, password: user.password },
+    });
+    expectFail(right, 429);
+  });
+
+  it('thirty wrong link passwords sent at once: ten are checked, the rest get 429', async () => {
+    const id = await createShareWithContent(srv.url, admin, 'guarded.bin', randomBytes(100));
+    const made = await post(srv.url, `/files/${id}/links`, {
+      token: admin,
+      json: { password: 'link-secret-1' },
+    });
+    expectStatus(made, 201);
+    const path = new URL(made.body.url as string).pathname;
+    const answers = await Promise.all(
+      Array.from({ length: 30 }, () =>
+        post(srv.url, path, {
+          body: 'password=wrong',
+          headers: {
+            'content-type': 'application/x-www-form-urlencoded',
+            accept: 'application/json',
+          },
+        }),
+      ),
+    );
+    const counts = (status: number) => answers.filter((a) => a.status === status).length;
+    expect(counts(401)).toBeLessThanOrEqual(10);
+    expect(counts(401) + counts(429) + counts(503)).toBe(30);
+    expect(counts(429)).toBeGreaterThan(0);
+  });
+});
