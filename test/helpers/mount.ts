@@ -10,11 +10,15 @@ export interface SmallDisk {
   unmount(): Promise<void>;
 }
 
-/** Mounts a tmpfs of `mib` MiB; returns a string (the reason) when that cannot be done here. */
-export async function mountSmallDisk(mib: number): Promise<SmallDisk | string> {
+/**
+ * Mounts a tmpfs of `mib` MiB (and at most `inodes` files, when given); returns a string (the
+ * reason) when that cannot be done here.
+ */
+export async function mountSmallDisk(mib: number, inodes?: number): Promise<SmallDisk | string> {
   const dir = await mkdtemp(join(tmpdir(), 'fshare-small-'));
+  const options = `size=${mib}m,mode=0700${inodes ? `,nr_inodes=${inodes}` : ''}`;
   try {
-    execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${mib}m,mode=0700`, 'tmpfs', dir], {
+    execFileSync('mount', ['-t', 'tmpfs', '-o', options, 'tmpfs', dir], {
       stdio: 'pipe',
     });
   } catch (err) {

@@ -3,12 +3,13 @@
 // failed request answers 507 JSON, changes nothing and leaves no temporary file; the server keeps
 // running and works again by itself once space returns; every acknowledged write survives.
 import { randomBytes, randomUUID } from 'node:crypto';
-import { open, readdir, rm, statfs } from 'node:fs/promises';
+import { appendFile, mkdir, open, readdir, rm, statfs, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
   allShares,
+  chunkMultipart,
   content,
   createShare,
   del,
@@ -267,6 +268,191 @@ describe.skipIf(typeof disk === 'string')('a full disk', () => {
       expect([...shares.keys()].sort()).toEqual([...acked].sort());
       expect(shares.get(kept)).toMatchObject({ file_name: 'kept.txt', size: 12 });
     } finally {
+      await srv.close();
+    }
+  });
+});
+
+describe.skipIf(typeof disk === 'string')('a full disk in the middle of an upload', () => {
+  // Found from outside: a join that filled the disk left its partial j.* file behind (the disk
+  // stayed full until a restart, and every retry left another).
+  it('a join the disk cannot hold: 507, no part of the join is left; with space back the last chunk completes it', async () => {
+    const dir = join((disk as SmallDisk).dir, 'join');
+    const filler = join((disk as SmallDisk).dir, 'filler-join');
+    const srv = await startServer({ dataDir: dir, minFreeBytes: 0 });
+    try {
+      const token = await login(srv.url, ADMIN.username, ADMIN.password);
+      const id = await createShare(srv.url, token, 'joined.bin');
+      const data = randomBytes(16 * MiB);
+      const chunks = [0, 1, 2, 3].map((i) => data.subarray(i * 4 * MiB, (i + 1) * 4 * MiB));
+      const dzuuid = randomUUID();
+      const send = (index: number) =>
+        sendChunk(srv.url, token, id, { dzuuid, index, total: 4, data: chunks[index]! });
+      for (const index of [0, 1, 2]) expectStatus(await send(index), 200);
+      // Room for the last chunk, not for the 16 MiB of the join.
+      await fillDisk(filler, 7 * MiB);
+      const refused = await send(3);
+      expectFail(refused, 507);
+      const joins = (await walkFiles(join(dir, 'uploads'))).filter((f) => /\/j\.[^/]*$/.test(f));
+      expect(joins).toEqual([]);
+      expect(await getShare(srv.url, token, id)).toMatchObject({ initialized: false });
+      // Space returns: sending the last chunk again completes the upload, without a restart.
+      await rm(filler);
+      expectStatus(await send(3), 201);
+      expect((await content(srv.url, token, id)).equals(data)).toBe(true);
+    } finally {
+      await rm(filler, { force: true });
+      await srv.close();
+    }
+  });
+
+  // Found from outside: an upload's log line that a full disk cut short stayed in the log, and
+  // the next line appended joined it into one that read as neither: a chunk acknowledged after
+  // space returned was gone after a restart.
+  it('a log line a full disk cuts short is taken back: every chunk acknowledged later survives a restart', async () => {
+    const dir = join((disk as SmallDisk).dir, 'torn');
+    const filler = join((disk as SmallDisk).dir, 'filler-torn');
+    let srv = await startServer({ dataDir: dir, minFreeBytes: 0 });
+    try {
+      let token = await login(srv.url, ADMIN.username, ADMIN.password);
+      const id = await createShare(srv.url, token, 'torn.bin');
+      const dzuuid = randomUUID();
+      const send = (index: number) =>
+        sendChunk(srv.url, token, id, { dzuuid, index, total: 1000, data: Buffer.alloc(0) });
+      const acked: number[] = [];
+      let size = 0; // the log's: one line `c INDEX 0 -` per chunk
+      let next = 0;
+      // Up to 1–7 bytes before the end of a page of the log, so the next line (8 bytes or
+      // more) needs a page the full disk does not have.
+      while (4096 - (size % 4096) > 7) {
+        expectStatus(await send(next), 200);
+        acked.push(next);
+        size += `c ${next} 0 -\n`.length;
+        next++;
+      }
+      await fillDisk(filler);
+      // Without a Content-Length (chunked), so the free-space check before the body cannot
+      // refuse it: the log's append is what meets the full disk.
+      const { head, tail, contentType } = chunkMultipart(
+        { dzuuid, dzchunkindex: next, dztotalchunks: 1000 },
+        Buffer.alloc(0),
+      );
+      const refused = await new Promise<{ status: number; text: string }>((resolve, reject) => {
+        const req = http.request(new URL(`/files/${id}/content`, srv.url), {
+          method: 'POST',
+          headers: { authorization: `Bearer ${token}`, 'content-type': contentType },
+        });
+        req.on('error', reject);
+        req.on('response', (res) => {
+          let text = '';
+          res.setEncoding('utf8');
+          res.on('data', (c: string) => (text += c));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+        });
+        req.write(head);
+        req.end(tail);
+      });
+      expect(refused.status, refused.text).toBe(507);
+      await rm(filler);
+      for (const index of [next + 1, next + 2]) {
+        expectStatus(await send(index), 200);
+        acked.push(index);
+      }
+      await srv.close(false);
+      srv = await startServer({ dataDir: dir, minFreeBytes: 0 });
+      token = await login(srv.url, ADMIN.username, ADMIN.password);
+      const state = await request(srv.url, 'GET', `/files/${id}/uploads/${dzuuid}`, { token });
+      expectStatus(state, 200);
+      expect(state.body.received).toEqual(acked);
+    } finally {
+      await rm(filler, { force: true });
+      await srv.close();
+    }
+  });
+
+  // A SIGKILL in the middle of an append leaves a line without its end; the next append used to
+  // be glued to it. Property: a cut tail is dropped at load, and later chunks keep their record.
+  it('a log whose last line a crash cut short: the cut line is dropped, later chunks survive restarts', async () => {
+    const dir = join((disk as SmallDisk).dir, 'cut-tail');
+    let srv = await startServer({ dataDir: dir, minFreeBytes: 0 });
+    try {
+      let token = await login(srv.url, ADMIN.username, ADMIN.password);
+      const id = await createShare(srv.url, token, 'cut.bin');
+      const dzuuid = randomUUID();
+      const send = (index: number) =>
+        sendChunk(srv.url, token, id, { dzuuid, index, total: 10, data: Buffer.from(`c${index}`) });
+      for (const index of [0, 1]) expectStatus(await send(index), 200);
+      await srv.close(false);
+      const [upload] = await readdir(join(dir, 'uploads'));
+      await appendFile(join(dir, 'uploads', upload!, 'log'), 'c 5 2'); // cut short by the crash
+      for (let round = 0; round < 2; round++) {
+        srv = await startServer({ dataDir: dir, minFreeBytes: 0 });
+        token = await login(srv.url, ADMIN.username, ADMIN.password);
+        if (round === 0) expectStatus(await send(3), 200);
+        const state = await request(srv.url, 'GET', `/files/${id}/uploads/${dzuuid}`, { token });
+        expect(state.body.received).toEqual([0, 1, 3]);
+        await srv.close(false);
+      }
+    } finally {
+      await srv.close();
+    }
+  });
+});
+
+const inodeDisk: SmallDisk | string = await mountSmallDisk(64, 400);
+afterAll(async () => {
+  if (typeof inodeDisk !== 'string') await inodeDisk.unmount();
+});
+
+describe.skipIf(typeof inodeDisk === 'string')('a disk out of inodes', () => {
+  // Found from outside: with a few inodes left, an upload could be published (the share had
+  // the new content) and still be answered 507 "nothing was changed", because closing the
+  // upload afterwards needed an inode. Property, for every number of inodes left: a 201 means
+  // the share holds the new bytes, and any failure means it still holds the old ones.
+  it('for each number of inodes left, the answer tells the truth about the share', async () => {
+    const root = (inodeDisk as SmallDisk).dir;
+    const fillers = join(root, 'fillers');
+    const srv = await startServer({ dataDir: join(root, 'data'), minFreeBytes: 0 });
+    try {
+      const token = await login(srv.url, ADMIN.username, ADMIN.password);
+      const seen = new Set<number>();
+      for (let left = 0; left <= 8; left++) {
+        for (const method of ['POST', 'PUT'] as const) {
+          const old = randomBytes(1000);
+          const id = await createShare(srv.url, token, `inodes-${left}-${method}.bin`);
+          if (method === 'PUT') expectStatus(await upload1(srv.url, token, id, old), 201);
+          await mkdir(fillers, { recursive: true });
+          for (let n = 0; (await statfs(root)).ffree > left; n++)
+            await writeFile(join(fillers, String(n)), '');
+          const data = randomBytes(3000);
+          const res = await sendChunk(
+            srv.url,
+            token,
+            id,
+            { dzuuid: randomUUID(), index: 0, total: 1, data },
+            method,
+          );
+          await rm(fillers, { recursive: true, force: true });
+          seen.add(res.status);
+          const share = await getShare(srv.url, token, id);
+          if (res.status === 201) {
+            expect((await content(srv.url, token, id)).equals(data), `${method} ${left}`).toBe(
+              true,
+            );
+          } else {
+            expectFail(res, 507);
+            if (method === 'PUT')
+              expect((await content(srv.url, token, id)).equals(old), `${method} ${left}`).toBe(
+                true,
+              );
+            else expect(share.initialized, `${method} ${left}`).toBe(false);
+          }
+        }
+      }
+      // Both outcomes were met: the range of inodes left spans the failure and the success.
+      expect(seen).toEqual(new Set([201, 507]));
+    } finally {
+      await rm(fillers, { recursive: true, force: true });
       await srv.close();
     }
   });

@@ -9,6 +9,7 @@ import {
   rename,
   rm,
   stat,
+  truncate,
   unlink,
   type FileHandle,
 } from 'node:fs/promises';
@@ -762,9 +763,22 @@ export class FileStorage implements ContentStorage {
       throw err;
     }
     await fault('complete.after-publish');
-    await this.finish(upload);
-    await fault('complete.after-tombstone');
-    if (replaced && replaced !== blob) await this.removeContent(replaced);
+    // Published: the upload is done, whatever follows. Closing it and removing the content it
+    // replaced are housekeeping; if the disk refuses them (no inode left for the record), the
+    // answer is still 201 and a start of the server finishes them.
+    try {
+      await this.finish(upload);
+      await fault('complete.after-tombstone');
+    } catch (err) {
+      upload.state = 'done'; // stays in memory as finished: its late chunks are refused
+      this.log(
+        `could not close upload ${upload.name} after publishing it (${String(err)}); a restart will`,
+      );
+    }
+    if (replaced && replaced !== blob)
+      await this.removeContent(replaced).catch((err: unknown) =>
+        this.log(`could not remove replaced content ${replaced} (${String(err)}); a restart will`),
+      );
     return 'complete';
   }
 
@@ -779,8 +793,13 @@ export class FileStorage implements ContentStorage {
         at += length;
       }
       await out.datasync();
+    } catch (err) {
+      // A join the disk could not hold leaves no part of it behind.
+      await out.close().catch(() => undefined);
+      await rm(target, { force: true });
+      throw err;
     } finally {
-      await out.close();
+      await out.close().catch(() => undefined);
     }
   }
 
@@ -808,7 +827,15 @@ export class FileStorage implements ContentStorage {
   private async appendLog(upload: Upload, line: string, durable = true): Promise<void> {
     const handle = await open(join(upload.dir, 'log'), 'a', 0o600);
     try {
-      await writeFully(handle, Buffer.from(line), null);
+      const { size } = await handle.stat();
+      try {
+        await writeFully(handle, Buffer.from(line), null);
+      } catch (err) {
+        // Part of a line (a full disk) would join the next line into one that reads as
+        // neither: the log is cut back to its last whole line.
+        await handle.truncate(size).catch(() => undefined);
+        throw err;
+      }
       if (durable) await handle.datasync();
     } finally {
       await handle.close();
@@ -902,17 +929,13 @@ export class FileStorage implements ContentStorage {
       ),
     );
     upload.lastActivity = Math.max(...touched);
-    const log = await readFile(join(dir, 'log'), 'utf8').catch(() => '');
-    for (const line of log.split('\n').slice(0, -1)) {
-      const [kind, a, b, c] = line.split(' ');
-      if (kind === 'h' && a && /^[0-9a-f]{64}$/.test(a)) upload.sha256 = a;
-      else if (kind === 'd') upload.committed.delete(Number(a));
-      else if (kind === 'c')
-        upload.committed.set(Number(a), {
-          length: Number(b),
-          offset: c === '-' ? undefined : Number(c),
-        });
-    }
+    const log = await readFile(join(dir, 'log')).catch(() => Buffer.alloc(0));
+    // A line the crash cut short was never acknowledged; it goes, so that the next line
+    // appended cannot join it into one that reads as neither.
+    const whole = log.lastIndexOf(0x0a) + 1;
+    if (whole < log.length) await truncate(join(dir, 'log'), whole);
+    for (const line of log.subarray(0, whole).toString('latin1').split('\n'))
+      readLogLine(upload, line);
     // Leftovers of requests cut by the crash; a content file linked elsewhere means the
     // completion was published (start-up removed unpublished links), so the upload is done.
     let published = false;
@@ -1160,4 +1183,24 @@ async function sameBytes(
   } finally {
     await Promise.all([ha.close(), hb.close()]);
   }
+}
+
+const LOG_LINE = /^(?:h ([0-9a-f]{64})|d (\d{1,15})|c (\d{1,15}) (\d{1,15}) (\d{1,15}|-))$/;
+
+/**
+ * Applies one line of an upload's log: `h SHA256` (the dzsha256 announced), `c INDEX LENGTH
+ * OFFSET|-` (a committed chunk), `d INDEX` (a chunk withdrawn). Anything else (a line from a
+ * damaged log) is skipped: it never records a chunk that was not acknowledged.
+ */
+function readLogLine(upload: Upload, line: string): void {
+  const m = LOG_LINE.exec(line);
+  if (!m) return;
+  const [, sha256, withdrawn, index, length, offset] = m;
+  if (sha256) upload.sha256 = sha256;
+  else if (withdrawn !== undefined) upload.committed.delete(Number(withdrawn));
+  else if (Number(index) < upload.meta.total)
+    upload.committed.set(Number(index), {
+      length: Number(length),
+      offset: offset === '-' ? undefined : Number(offset),
+    });
 }
