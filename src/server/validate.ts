@@ -1,3 +1,4 @@
+import type { Request } from 'express';
 import { isPermission, sortPermissions, type Permission } from '../shared/permissions.js';
 import { Errors } from './errors.js';
 import { LIMITS } from './limits.js';
@@ -20,6 +21,53 @@ export function requireObject(body: unknown, optional = false): Body {
     );
   }
   return body as Body;
+}
+
+/**
+ * The body of a request whose body is optional (POST /files, POST /files/<id>/links): a JSON
+ * object, or nothing at all (`{}`). A body that was sent but is not JSON (text/plain, a form, no
+ * Content-Type, `application/vnd.api+json`, an unparsable Content-Type) is a 400, as PATCH
+ * answers: one rule for every JSON body, only `application/json` is read as JSON.
+ */
+export async function optionalObject(req: Request): Promise<Body> {
+  if (req.body !== undefined) return requireObject(req.body);
+  if (await hasUnreadBody(req))
+    throw Errors.badRequest(
+      `A JSON object body is required (Content-Type: application/json), not ${req.get('content-type')?.trim() || 'a body without a Content-Type'}`,
+    );
+  return {};
+}
+
+/**
+ * For routes that read no body (lock, unlock, DELETE, extend): a body declared JSON that was
+ * sent anyway must still parse as a JSON object, else 400 and nothing changes.
+ */
+export function noJsonBody(req: Request): void {
+  if (req.body !== undefined) requireObject(req.body);
+}
+
+/** Whether a request carries bytes that no body parser read. */
+function hasUnreadBody(req: Request): Promise<boolean> {
+  const length = req.headers['content-length'];
+  if (req.headers['transfer-encoding'] === undefined)
+    return Promise.resolve(length !== undefined && Number(length) !== 0);
+  if (req.readableEnded) return Promise.resolve(false);
+  return new Promise((resolve) => {
+    const done = (found: boolean) => {
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('error', onEnd);
+      req.resume(); // the rest is read and dropped
+      resolve(found);
+    };
+    const onData = (chunk: Buffer) => {
+      if (chunk.length > 0) done(true);
+    };
+    const onEnd = () => done(false);
+    req.on('data', onData);
+    req.once('end', onEnd);
+    req.once('error', onEnd);
+  });
 }
 
 /** API.md: unknown or read-only fields in a body are a 400. */

@@ -4,7 +4,7 @@ import type { Context } from '../context.js';
 import { Errors } from '../errors.js';
 import { route, success } from '../http.js';
 import type { UserRecord } from '../store/index.js';
-import { onlyFields, requireFields, requireObject, stringField } from '../validate.js';
+import { noJsonBody, onlyFields, requireFields, requireObject, stringField } from '../validate.js';
 
 /**
  * The client's address: failed sign-ins, link passwords and link resumes are counted against it.
@@ -75,6 +75,7 @@ export function authRoutes({ store, tokens, passwords, throttle }: Context): Rou
     {
       post: async (req, res) => {
         const user = await signedIn(req, store);
+        noJsonBody(req);
         res.json(issue(user, 'Token renewed; the old token stays valid until it expires'));
       },
     },

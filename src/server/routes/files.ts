@@ -9,7 +9,9 @@ import { blobOf, type NewShare, type ShareChanges, type ShareRecord } from '../s
 import {
   expiryField,
   fileNameField,
+  noJsonBody,
   onlyFields,
+  optionalObject,
   requireFields,
   requireObject,
   type Body,
@@ -74,6 +76,7 @@ export function fileRoutes(ctx: Context): Router {
 
   const setLocked = (locked: boolean) => async (req: Request, res: Response) => {
     const share = await findShare(req, ctx, 'LOCK');
+    noJsonBody(req);
     await store.withShareLock(share.share_id, () => store.updateShare(share.share_id, { locked }));
     success(res, locked ? 'Share locked' : 'Share unlocked');
   };
@@ -103,7 +106,7 @@ export function fileRoutes(ctx: Context): Router {
     },
     post: async (req, res) => {
       need(req, 'CREATE');
-      const body = requireObject(req.body, true);
+      const body = await optionalObject(req);
       onlyFields(body, [...WRITABLE, ...EXPIRY], READ_ONLY);
       const key = idempotencyKeyOf(req);
       const share_id =
@@ -176,6 +179,7 @@ export function fileRoutes(ctx: Context): Router {
         const current = await store.getShare(share.share_id);
         if (!current) throw Errors.shareNotFound();
         if (current.locked) throw Errors.locked();
+        noJsonBody(req);
         await store.deleteShare(share.share_id);
         return current;
       });

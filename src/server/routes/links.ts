@@ -13,8 +13,9 @@ import { LinkUsedUpError, type LinkRecord, type ShareRecord } from '../store/ind
 import {
   expiryField,
   maxDownloadsField,
+  noJsonBody,
   onlyFields,
-  requireObject,
+  optionalObject,
   stringField,
 } from '../validate.js';
 import { clientAddress } from './auth.js';
@@ -103,7 +104,7 @@ export function linkRoutes(ctx: Context): Router {
       need(req, null, false);
       const share = await findShare(req, ctx, 'READ');
       checkManager(req, share);
-      const body = requireObject(req.body, true);
+      const body = await optionalObject(req);
       onlyFields(body, ['expires', 'expires_in', 'max_downloads', 'password']);
       const settings = await store.getSettings();
       const admin = isAdmin(req);
@@ -177,6 +178,7 @@ export function linkRoutes(ctx: Context): Router {
     },
     delete: async (req, res) => {
       const link = await findLink(req);
+      noJsonBody(req);
       await store.deleteLink(link.id);
       res.json({ status: 'success', message: 'Link revoked' });
     },

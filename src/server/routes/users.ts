@@ -7,6 +7,7 @@ import { Errors } from '../errors.js';
 import { paginate, route, success, userJson } from '../http.js';
 import type { UserChanges, UserRecord } from '../store/index.js';
 import {
+  noJsonBody,
   onlyFields,
   permissionsField,
   quotaField,
@@ -109,6 +110,7 @@ export function userRoutes({ store, passwords }: Context): Router {
     put: update(true),
     delete: async (req, res) => {
       const user = await target(req);
+      noJsonBody(req);
       await store.deleteUser(user.id);
       success(res, 'User deleted');
     },
@@ -118,6 +120,7 @@ export function userRoutes({ store, passwords }: Context): Router {
   route(router, '/users/:name/tokens', {
     delete: async (req, res) => {
       const user = await selfOrAdmin(req);
+      noJsonBody(req);
       await store.updateUser(user.id, { token_gen: user.token_gen + 1 });
       success(res, `Every token of ${user.username} was revoked`);
     },
