@@ -3,6 +3,7 @@ import { isPermission, sortPermissions, type Permission } from '../shared/permis
 import { Errors } from './errors.js';
 import { LIMITS } from './limits.js';
 import { formatDuration } from '../shared/duration.js';
+import { parseIsoWithZone } from './dates.js';
 
 /** A JSON request body as received: must be a plain object. */
 export type Body = Record<string, unknown>;
@@ -200,14 +201,11 @@ export function expiryField(
     const value = body.expires;
     if (value === null) at = null;
     else {
-      const parsed =
-        typeof value === 'string' &&
-        /^\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d{1,9})?)?(Z|[+-]\d\d:\d\d)$/i.test(value)
-          ? Date.parse(value)
-          : NaN;
+      // A real time: "2030-02-30T00:00:00Z" is refused, not read as 2 March.
+      const parsed = typeof value === 'string' ? parseIsoWithZone(value) : NaN;
       if (Number.isNaN(parsed))
         throw Errors.badRequest(
-          'Field "expires" must be an ISO 8601 time with a zone (2026-12-01T12:00:00Z), or null',
+          'Field "expires" must be an ISO 8601 time with a zone that names a real date and time (2026-12-01T12:00:00Z), or null',
         );
       if (parsed <= now) throw Errors.badRequest('Field "expires" is in the past');
       if (parsed > now + LIMITS.maxExpirySeconds * 1000)

@@ -5,11 +5,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   allShares,
   createShare,
+  createShareWithContent,
   createUser,
   del,
   expectFail,
   expectStatus,
   get,
+  patch,
   post,
   request,
   unique,
@@ -115,5 +117,99 @@ describe('JSON bodies', () => {
     expectStatus(await post(srv.url, `/files/${id}/lock`, json('{}')), 200);
     expectStatus(await post(srv.url, `/files/${id}/unlock`, { token: alice.token }), 200);
     expectStatus(await del(srv.url, `/files/${id}`, json('{}')), 200);
+  });
+});
+
+describe('dates from clients', () => {
+  // Date.parse read "2030-02-30T00:00:00Z" as 2 March and stored it: an ISO date in a body must
+  // name a real calendar date and time, else 400 and nothing is made or changed.
+  it('refuses an "expires" that is no real date, on shares and links', async () => {
+    const id = await createShare(srv.url, alice.token, unique('dates'));
+    const before = (await allShares(srv.url, alice.token)).length;
+    for (const expires of [
+      '2030-02-30T00:00:00Z',
+      '2029-02-29T00:00:00Z',
+      '2030-13-01T00:00:00Z',
+      '2030-01-01T24:00:00Z',
+      '2030-01-01T12:60:00Z',
+      '2030-01-01T12:00:60Z',
+      '2030-01-01T12:00:00+24:00',
+    ]) {
+      const link = await post(srv.url, `/files/${id}/links`, {
+        token: alice.token,
+        json: { expires },
+      });
+      expectFail(link, 400);
+      expect(link.body.message).toMatch(/real date/);
+      expectFail(await post(srv.url, '/files', { token: alice.token, json: { expires } }), 400);
+      expectFail(
+        await patch(srv.url, `/files/${id}`, { token: alice.token, json: { expires } }),
+        400,
+      );
+    }
+    expect((await get(srv.url, `/files/${id}/links`, { token: alice.token })).body.data).toEqual(
+      [],
+    );
+    expect((await get(srv.url, `/files/${id}`, { token: alice.token })).body.expires).toBeNull();
+    expect((await allShares(srv.url, alice.token)).length).toBe(before);
+    // A leap day and an offset are real.
+    const ok = await post(srv.url, `/files/${id}/links`, {
+      token: alice.token,
+      json: { expires: '2028-02-29T12:00:00+02:00' },
+    });
+    expectStatus(ok, 201);
+    expect(ok.body.expires).toBe('2028-02-29T10:00:00.000Z');
+  });
+
+  it('parses ISO times and HTTP-dates strictly', async () => {
+    const { parseHttpDate, parseIsoWithZone } = await import('../../src/server/dates.js');
+    expect(parseIsoWithZone('2030-02-30T00:00:00Z')).toBeNaN();
+    expect(parseIsoWithZone('2030-01-01T12:00:00.5+01:30')).toBe(
+      Date.parse('2030-01-01T10:30:00.500Z'),
+    );
+    const t = Date.parse('1994-11-06T08:49:37Z');
+    expect(parseHttpDate('Sun, 06 Nov 1994 08:49:37 GMT')).toBe(t);
+    expect(parseHttpDate('Sunday, 06-Nov-94 08:49:37 GMT')).toBe(t);
+    expect(parseHttpDate('Sun Nov  6 08:49:37 1994')).toBe(t);
+    for (const bad of [
+      '0',
+      '2099',
+      '1994-11-06T08:49:37Z',
+      'Sun, 31 Nov 1994 08:49:37 GMT',
+      'Sun, 06 Nov 1994 24:00:00 GMT',
+      'Sun, 06 Nov 1994 08:49:37 UTC',
+      'sun, 06 nov 1994 08:49:37 GMT',
+      'Sun, 6 Nov 1994 08:49:37 GMT',
+      'Sun, 06 Nov 1994 08:49:37 GMT, Mon, 07 Nov 1994 08:49:37 GMT',
+    ])
+      expect(parseHttpDate(bad), bad).toBeNaN();
+  });
+
+  // "If-Unmodified-Since: 0" gave 412 and "If-Modified-Since: 2099" a 304: neither is an
+  // HTTP-date, and RFC 9110 §13.1.3/§13.1.4 say such a header is ignored. An If-Range that is
+  // not a valid date does not match (§13.1.5): the whole content is sent.
+  it('ignores conditional headers whose date is not an HTTP-date', async () => {
+    const data = Buffer.from('0123456789');
+    const id = await createShareWithContent(srv.url, alice.token, unique('cond'), data);
+    const path = `/files/${id}/content`;
+    const at = (headers: Record<string, string>) =>
+      get(srv.url, path, { token: alice.token, headers });
+    for (const bad of ['0', '2099', '1', 'Thu, 31 Feb 2099 00:00:00 GMT', '2099-01-01']) {
+      const unmodified = await at({ 'if-unmodified-since': bad });
+      expectStatus(unmodified, 200);
+      expect(unmodified.text).toBe('0123456789');
+      expectStatus(await at({ 'if-modified-since': bad }), 200);
+      const ranged = await at({ range: 'bytes=1-2', 'if-range': bad });
+      expectStatus(ranged, 200);
+      expect(ranged.text).toBe('0123456789');
+    }
+    // Real HTTP-dates still work, in all three forms.
+    expectStatus(await at({ 'if-modified-since': 'Fri, 01 Jan 2100 00:00:00 GMT' }), 304);
+    expectStatus(await at({ 'if-modified-since': 'Friday, 01-Jan-77 00:00:00 GMT' }), 200);
+    expectStatus(await at({ 'if-unmodified-since': 'Sun Nov  6 08:49:37 1994' }), 412);
+    const lastModified = (await at({})).headers['last-modified']!;
+    const ranged = await at({ range: 'bytes=1-2', 'if-range': lastModified });
+    expectStatus(ranged, 206);
+    expect(ranged.text).toBe('12');
   });
 });

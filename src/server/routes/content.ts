@@ -7,6 +7,7 @@ import { Errors, HttpError } from '../errors.js';
 import { route } from '../http.js';
 import { LIMITS } from '../limits.js';
 import { parseRange } from '../ranges.js';
+import { parseHttpDate } from '../dates.js';
 import {
   StorageUnavailableError,
   type ChunkFields,
@@ -509,15 +510,19 @@ function matchesEtag(header: string, etag: string, strong: boolean): boolean {
     .some((t) => (strong ? t : t.replace(/^W\//, '')) === etag);
 }
 
-/** An HTTP date in milliseconds; a date that does not parse is ignored (NaN compares false). */
+/**
+ * An HTTP-date in milliseconds (RFC 9110 §5.6.7, nothing else): a value that is not one is
+ * ignored (NaN compares false), as RFC 9110 §13.1.3/§13.1.4 require.
+ */
 function httpDate(value: string): number {
-  return Date.parse(value);
+  return parseHttpDate(value.trim());
 }
 
 /** If-Range: a strong ETag must match exactly; a date must equal Last-Modified. */
 function ifRangeHolds(header: string, etag: string, lastModified: Date): boolean {
   const value = header.trim();
   if (value.startsWith('"') || value.startsWith('W/')) return value === etag;
-  const date = Date.parse(value);
+  // Not an HTTP-date: no match, so the whole content is sent (RFC 9110 §13.1.5).
+  const date = parseHttpDate(value);
   return !Number.isNaN(date) && date === lastModified.getTime();
 }
