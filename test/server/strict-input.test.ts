@@ -213,3 +213,22 @@ describe('dates from clients', () => {
     expect(ranged.text).toBe('12');
   });
 });
+
+describe('users', () => {
+  // DELETE /users/<unknown>/tokens as ADMIN answered 403 "You may only read your own user
+  // record", where every other admin endpoint answers 404 for a name that does not exist.
+  it('DELETE /users/<unknown>/tokens is a 404 for an administrator, still 403 for others', async () => {
+    const res = await del(srv.url, `/users/${unique('nobody')}/tokens`, { token: admin });
+    expectFail(res, 404);
+    expectFail(await del(srv.url, `/users/${unique('nobody')}`, { token: admin }), 404);
+    expectFail(
+      await del(srv.url, `/users/${unique('nobody')}/tokens`, { token: alice.token }),
+      403,
+    );
+    expectFail(await del(srv.url, `/users/${ADMIN.username}/tokens`, { token: alice.token }), 403);
+    // An administrator still signs another user out everywhere.
+    const bob = await createUser(srv.url, admin, ['READ']);
+    expectStatus(await del(srv.url, `/users/${bob.username}/tokens`, { token: admin }), 200);
+    expectFail(await get(srv.url, `/users/${bob.username}`, { token: bob.token }), 401);
+  });
+});

@@ -119,7 +119,12 @@ export function userRoutes({ store, passwords }: Context): Router {
   // Additive: "sign out everywhere". Every token of the user issued so far stops working.
   route(router, '/users/:name/tokens', {
     delete: async (req, res) => {
-      const user = await selfOrAdmin(req);
+      // An administrator naming no user gets 404, as from the other admin endpoints (GET keeps
+      // the contract's 403 for unknown names); anyone else still cannot probe names.
+      const user =
+        req.caller.permissions.includes('ADMIN') && req.caller.username !== String(req.params.name)
+          ? await target(req)
+          : await selfOrAdmin(req);
       noJsonBody(req);
       await store.updateUser(user.id, { token_gen: user.token_gen + 1 });
       success(res, `Every token of ${user.username} was revoked`);
