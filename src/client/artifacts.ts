@@ -11,6 +11,10 @@
  *   interrupted push leaves the previous set whole; running it again reuses what it uploaded.
  * - a pull checks every path, writes each file to a temporary file beside its place, verifies its
  *   sha256, sets its mode and renames it into place.
+ *
+ * A set is its owner's: every function here takes the signed-in user's name and looks only at
+ * manifests that user owns, and a pull only at data shares that user owns. Anyone with CREATE can
+ * make a share of any name, so a name alone proves nothing about who wrote it.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import {
@@ -46,7 +50,7 @@ import { Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { writeFully } from '../shared/copy.js';
 import type { Share } from '../shared/types.js';
-import { deleteFile, findShares } from './api.js';
+import { deleteFile, findShares, getFile } from './api.js';
 import { download } from './download.js';
 import { hashFile } from './hashing.js';
 import {
@@ -194,21 +198,93 @@ export interface StoredManifest {
   share: Share;
 }
 
-/** The artifact's manifest, verified by the server's sha256; null when there is none. */
-export async function readManifest(
+/** NAME's manifest shares: the owner's, and the names of the other users who have one. */
+async function manifestShares(
   client: ApiClient,
   name: string,
+  owner: string,
+): Promise<{ own: Share[]; others: string[] }> {
+  const all = await findShares(client, { file_name: manifestName(name) });
+  const others = new Set(
+    all.filter((s) => s.owner_name !== owner).map((s) => s.owner_name ?? 'anonymous'),
+  );
+  return { own: all.filter((s) => s.owner_name === owner), others: [...others].sort() };
+}
+
+/** The newest of these manifests (by their `created`), each verified by the server's sha256. */
+async function newestManifest(
+  client: ApiClient,
+  name: string,
+  shares: Share[],
   signal?: AbortSignal,
 ): Promise<StoredManifest | null> {
-  const shares = (await findShares(client, { file_name: manifestName(name) })).filter(
-    (s) => s.initialized,
-  );
   let best: StoredManifest | null = null;
-  for (const share of shares) {
+  for (const share of shares.filter((s) => s.initialized)) {
     const manifest = parseManifest(await readShareText(client, share.share_id, signal), name);
     if (!best || manifest.created > best.manifest.created) best = { manifest, share };
   }
   return best;
+}
+
+/**
+ * `owner`'s manifest of the set, verified by the server's sha256; null when `owner` has none.
+ * Manifests of the same name that other users own are never read.
+ */
+export async function readManifest(
+  client: ApiClient,
+  name: string,
+  owner: string,
+  signal?: AbortSignal,
+): Promise<StoredManifest | null> {
+  return newestManifest(client, name, (await manifestShares(client, name, owner)).own, signal);
+}
+
+/** Not the owner's: the line names the users who do have a set of that name (a wrong login?). */
+function noArtifact(client: ApiClient, name: string, owner: string, others: string[]) {
+  const also = others.length
+    ? ` (${others.join(', ')} ${others.length === 1 ? 'has' : 'have'} one; only your own sets are used)`
+    : '';
+  return new NoArtifactError(`no artifact named ${name} of ${owner} on ${client.server}${also}`);
+}
+
+/** The owner's data shares of the set (another user's share of such a name is never used). */
+async function ownDataShares(client: ApiClient, name: string, owner: string): Promise<Share[]> {
+  return (await findShares(client, { name_prefix: dataPrefix(name) })).filter(
+    (s) => s.owner_name === owner,
+  );
+}
+
+/**
+ * Before anything is written: every data share the manifest names exists and is the owner's. A
+ * share of another user could be anything that user wants; a set is made of its owner's shares.
+ */
+async function checkDataShares(
+  client: ApiClient,
+  name: string,
+  owner: string,
+  files: ManifestFile[],
+): Promise<void> {
+  const wanted = new Map<string, ManifestFile>();
+  for (const f of files) if (f.share !== null && !wanted.has(f.share)) wanted.set(f.share, f);
+  if (wanted.size === 0) return;
+  const listed = new Map(
+    (await findShares(client, { name_prefix: dataPrefix(name) })).map((s) => [s.share_id, s]),
+  );
+  for (const [id, f] of wanted) {
+    // A share renamed since the push is not in the listing: asked for by its id.
+    const share =
+      listed.get(id) ??
+      (await getFile(client, id).catch((err: unknown) => {
+        if (err instanceof ApiError && err.status === 404) return null;
+        throw err;
+      }));
+    if (!share)
+      throw new ManifestError(`the data of ${f.path} (share ${id}) is missing on the server`);
+    if (share.owner_name !== owner)
+      throw new ManifestError(
+        `the data of ${f.path} (share ${id}) belongs to ${share.owner_name ?? 'no user'}, not to ${owner}; refusing the set`,
+      );
+  }
 }
 
 /** A small share's content as text, through a verified download into a temporary file. */
@@ -283,6 +359,8 @@ function readFileSyncSafe(file: string): string {
 
 export interface PushOptions {
   name: string;
+  /** The signed-in user: only their manifest and data shares of the set are read or replaced. */
+  owner: string;
   include?: string[];
   exclude?: string[];
   /** Drop files of the stored set that are not in DIR (otherwise they are kept). */
@@ -405,8 +483,8 @@ export async function push(
     if (!cached) options.hashCache?.set(f.abs, f.size, f.mtimeMs, f.ino, f.sha256);
   };
   const known = Promise.all([
-    readManifest(client, name, options.signal),
-    findShares(client, { name_prefix: dataPrefix(name) }),
+    readManifest(client, name, options.owner, options.signal),
+    ownDataShares(client, name, options.owner),
   ]).then(([stored, data]) => {
     // Content already on the server: every place the old manifest names, and whole data shares
     // (of this push's earlier, interrupted run too) by their sha256.
@@ -614,7 +692,16 @@ export async function push(
         manifestId = (
           await uploadFile(client, file, { name: manifestName(name), signal: options.signal })
         ).share_id;
-      await collectGarbage(client, name, manifest, stored, data, manifestId!, notice);
+      await collectGarbage(
+        client,
+        name,
+        options.owner,
+        manifest,
+        stored,
+        data,
+        manifestId!,
+        notice,
+      );
     }
     return {
       name,
@@ -633,12 +720,13 @@ export async function push(
 
 /**
  * After the new manifest is in place: deletes the data shares the old manifest used and the new
- * one does not, older duplicate manifests, and data shares no manifest names that an interrupted
- * push left more than a day ago. A failure here loses nothing: it is only said.
+ * one does not, the owner's older duplicate manifests, and data shares no manifest names that an
+ * interrupted push left more than a day ago. A failure here loses nothing: it is only said.
  */
 async function collectGarbage(
   client: ApiClient,
   name: string,
+  owner: string,
   manifest: Manifest,
   stored: StoredManifest | null,
   data: Share[],
@@ -656,10 +744,11 @@ async function collectGarbage(
       (before.has(s.share_id) ||
         now - Date.parse(`${s.create_date.replace(/Z$/, '')}Z`) > ORPHAN_AGE_MS),
   );
-  const others = (await findShares(client, { file_name: manifestName(name) })).filter(
+  // Only the owner's: another user's set of the same name is theirs (an ADMIN could delete it).
+  const older = (await manifestShares(client, name, owner)).own.filter(
     (s) => s.share_id !== manifestId,
   );
-  for (const s of [...doomed, ...others])
+  for (const s of [...doomed, ...older])
     await deleteFile(client, s.share_id).catch((err: unknown) =>
       notice(`could not delete the unused share ${s.share_id}: ${(err as Error).message}`),
     );
@@ -668,6 +757,8 @@ async function collectGarbage(
 // --- pull
 
 export interface PullOptions {
+  /** The signed-in user: only their manifest, pointing only at their data shares, is used. */
+  owner: string;
   /** Remove files under DIR that the set does not have. */
   delete?: boolean;
   parallel?: number;
@@ -907,12 +998,20 @@ export async function pull(
   client: ApiClient,
   name: string,
   dir: string,
-  options: PullOptions = {},
+  options: PullOptions,
 ): Promise<PullResult> {
   checkArtifactName(name);
-  const stored = await readManifest(client, name, options.signal);
-  if (!stored) throw new NoArtifactError(`no artifact named ${name} on ${client.server}`);
-  const { manifest } = stored;
+  const { own, others } = await manifestShares(client, name, options.owner);
+  const stored = await newestManifest(client, name, own, options.signal);
+  if (!stored) throw noArtifact(client, name, options.owner, others);
+  await checkDataShares(client, name, options.owner, stored.manifest.files);
+  // Permission bits only, as the umask allows (as tar does for a user): a manifest's 0o777 is not
+  // a world-writable file here.
+  const umask = process.umask();
+  const manifest: Manifest = {
+    ...stored.manifest,
+    files: stored.manifest.files.map((f) => ({ ...f, mode: f.mode & 0o777 & ~umask })),
+  };
   await mkdir(dir, { recursive: true });
   const root = await realpath(dir);
   const totalBytes = manifest.files.reduce((n, f) => n + f.size, 0);
@@ -1056,16 +1155,17 @@ export interface ArtifactSummary {
   created: string;
 }
 
-export async function listArtifacts(client: ApiClient): Promise<ArtifactSummary[]> {
+export async function listArtifacts(client: ApiClient, owner: string): Promise<ArtifactSummary[]> {
   const shares = await findShares(client, { name_prefix: ARTIFACT_PREFIX });
-  const names = new Set<string>();
+  const byName = new Map<string, Share[]>();
   for (const s of shares) {
     const rest = s.file_name.slice(ARTIFACT_PREFIX.length);
-    if (s.initialized && !rest.includes(':') && NAME.test(rest)) names.add(rest);
+    if (s.owner_name === owner && !rest.includes(':') && NAME.test(rest))
+      byName.set(rest, [...(byName.get(rest) ?? []), s]);
   }
   const out: ArtifactSummary[] = [];
-  for (const name of [...names].sort()) {
-    const stored = await readManifest(client, name).catch(() => null);
+  for (const name of [...byName.keys()].sort()) {
+    const stored = await newestManifest(client, name, byName.get(name)!).catch(() => null);
     if (!stored) continue;
     out.push({
       name,
@@ -1078,14 +1178,17 @@ export async function listArtifacts(client: ApiClient): Promise<ArtifactSummary[
   return out;
 }
 
-/** Deletes the manifest first (the set is gone at once), then its data. */
-export async function removeArtifact(client: ApiClient, name: string): Promise<{ shares: number }> {
+/** Deletes the owner's manifest first (the set is gone at once), then the owner's data shares. */
+export async function removeArtifact(
+  client: ApiClient,
+  name: string,
+  owner: string,
+): Promise<{ shares: number }> {
   checkArtifactName(name);
-  const manifests = await findShares(client, { file_name: manifestName(name) });
-  if (manifests.length === 0)
-    throw new NoArtifactError(`no artifact named ${name} on ${client.server}`);
+  const { own: manifests, others } = await manifestShares(client, name, owner);
+  if (manifests.length === 0) throw noArtifact(client, name, owner, others);
   for (const s of manifests) await deleteFile(client, s.share_id);
-  const data = await findShares(client, { name_prefix: dataPrefix(name) });
+  const data = await ownDataShares(client, name, owner);
   for (const s of data) await deleteFile(client, s.share_id);
   return { shares: manifests.length + data.length };
 }

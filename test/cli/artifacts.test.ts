@@ -1,6 +1,7 @@
 // Artifacts from the command line (docs/CLI.md "Artifacts": fshare push, pull, artifacts, and
 // `upload -`): the built binary against a real `fshare serve`, the server's shares read over plain
-// HTTP as the administrator, and hostile manifests planted by another user.
+// HTTP as the administrator, hostile manifests planted in the puller's own account, and sets of the
+// same name that another user made (never used: a set is its owner's).
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import {
@@ -37,6 +38,8 @@ import {
   createUser,
   expectStatus,
   get,
+  getShare,
+  setDefaultPermissions,
   upload,
   walkAll,
   type ShareJson,
@@ -580,20 +583,17 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     }
   }, 120_000);
 
+  // A pull uses only the caller's own shares (see "a set is its owner's" below), so these hostile
+  // manifests are planted in the puller's own account: written by a broken or hostile tool.
   describe('hostile manifests', () => {
-    let mallory: { token: string };
     const payload = Buffer.from('pwned\n');
     let n = 0;
-
-    beforeAll(async () => {
-      mallory = await createUser(serve.url, token, ['CREATE', 'READ', 'LIST']);
-    });
 
     /** Plants the manifest `files`/`dirs` as set `name` (with a valid data share for payload). */
     const plant = async (name: string, paths: string[], dirList: string[] = []): Promise<void> => {
       const data = await createShareWithContent(
         serve.url,
-        mallory.token,
+        token,
         `${PREFIX}${name}:data:${sha256(payload)}`,
         payload,
       );
@@ -613,7 +613,7 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
       };
       await createShareWithContent(
         serve.url,
-        mallory.token,
+        token,
         `${PREFIX}${name}`,
         Buffer.from(JSON.stringify(manifest)),
       );
@@ -702,6 +702,248 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
       expect(st.isFile()).toBe(true);
       expect((await readFile(join(out, 'payload.txt'))).equals(payload)).toBe(true);
       expect(await readFile(join(parent, 'target.txt'), 'utf8')).toBe('original\n');
+    }, 60_000);
+  });
+
+  describe("a set is its owner's", () => {
+    let bob: { username: string; password: string; token: string };
+    let bobCli: Cli;
+    const evil = Buffer.from('evil payload\n');
+
+    beforeAll(async () => {
+      bob = await createUser(serve.url, token, ['CREATE', 'READ', 'LIST']);
+      bobCli = await createCli();
+      await signIn(bobCli, serve.url, bob);
+    });
+    afterAll(async () => {
+      if (bobCli) await rm(bobCli.configDir, { recursive: true, force: true });
+    });
+
+    /**
+     * A manifest of set `name` written over HTTP with `as`'s token (none: anonymous): `files` maps each path to the
+     * data share (and bytes) it points at. Returns the manifest's share id.
+     */
+    const plantManifest = async (
+      as: string | undefined,
+      name: string,
+      files: { path: string; data: Buffer; share: string; mode?: number }[],
+      created = new Date().toISOString(),
+    ): Promise<string> => {
+      const manifest = {
+        format: 'fshare-artifact/1',
+        name,
+        created,
+        files: files.map((f) => ({
+          path: f.path,
+          size: f.data.length,
+          mode: f.mode ?? 0o644,
+          sha256: sha256(f.data),
+          share: f.share,
+          offset: 0,
+        })),
+        dirs: [],
+      };
+      return createShareWithContent(
+        serve.url,
+        as,
+        `${PREFIX}${name}`,
+        Buffer.from(JSON.stringify(manifest)),
+      );
+    };
+    /** A data share of set `name` holding `data`, owned by `as`. */
+    const plantData = (as: string | undefined, name: string, data: Buffer) =>
+      createShareWithContent(serve.url, as, `${PREFIX}${name}:data:${sha256(data)}`, data);
+    /** The tester's takeover: bob's newer manifest of `name`, a.txt → bob's data, mode 0o755. */
+    const squat = async (name: string) =>
+      plantManifest(
+        bob.token,
+        name,
+        [{ path: 'a.txt', data: evil, share: await plantData(bob.token, name, evil), mode: 0o755 }],
+        '2099-01-01T00:00:00.000Z',
+      );
+    const ownersOf = async (prefix: string) =>
+      (await sharesByPrefix(prefix)).map((s) => `${s.owner_name} ${s.file_name}`).sort();
+
+    it("another user's newer manifest of the same name is never used: pull --delete gets the owner's set and removes nothing of it, artifacts lists the owner's, push and rm touch only the owner's shares", async () => {
+      // Guards: a set is read only from manifests its caller owns. Found broken: bob (CREATE only)
+      // planted a newer manifest of admin's set; admin's pull --delete wrote bob's payload with
+      // mode 755 and deleted keep.txt, artifacts showed bob's set, and admin's push was a 403.
+      const src = await freshDir('own-src');
+      await put(src, 'a.txt', 'admin a\n');
+      await put(src, 'keep.txt', 'keep\n');
+      const name = 'owned-1';
+      const first = await push(src, name);
+      const out = await freshDir('own-out');
+      await pull(name, out);
+      const bobsManifest = await squat(name);
+
+      const pulled = await pull(name, out, ['--delete']);
+      expect(pulled).toMatchObject({ manifest_id: first.manifest_id, deleted: { files: 0 } });
+      expect(await snapshot(out)).toEqual(await snapshot(src));
+
+      const listed = (await admin.json<ArtifactJson[]>(['artifacts'])).find((a) => a.name === name);
+      expect(listed).toMatchObject({ manifest_id: first.manifest_id, files: 2 });
+      expect(listed!.created.startsWith('2099')).toBe(false);
+
+      await put(src, 'a.txt', 'admin a, second version\n');
+      const again = await admin.run(['--json', 'push', src, '--name', name]);
+      expect(again.exitCode, again.stderr).toBe(0);
+      expect(JSON.parse(again.stdout)).toMatchObject({
+        manifest_id: first.manifest_id,
+        changed: true,
+      });
+      // Bob's set is his own business: still there, and his pull gets his set, not admin's.
+      expect((await getShare(serve.url, token, bobsManifest)).owner_name).toBe(bob.username);
+      const bobOut = await freshDir('own-bob');
+      const bobs = await bobCli.run(['--json', 'pull', name, bobOut]);
+      expect(bobs.exitCode, bobs.stderr).toBe(0);
+      expect(JSON.parse(bobs.stdout)).toMatchObject({ manifest_id: bobsManifest });
+      expect(await readFile(join(bobOut, 'a.txt'))).toEqual(evil);
+
+      // Admin (who may delete any share) removes only admin's shares of the set.
+      const removed = await admin.run(['artifacts', 'rm', name]);
+      expect(removed.exitCode, removed.stderr).toBe(0);
+      expect(await ownersOf(`${PREFIX}${name}`)).toEqual([
+        `${bob.username} ${PREFIX}${name}`,
+        `${bob.username} ${PREFIX}${name}:data:${sha256(evil)}`,
+      ]);
+    }, 60_000);
+
+    it('a name only another user has: pull is exit 4 naming that user and writes nothing, artifacts does not list it, push makes the caller its own set', async () => {
+      // Guards: the name alone proves nothing; another user's set (even an unreadable one) is not
+      // the caller's. Found broken: admin pulled bob's set, and admin's push to the name was a 403
+      // (a PUT to bob's manifest) or, with bob's manifest not JSON, exit 1.
+      const name = 'squatted';
+      await squat(name);
+      const junk = 'squatted-junk';
+      await createShareWithContent(serve.url, bob.token, `${PREFIX}${junk}`, Buffer.from('{'));
+
+      const out = await freshDir('squat-out');
+      await put(out, 'keep.txt', 'keep\n');
+      const before = await snapshot(out);
+      const res = await admin.run(['pull', name, out, '--delete']);
+      expect(res.exitCode, res.stderr).toBe(4);
+      const line = expectErrorLine(res.stderr);
+      expect(line).toContain(`no artifact named ${name} of admin`);
+      expect(line).toContain(bob.username);
+      expect(await snapshot(out)).toEqual(before);
+      const names = (await admin.json<ArtifactJson[]>(['artifacts'])).map((a) => a.name);
+      expect(names).not.toContain(name);
+      expect(names).not.toContain(junk);
+
+      const src = await freshDir('squat-src');
+      await put(src, 'a.txt', 'mine\n');
+      for (const set of [name, junk]) {
+        const pushed = await admin.run(['--json', 'push', src, '--name', set]);
+        expect(pushed.exitCode, pushed.stderr).toBe(0);
+        const own = (await sharesByPrefix(`${PREFIX}${set}`)).filter(
+          (s) => s.file_name === `${PREFIX}${set}` && s.owner_name === 'admin',
+        );
+        expect(own.map((s) => s.share_id)).toEqual([JSON.parse(pushed.stdout).manifest_id]);
+        const back = await freshDir('squat-back');
+        await pull(set, back);
+        expect(await snapshot(back)).toEqual(await snapshot(src));
+      }
+      // Bob's shares of both names are untouched.
+      expect(await ownersOf(`${PREFIX}${name}`)).toContain(`${bob.username} ${PREFIX}${name}`);
+      expect(await ownersOf(`${PREFIX}${junk}`)).toContain(`${bob.username} ${PREFIX}${junk}`);
+    }, 60_000);
+
+    it("a manifest of one's own whose data share belongs to another user is refused: exit 1, one line naming that user, nothing written or deleted", async () => {
+      // Guards: a set is made only of its owner's shares. Found broken: a pull followed a
+      // manifest's share id to any user's share and wrote (and --delete removed) by it.
+      const name = 'borrowed';
+      const fine = Buffer.from('fine\n');
+      await plantManifest(token, name, [
+        { path: 'a.txt', data: evil, share: await plantData(bob.token, name, evil) },
+        { path: 'b.txt', data: fine, share: await plantData(token, name, fine) },
+      ]);
+      const parent = await freshDir('borrowed');
+      const out = join(parent, 'out');
+      await put(out, 'keep.txt', 'keep\n');
+      const before = await snapshot(parent);
+      for (const dir of [out, join(parent, 'new')]) {
+        const res = await admin.run(['pull', name, dir, '--delete']);
+        expect(res.exitCode, res.stderr).toBe(1);
+        expect(res.stdout).toBe('');
+        expect(expectErrorLine(res.stderr)).toMatch(
+          new RegExp(`a\\.txt .*belongs to ${bob.username}, not to admin`),
+        );
+        expect(await snapshot(parent)).toEqual(before);
+      }
+    }, 60_000);
+
+    it('pull gives a file only the permission bits the umask allows (a manifest cannot make it world-writable or setuid)', async () => {
+      // Guards: pull writes mode & 0o777 & ~umask, as tar does for a user. Found broken: a
+      // manifest's 0o777 (or 0o4777) became a world-writable file whatever the umask.
+      const name = 'modes';
+      const data = Buffer.from('#!/bin/sh\n');
+      const share = await plantData(token, name, data);
+      await plantManifest(token, name, [
+        { path: 'run.sh', data, share, mode: 0o4777 },
+        { path: 'w.txt', data, share, mode: 0o666 },
+        { path: 'r.txt', data, share, mode: 0o600 },
+      ]);
+      const out = await freshDir('modes-out');
+      const pullUnder027 = () =>
+        execa('sh', ['-c', 'umask 027 && exec node "$@"', 'sh', BIN, 'pull', name, out], {
+          env: cleanEnv({ FSHARE_CONFIG_DIR: admin.configDir, FSHARE_KEYRING: 'off' }),
+          extendEnv: false,
+          input: '',
+          reject: false,
+          timeout: 60_000,
+        });
+      const modes = async () =>
+        Object.fromEntries(
+          await Promise.all(
+            ['run.sh', 'w.txt', 'r.txt'].map(
+              async (f) => [f, (await lstat(join(out, f))).mode & 0o7777] as const,
+            ),
+          ),
+        );
+      const expected = { 'run.sh': 0o750, 'w.txt': 0o640, 'r.txt': 0o600 };
+      const first = await pullUnder027();
+      expect(first.exitCode, first.stderr).toBe(0);
+      expect(await modes()).toEqual(expected);
+      // A file already there with the right bytes gets the same bits, not the manifest's.
+      await chmod(join(out, 'run.sh'), 0o777);
+      const again = await pullUnder027();
+      expect(again.exitCode, again.stderr).toBe(0);
+      expect(await modes()).toEqual(expected);
+    }, 60_000);
+
+    it('an anonymous caller has no sets: push, pull, artifacts and artifacts rm are exit 3 with one line, even where anonymous callers may create and read', async () => {
+      // Guards: without a user there is no owner to tell sets apart (an ownerless share is any
+      // anonymous caller's to replace). Found broken: an anonymous pull used whatever manifest of
+      // the name was newest.
+      const anon = await createCli();
+      const name = 'anon-set';
+      await setDefaultPermissions(serve.url, token, ['CREATE', 'READ', 'LIST', 'MODIFY']);
+      try {
+        const data = Buffer.from('anonymous\n');
+        await plantManifest(undefined, name, [
+          { path: 'a.txt', data, share: await plantData(undefined, name, data) },
+        ]);
+        const out = await freshDir('anon-out');
+        const src = await freshDir('anon-src');
+        await put(src, 'a.txt', 'x\n');
+        for (const args of [
+          ['pull', name, out],
+          ['push', src, '--name', 'anon-push'],
+          ['artifacts'],
+          ['artifacts', 'rm', name],
+        ]) {
+          const res = await anon.run(['--server', serve.url, ...args]);
+          expect(res.exitCode, `${args.join(' ')}: ${res.stderr}`).toBe(3);
+          expect(expectErrorLine(res.stderr)).toMatch(/not signed in.*fshare login/);
+        }
+        expect(await readdir(out)).toEqual([]);
+        expect(await sharesByPrefix(`${PREFIX}anon-push`)).toEqual([]);
+        expect((await sharesByPrefix(`${PREFIX}${name}`)).length).toBe(2);
+      } finally {
+        await setDefaultPermissions(serve.url, token, []);
+        await rm(anon.configDir, { recursive: true, force: true });
+      }
     }, 60_000);
   });
 

@@ -9,17 +9,32 @@ import {
   type PullResult,
   type PushResult,
 } from '../../client/artifacts.js';
+import { whoami } from '../../client/api.js';
+import type { ApiClient } from '../../client/http.js';
 import { formatSize } from '../../shared/size.js';
 import { parsePositiveInt } from '../args.js';
 import { configDir } from '../config.js';
 import { openSession } from '../context.js';
-import { examples, printJson, printLine, printTable } from '../output.js';
+import { AuthError, examples, printJson, printLine, printTable } from '../output.js';
 import { createProgress, progressEnabled, type ProgressBar } from '../progress.js';
 import { uploadRecords } from '../uploads.js';
 
 const collect = (value: string, previous: string[] = []) => [...previous, value];
 
 const n = (count: number) => count.toLocaleString('en-US');
+
+/**
+ * Whose sets a command works on: the signed-in user, as the server knows them (GET /whoami). An
+ * anonymous caller has no sets: shares without an owner are anyone's to replace.
+ */
+async function artifactOwner(client: ApiClient): Promise<string> {
+  const me = await whoami(client);
+  if (!me.username)
+    throw new AuthError(
+      `not signed in to ${client.server}; artifacts belong to a user: run fshare login`,
+    );
+  return me.username;
+}
 
 /** One overall bar for a push or pull: files in the label, bytes in the bar. */
 function overallBar(enabled: boolean, verb: string, name: string) {
@@ -91,10 +106,12 @@ export function registerArtifacts(program: Command): void {
         const session = openSession(cmd);
         const parallel = parsePositiveInt(options.parallel, '--parallel', 64);
         const client = await session.client();
+        const owner = await artifactOwner(client);
         const display = overallBar(progressEnabled(session.opts.progress), 'push', options.name);
         try {
           const result = await push(client, dir, {
             name: options.name,
+            owner,
             include: options.include,
             exclude: options.exclude,
             delete: options.delete,
@@ -139,9 +156,11 @@ export function registerArtifacts(program: Command): void {
         const session = openSession(cmd);
         const parallel = parsePositiveInt(options.parallel, '--parallel', 64);
         const client = await session.client();
+        const owner = await artifactOwner(client);
         const display = overallBar(progressEnabled(session.opts.progress), 'pull', name);
         try {
           const result = await pull(client, name, dir, {
+            owner,
             delete: options.delete,
             parallel,
             onStart: display.onStart,
@@ -159,11 +178,12 @@ export function registerArtifacts(program: Command): void {
 
   const artifacts = program
     .command('artifacts')
-    .description('list the named sets on the server')
+    .description('list your named sets on the server')
     .addHelpText('after', examples(['fshare artifacts', 'fshare artifacts rm build-1234']))
     .action(async (_options: object, cmd: Command) => {
       const session = openSession(cmd);
-      const list = await listArtifacts(await session.client());
+      const client = await session.client();
+      const list = await listArtifacts(client, await artifactOwner(client));
       if (session.opts.json) return printJson(list);
       if (list.length === 0) {
         if (process.stdout.isTTY) printLine('No artifacts.');
@@ -191,9 +211,10 @@ export function registerArtifacts(program: Command): void {
     .action(async (names: string[], _options: object, cmd: Command) => {
       const session = openSession(cmd);
       const client = await session.client();
+      const owner = await artifactOwner(client);
       const done: { name: string; deleted: true; shares: number }[] = [];
       for (const name of names) {
-        const { shares } = await removeArtifact(client, name);
+        const { shares } = await removeArtifact(client, name, owner);
         done.push({ name, deleted: true, shares });
         if (!session.opts.json) printLine(`Deleted artifact ${name} (${shares} shares)`);
       }
