@@ -89,9 +89,22 @@ export function requireFields(body: Body, fields: readonly string[]) {
   }
 }
 
+/**
+ * Whether a string has 1 to `max` characters, counted as Unicode code points (what docs/API.md's
+ * "characters" means: '💥' is one, not two UTF-16 units).
+ */
+export function hasChars(value: string, max: number): boolean {
+  if (value.length === 0) return false;
+  if (value.length <= max) return true; // never more code points than UTF-16 units
+  if (value.length > 2 * max) return false; // never fewer than half
+  let n = 0;
+  for (const _ of value) if (++n > max) return false;
+  return true;
+}
+
 export function stringField(body: Body, key: string, max = 1024): string {
   const value = body[key];
-  if (typeof value !== 'string' || value.length === 0 || value.length > max) {
+  if (typeof value !== 'string' || !hasChars(value, max)) {
     throw Errors.badRequest(
       `Field "${key}" must be a non-empty string of at most ${max} characters`,
     );

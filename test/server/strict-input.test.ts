@@ -14,6 +14,7 @@ import {
   patch,
   post,
   request,
+  sendChunk,
   unique,
 } from '../helpers/http.js';
 import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
@@ -230,5 +231,56 @@ describe('users', () => {
     const bob = await createUser(srv.url, admin, ['READ']);
     expectStatus(await del(srv.url, `/users/${bob.username}/tokens`, { token: admin }), 200);
     expectFail(await get(srv.url, `/users/${bob.username}`, { token: bob.token }), 401);
+  });
+});
+
+describe('lengths in characters', () => {
+  // A file_name of 513 emoji (1026 UTF-16 units) was refused, though the limit is 1024
+  // characters: "characters" are counted as Unicode code points, for file_name, the name
+  // filters of GET /files and dzuuid alike.
+  it('counts file_name, name filters and dzuuid in code points', async () => {
+    const name = '💥'.repeat(1024);
+    const res = await post(srv.url, '/files', { token: alice.token, json: { file_name: name } });
+    expectStatus(res, 201);
+    const id = (res.body.url as string).split('/')[2]!;
+    expect((await get(srv.url, `/files/${id}`, { token: alice.token })).body.file_name).toBe(name);
+    expectFail(
+      await post(srv.url, '/files', { token: alice.token, json: { file_name: `${name}x` } }),
+      400,
+    );
+    expectStatus(
+      await patch(srv.url, `/files/${id}`, { token: alice.token, json: { file_name: name } }),
+      200,
+    );
+    const found = await get(srv.url, `/files?file_name=${encodeURIComponent(name)}`, {
+      token: alice.token,
+    });
+    expectStatus(found, 200);
+    expect(found.body.data.map((s: { share_id: string }) => s.share_id)).toEqual([id]);
+    const dzuuid = '💥'.repeat(1024);
+    expectStatus(
+      await sendChunk(srv.url, alice.token, id, {
+        dzuuid,
+        index: 0,
+        total: 2,
+        data: Buffer.from('ab'),
+      }),
+      200,
+    );
+    expectStatus(
+      await get(srv.url, `/files/${id}/uploads/${encodeURIComponent(dzuuid)}`, {
+        token: alice.token,
+      }),
+      200,
+    );
+    expectFail(
+      await sendChunk(srv.url, alice.token, id, {
+        dzuuid: `${dzuuid}x`,
+        index: 0,
+        total: 2,
+        data: Buffer.from('ab'),
+      }),
+      400,
+    );
   });
 });

@@ -15,7 +15,7 @@ import {
   type ReceivedChunk,
 } from '../storage/index.js';
 import { blobOf, type MetadataStore, type ShareRecord } from '../store/index.js';
-import { toWellFormed } from '../validate.js';
+import { hasChars, toWellFormed } from '../validate.js';
 import { checkOwner, findShare } from './shares.js';
 
 /**
@@ -33,11 +33,7 @@ export function chunkFields(fields: Record<string, unknown>, maxChunks: number):
     return Number(value.trim());
   };
   const uploadId = fields.dzuuid;
-  if (
-    typeof uploadId !== 'string' ||
-    uploadId.length === 0 ||
-    uploadId.length > LIMITS.maxUploadIdChars
-  ) {
+  if (typeof uploadId !== 'string' || !hasChars(uploadId, LIMITS.maxUploadIdChars)) {
     throw Errors.badRequest(
       `Form field "dzuuid" must be a string of 1 to ${LIMITS.maxUploadIdChars} characters`,
     );
@@ -320,7 +316,7 @@ export function contentRoutes(ctx: Context): Router {
       const permission = req.caller.permissions.includes('CREATE') ? 'CREATE' : 'MODIFY';
       const share = await findShare(req, ctx, permission, true);
       const uploadId = String(req.params.upload);
-      if (uploadId.length === 0 || uploadId.length > LIMITS.maxUploadIdChars)
+      if (!hasChars(uploadId, LIMITS.maxUploadIdChars))
         throw Errors.badRequest(
           `An upload id (dzuuid) has 1 to ${LIMITS.maxUploadIdChars} characters`,
         );

@@ -9,6 +9,7 @@ import { blobOf, type NewShare, type ShareChanges, type ShareRecord } from '../s
 import {
   expiryField,
   fileNameField,
+  hasChars,
   noJsonBody,
   onlyFields,
   optionalObject,
@@ -21,7 +22,7 @@ import { checkOwner, findShare, isAdmin } from './shares.js';
 /** A name filter of GET /files: absent, or a string of 1–1024 characters. */
 function nameQuery(value: unknown, name: string): string | undefined {
   if (value === undefined) return undefined;
-  if (typeof value !== 'string' || value.length === 0 || value.length > 1024)
+  if (typeof value !== 'string' || !hasChars(value, 1024))
     throw Errors.badRequest(`"${name}" must be a string of 1 to 1024 characters`);
   return value;
 }
