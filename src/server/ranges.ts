@@ -16,14 +16,17 @@ export function parseRange(header: string | undefined, size: number): RangeResul
   const match = /^\s*bytes\s*=\s*(.*)$/i.exec(header);
   // RFC 9110 §14.2: a range unit the server does not know ("items=0-9") is ignored, not refused.
   if (!match) return OTHER_UNIT.test(header) ? { kind: 'none' } : { kind: 'unsatisfiable' };
-  const spec = match[1]!.trim();
-  if (spec.includes(',')) {
-    const parts = spec.split(',').map((p) => p.trim());
+  // RFC 9110 §5.6.1.2: empty list elements are accepted and ignored ("bytes=1-2," is 1-2);
+  // at least one range must remain.
+  const parts = match[1]!
+    .split(',')
+    .map((p) => p.trim())
+    .filter((p) => p !== '');
+  if (parts.length > 1)
     return parts.every((p) => /^(\d+-\d*|-\d+)$/.test(p))
       ? { kind: 'none' }
       : { kind: 'unsatisfiable' };
-  }
-  const m = /^(\d*)-(\d*)$/.exec(spec);
+  const m = /^(\d*)-(\d*)$/.exec(parts[0] ?? '');
   if (!m || (m[1] === '' && m[2] === '')) return { kind: 'unsatisfiable' };
   if (m[1] === '') {
     const suffix = Number(m[2]);

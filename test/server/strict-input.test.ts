@@ -284,3 +284,30 @@ describe('lengths in characters', () => {
     );
   });
 });
+
+describe('ranges', () => {
+  // "Range: bytes=1-2," was a 416: RFC 9110 §5.6.1.2 says empty list elements are accepted and
+  // ignored, so it is the range 1-2.
+  it('accepts empty elements in a range list', async () => {
+    const id = await createShareWithContent(
+      srv.url,
+      alice.token,
+      unique('rng'),
+      Buffer.from('0123456789'),
+    );
+    const at = (range: string) =>
+      get(srv.url, `/files/${id}/content`, { token: alice.token, headers: { range } });
+    for (const range of ['bytes=1-2,', 'bytes=,1-2', 'bytes=1-2, ,', 'bytes= , 1-2 ,']) {
+      const res = await at(range);
+      expectStatus(res, 206);
+      expect(res.text, range).toBe('12');
+      expect(res.headers['content-range']).toBe('bytes 1-2/10');
+    }
+    // Two ranges (with empty elements among them) still get the whole content.
+    const two = await at('bytes=0-0,,3-4,');
+    expectStatus(two, 200);
+    expect(two.text).toBe('0123456789');
+    // A list with no range at all, or a bad element, is still unsatisfiable.
+    for (const range of ['bytes=,', 'bytes=', 'bytes=1-2,x']) expectFail(await at(range), 416);
+  });
+});
