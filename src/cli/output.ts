@@ -7,7 +7,7 @@ import {
   TlsError,
   VerificationError,
 } from '../client/errors.js';
-import { FileExistsError } from '../client/download.js';
+import { FileExistsError, PartBusyError } from '../client/download.js';
 import { UNSAFE_CHARACTERS } from '../client/filename.js';
 import { systemErrorText } from '../shared/syserr.js';
 
@@ -56,6 +56,7 @@ export function exitCodeFor(err: unknown): number {
   if ((err as { name?: string } | null)?.name === 'AbortError') return EXIT.interrupted;
   if (err instanceof CommanderError) return err.exitCode === 0 ? EXIT.ok : EXIT.usage;
   if (err instanceof FileExistsError) return EXIT.failure;
+  if (err instanceof PartBusyError) return EXIT.conflict; // another fshare holds NAME.part
   if (err instanceof NoArtifactError) return EXIT.notFound;
   return EXIT.failure;
 }

@@ -1,13 +1,15 @@
 import { createHash } from 'node:crypto';
 import { constants as fs } from 'node:fs';
-import { open, rename, stat, type FileHandle } from 'node:fs/promises';
+import { lstat, open, rename, stat, type FileHandle } from 'node:fs/promises';
 import type { IncomingHttpHeaders } from 'node:http';
 import { join } from 'node:path';
 import type { Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { writeFullySync } from '../shared/copy.js';
+import { loadLocks } from '../shared/filelock.js';
 import { systemErrorText } from '../shared/syserr.js';
 import type { Sha256 } from '../shared/hasher.js';
+import type { Share } from '../shared/types.js';
 import { getFile } from './api.js';
 import {
   ApiError,
@@ -113,15 +115,23 @@ export class FileExistsError extends Error {
   override readonly name = 'FileExistsError';
 }
 
+/** Another download (another fshare) holds the lock on the same `NAME.part`. */
+export class PartBusyError extends Error {
+  override readonly name = 'PartBusyError';
+}
+
 function contentLength(headers: IncomingHttpHeaders): number | undefined {
   const text = header(headers, 'content-length');
   return text !== undefined && /^\d+$/.test(text) ? Number(text) : undefined;
 }
 
 function contentRange(headers: IncomingHttpHeaders) {
-  const match = /^bytes (\d+)-(\d+)\/(\d+|\*)$/.exec(header(headers, 'content-range') ?? '');
-  if (!match) return undefined;
-  return { start: Number(match[1]), end: Number(match[2]) };
+  const text = header(headers, 'content-range') ?? '';
+  const match = /^bytes (\d{1,15})-(\d{1,15})\/(\d{1,15}|\*)$/.exec(text);
+  if (!match || Number(match[2]) < Number(match[1])) return undefined;
+  const total = match[3] === '*' ? undefined : Number(match[3]);
+  if (total !== undefined && Number(match[2]) >= total) return undefined;
+  return { start: Number(match[1]), end: Number(match[2]), total, text };
 }
 
 /** The validator a response offers for If-Range: a strong ETag, else Last-Modified. */
@@ -159,9 +169,13 @@ async function isDirectory(path: string): Promise<boolean> {
   }
 }
 
-/** The safe local name for a response: Content-Disposition's name, else the share id. */
-export function defaultFileName(headers: IncomingHttpHeaders, id: string): string {
-  return sanitizeFileName(filenameFromDisposition(header(headers, 'content-disposition'))) ?? id;
+/**
+ * The safe local name for a response: Content-Disposition's name, else the share id; `suffix`
+ * (".0-1023" for a byte range) appended, the name cut so that it fits with ".part".
+ */
+export function defaultFileName(headers: IncomingHttpHeaders, id: string, suffix = ''): string {
+  const name = filenameFromDisposition(header(headers, 'content-disposition'));
+  return (sanitizeFileName(name, suffix) ?? id) + suffix;
 }
 
 /** An error for a failed HEAD (which has no body): ask GET /files/<id> for the server's words. */
@@ -265,15 +279,14 @@ class FileSink implements BodyTarget {
     this.busy[this.slot] = entry;
   }
 
-  /** Writes the rest, waits for the hashing thread to let go of the ring; throws a write error. */
+  /**
+   * Writes the rest, waits for the hashing thread to let go of the ring; throws a write error.
+   * The file stays open (and locked) for the download's next attempt and its rename.
+   */
   async close(): Promise<void> {
-    try {
-      this.dispatch();
-      await Promise.all(this.busy.map((b) => b?.promise));
-      if (this.failure) throw this.failure;
-    } finally {
-      await this.handle.close();
-    }
+    this.dispatch();
+    await Promise.all(this.busy.map((b) => b?.promise));
+    if (this.failure) throw this.failure;
   }
 }
 
@@ -363,6 +376,12 @@ interface State {
    * mix: a mismatch then starts over from byte 0 once instead of failing.
    */
   tentative: boolean;
+  /** The `.part`, open and locked (holdPart) from its first use until the download ends. */
+  part: FileHandle | undefined;
+  /** Bytes of the whole content, as the server stated them (share, Content-Length, -Range). */
+  total: number | undefined;
+  /** The share's metadata (its size and sha256), asked for once, when first needed. */
+  share: Promise<Share | undefined> | undefined;
 }
 
 /**
@@ -392,18 +411,83 @@ export async function download(
     hash: undefined,
     streamHash: toStream && !options.range ? createHash('sha256') : undefined,
     tentative: false,
+    part: undefined,
+    total: undefined,
+    share: undefined,
   };
   if (!toStream && options.output !== undefined) {
     if (/[/\\]$/.test(options.output) || (await isDirectory(options.output)))
       state.directory = options.output;
     else state.target = options.output;
   }
-  if (options.resume) {
-    const done = await planResume(client, id, state, options);
-    if (done) return done;
+  try {
+    if (options.resume) {
+      const done = await planResume(client, id, state, options);
+      if (done) return done;
+    }
+    await transfer(client, id, state, options, toStream);
+    return await finishOrRestart(client, id, state, options);
+  } finally {
+    // Closing the .part releases its lock (after the rename, when the download finished).
+    await state.part?.close().catch(() => undefined);
   }
-  await transfer(client, id, state, options, toStream);
-  return finishOrRestart(client, id, state, options);
+}
+
+/**
+ * Opens `NAME.part` (created when missing; never truncated here) and holds an exclusive kernel
+ * lock on it until the download ends, so that two fshares given the same -o cannot both write
+ * it: the second once kept writing through its descriptor into the file the first had verified
+ * and renamed into place. With `create` false, only an existing `.part` is held (false: none).
+ * A file system without locks is written unguarded, as the config files are (filelock.ts).
+ */
+async function holdPart(state: State, create: boolean): Promise<boolean> {
+  if (state.part) return true;
+  const part = `${state.target}.part`;
+  const busy = () =>
+    new PartBusyError(`another fshare is writing ${part}; wait for it or choose another -o`);
+  for (let tries = 1; ; tries++) {
+    let handle: FileHandle;
+    try {
+      // As cp and curl -o make files: 0666 less the umask (a download is no secret of ours).
+      // O_NOFOLLOW: a NAME.part planted as a symbolic link (in /tmp, a shared workspace) would
+      // lead the write into whatever file it points at.
+      handle = await open(part, fs.O_WRONLY | fs.O_NOFOLLOW | (create ? fs.O_CREAT : 0), 0o666);
+    } catch (err) {
+      if (!create && (err as NodeJS.ErrnoException).code === 'ENOENT') return false;
+      throw err;
+    }
+    let held: boolean;
+    try {
+      held = loadLocks().tryLock(handle.fd);
+    } catch {
+      held = true; // no locks on this file system: unguarded, as before
+    }
+    if (!held) {
+      await handle.close();
+      throw busy();
+    }
+    // The file locked must still be the one named NAME.part: a holder that finished in between
+    // renamed it into place, and it is then the finished download, not ours to write.
+    const [mine, named] = await Promise.all([handle.stat(), lstat(part).catch(() => undefined)]);
+    if (named && named.ino === mine.ino && named.dev === mine.dev) {
+      state.part = handle;
+      return true;
+    }
+    await handle.close();
+    if (!create && !named) return false;
+    if (tries === 5) throw busy();
+  }
+}
+
+/** The share's metadata (undefined when the server will not say), asked for once. */
+function shareOf(client: ApiClient, id: string, state: State): Promise<Share | undefined> {
+  return (state.share ??= getFile(client, id).catch(() => undefined));
+}
+
+/** The share's size in bytes, when the server states it. */
+async function shareSize(client: ApiClient, id: string, state: State): Promise<number | undefined> {
+  const size = (await shareOf(client, id, state))?.size;
+  return typeof size === 'number' && Number.isSafeInteger(size) && size >= 0 ? size : undefined;
 }
 
 /** finish(), except that a tentative resume that proves wrong starts over once from byte 0. */
@@ -447,17 +531,15 @@ async function planResume(
   await head.dump();
   if (head.statusCode >= 400) throw await headFailure(client, id, head.statusCode);
   if (state.target === undefined) {
-    state.target = join(
-      state.directory,
-      defaultFileName(head.headers, id) + (options.nameSuffix ?? ''),
-    );
+    state.target = join(state.directory, defaultFileName(head.headers, id, options.nameSuffix));
     state.nameFromServer = true;
   }
   const part = `${state.target}.part`;
-  const have = (await sizeOf(part)) ?? 0;
+  // Held before it is read: a second --continue of the same .part waits for nothing and stops.
+  const have = (await holdPart(state, false)) ? (await state.part!.stat()).size : 0;
   const now = validatorOf(head.headers);
   const started = await options.validators?.get(part);
-  state.expected = contentLength(head.headers);
+  state.expected = state.total = contentLength(head.headers);
   if (have === 0) return undefined;
   const restart = (reason: string) => options.onRestart?.(reason);
   const digest = reprDigest(head.headers);
@@ -555,8 +637,15 @@ async function transfer(
       windowStart,
       id,
     );
+    if (!started) await checkOverwrite(state, options, res);
+    if (!toStream && state.target !== undefined) {
+      await holdPart(state, true).catch(async (err: unknown) => {
+        await res.dump();
+        throw err;
+      });
+      await rememberValidator(state, options, res.headers);
+    }
     if (!started) {
-      await checkOverwrite(state, options, res);
       options.onStart?.({
         path: state.target ?? null,
         offset: state.offset,
@@ -564,7 +653,13 @@ async function transfer(
       });
     }
     started = true;
-    const cut = await writeBody(res, state, options, toStream);
+    let cut = await writeBody(res, state, options, toStream);
+    // A body that ends before the bytes announced (chunked, or a shorter Content-Length than
+    // the Content-Range) is cut short like a broken connection, and goes on from where it ended.
+    if (!cut && state.expected !== undefined && state.offset < state.expected)
+      cut = Object.assign(new Error('the body ended early'), {
+        code: 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH',
+      });
     if (!cut) return;
     if (attempt > client.retry.retries)
       throw await resumeHint(
@@ -596,13 +691,26 @@ async function acceptResponse(
       await res.dump();
       throw new Error('the server sent a partial response without a valid Content-Range');
     }
-    const start = windowStart ?? cr.start;
-    if (cr.start !== start + state.offset) {
+    // A 206 must be exactly the bytes asked for, of a content of the share's size: a shorter
+    // one was saved as the whole file, and a shorter --range as the range.
+    const known = state.total ?? (await shareSize(client, id, state));
+    const total = cr.total ?? known;
+    const asked = askedBytes(state, options, windowStart, total);
+    const otherTotal = cr.total !== undefined && known !== undefined && cr.total !== known;
+    if (
+      otherTotal ||
+      cr.start !== (asked.start ?? cr.start) ||
+      (asked.end !== undefined ? cr.end !== asked.end : total === undefined && cr.end > asked.max)
+    ) {
       await res.dump();
-      throw new Error(`the server sent bytes from ${cr.start}, expected ${start + state.offset}`);
+      throw new Error(
+        `the server answered ${cr.text} to a request for ${asked.text}` +
+          (otherTotal ? ` of a share of ${known} bytes` : ''),
+      );
     }
+    state.total = total;
     state.expected = state.offset + (cr.end - cr.start + 1);
-    windowStart = start;
+    windowStart = windowStart ?? cr.start;
   } else {
     // 200: the whole content, because no range was asked or If-Range no longer matched.
     if (headers.range) {
@@ -620,23 +728,65 @@ async function acceptResponse(
     windowStart = 0;
     // Without a Content-Length (chunked, or read until the connection closes) the body has no end
     // of its own: the share's size, where the server states it, bounds it instead, so a server
-    // that never stops cannot fill the disk.
-    state.expected =
-      contentLength(res.headers) ??
-      (await getFile(client, id).then(
-        (share) => (Number.isSafeInteger(share.size) ? (share.size as number) : undefined),
-        () => undefined,
-      ));
+    // that never stops cannot fill the disk. With one, it must be the share's size: a shorter
+    // 200 was saved as the whole file.
+    const announced = contentLength(res.headers);
+    const size = await shareSize(client, id, state);
+    if (announced !== undefined && size !== undefined && announced !== size) {
+      await res.dump();
+      throw new Error(`the server answered ${announced} bytes for a share of ${size} bytes`);
+    }
+    state.expected = state.total = announced ?? size;
   }
   state.digest = reprDigest(res.headers) ?? (state.offset > 0 ? state.digest : undefined);
   if (!toStream && state.target === undefined) {
-    state.target = join(
-      state.directory,
-      defaultFileName(res.headers, id) + (options.nameSuffix ?? ''),
-    );
+    state.target = join(state.directory, defaultFileName(res.headers, id, options.nameSuffix));
     state.nameFromServer = true;
   }
-  const validator = validatorOf(res.headers);
+  return windowStart;
+}
+
+/**
+ * The bytes the last request asked for, as the 206 must cover them: from `start` (undefined: a
+ * suffix whose start the size decides) to `end` (undefined where it cannot be known: an
+ * open-ended request of a content of no stated size; the 206 may then end anywhere up to `max`).
+ */
+function askedBytes(
+  state: State,
+  options: DownloadOptions,
+  windowStart: number | undefined,
+  total: number | undefined,
+): { start: number | undefined; end: number | undefined; max: number; text: string } {
+  const range = options.range;
+  const last = total === undefined ? undefined : total - 1;
+  if (windowStart === undefined && range && 'suffix' in range) {
+    const start = total === undefined ? undefined : Math.max(0, total - range.suffix);
+    return {
+      start,
+      end: last,
+      max: Number.MAX_SAFE_INTEGER,
+      text: start === undefined ? `the last ${range.suffix} bytes` : `bytes ${start}-${last}`,
+    };
+  }
+  const start = (windowStart ?? 0) + state.offset;
+  const asked = range && 'end' in range ? range.end : undefined;
+  // A request past the end is answered up to the last byte (RFC 9110 14.1.2).
+  const end = last === undefined ? undefined : Math.min(asked ?? last, last);
+  return {
+    start,
+    end,
+    max: asked ?? Number.MAX_SAFE_INTEGER,
+    text: `bytes ${start}-${end ?? asked ?? ''}`,
+  };
+}
+
+/** Records the validator a new `.part` is started from, for a later --continue. */
+async function rememberValidator(
+  state: State,
+  options: DownloadOptions,
+  headers: IncomingHttpHeaders,
+): Promise<void> {
+  const validator = validatorOf(headers);
   if (state.target && (state.offset === 0 || !state.validator)) {
     state.validator = validator;
     // Only --continue needs it: a full or read-only disk under the config must not stop the
@@ -650,7 +800,6 @@ async function acceptResponse(
       );
     }
   }
-  return windowStart;
 }
 
 /** A name that came from the server never replaces an existing file unless asked. */
@@ -679,21 +828,13 @@ async function writeBody(
   toStream: boolean,
 ): Promise<unknown> {
   const part = state.target && !toStream ? `${state.target}.part` : undefined;
+  if (part) {
+    await holdPart(state, true);
+    if (state.offset === 0) await state.part!.truncate(0);
+  }
   if (part && (state.offset === 0 || !state.hash)) await startHash(state, part);
   const sink = part
-    ? new FileSink(
-        // As cp and curl -o make files: 0666 less the umask (a download is no secret of ours).
-        // O_NOFOLLOW: a NAME.part planted as a symbolic link (in /tmp, a shared workspace) would
-        // lead the write into whatever file it points at.
-        await open(
-          part,
-          (state.offset > 0 ? fs.O_RDWR : fs.O_WRONLY | fs.O_CREAT | fs.O_TRUNC) | fs.O_NOFOLLOW,
-          0o666,
-        ),
-        part,
-        state.offset,
-        state.hash,
-      )
+    ? new FileSink(state.part!, part, state.offset, state.hash)
     : new StreamSink(options.stdout ?? process.stdout, state.streamHash);
   let received = 0;
   const progress = (n: number) => {
@@ -762,6 +903,13 @@ async function finish(
   let sha256: string | null = null;
   let verified = false;
   if (!options.range) {
+    // The whole content is the share's size, whatever a response (or a HEAD) announced.
+    const size = await shareSize(client, id, state);
+    if (size !== undefined && state.offset !== size)
+      throw new Error(
+        `the server announced ${state.offset} bytes for a share of ${size} bytes` +
+          (part ? `; they are kept in ${part}` : ''),
+      );
     if (part) {
       if (!state.hash) await startHash(state, part);
       sha256 = await state.hash!.digest().catch(async () => {
@@ -771,11 +919,12 @@ async function finish(
       });
       state.hash = undefined;
     } else if (state.streamHash) sha256 = state.streamHash.digest('hex');
-    const expected = state.digest ?? (await getFile(client, id).catch(() => undefined))?.sha256;
+    const expected = state.digest ?? (await shareOf(client, id, state))?.sha256;
     if (sha256 === '') {
       // FSHARE_BENCH_NO_DIGEST (benchmarks only): nothing was hashed, nothing is claimed
     } else if (typeof expected === 'string' && sha256 !== null) {
-      if (sha256 !== expected)
+      // Hex in either case is the same digest (a server that answered upper case was refused).
+      if (sha256 !== expected.toLowerCase())
         throw new VerificationError(
           `the downloaded bytes have sha256 ${sha256}, not the server's ${expected}` +
             (part ? `; they are kept in ${part}` : ''),

@@ -29,7 +29,12 @@ function percentDecode(text: string): Buffer {
   return Buffer.from(bytes);
 }
 
-const MAX_NAME_BYTES = 240; // leaves room for ".part" under the usual 255-byte limit
+/** The longest file name the usual file systems take, in bytes. */
+const NAME_MAX = 255;
+/** What a download adds while it runs. */
+const PART_SUFFIX = '.part';
+/** A name from the server is cut to this, or shorter where a suffix must fit too. */
+const MAX_NAME_BYTES = 240;
 
 /**
  * Characters a name from the server may not bring to a terminal or a file name: C0 and C1
@@ -43,23 +48,31 @@ export const UNSAFE_CHARACTERS =
  * Turns a name chosen by the server into a safe single path component, the way browsers do:
  * the whole name is kept, with "/" and "\\" made "_", UNSAFE_CHARACTERS removed and leading dots
  * dropped (so "../../etc/passwd" becomes "_.._etc_passwd": never a directory, never hidden).
+ * The name is cut to MAX_NAME_BYTES, and shorter when `suffix` (".0-1023" for a byte range), which
+ * the caller appends, and ".part" would not fit in NAME_MAX with it.
  * Returns undefined when nothing safe is left.
  */
-export function sanitizeFileName(name: string | undefined): string | undefined {
+export function sanitizeFileName(name: string | undefined, suffix = ''): string | undefined {
   if (name === undefined) return undefined;
   let safe = name.replace(/[/\\]/g, '_').replace(UNSAFE_CHARACTERS, '').trim().replace(/^\.+/, '');
   if (safe === '') return undefined;
-  if (Buffer.byteLength(safe) > MAX_NAME_BYTES) {
+  const room = Math.min(
+    MAX_NAME_BYTES,
+    NAME_MAX - Buffer.byteLength(PART_SUFFIX) - Buffer.byteLength(suffix),
+  );
+  // A suffix too long for any name: the name is kept whole, and the file system's refusal
+  // (ENAMETOOLONG) is the error.
+  if (room > 0 && Buffer.byteLength(safe) > room) {
     // The longest run of whole characters from the start that fits, in one pass: dropping one
     // character at a time cost seconds to minutes for a server's 16–64 KB name.
     let kept = '';
     let bytes = 0;
     for (const ch of safe) {
       bytes += Buffer.byteLength(ch);
-      if (bytes > MAX_NAME_BYTES) break;
+      if (bytes > room) break;
       kept += ch;
     }
     safe = kept;
   }
-  return safe;
+  return safe === '' ? undefined : safe;
 }

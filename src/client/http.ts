@@ -305,9 +305,12 @@ function redirected(res: Response): ApiError {
   const to = header(res.headers, 'location');
   return new ApiError(
     res.statusCode,
-    to
-      ? `the server redirects to ${to}; fshare follows no redirects: if that address is right, use it as the server`
-      : `the server answered with a redirect without a Location; fshare follows no redirects`,
+    // fshare asks for no condition (If-None-Match, If-Modified-Since): a 304 is no redirect.
+    res.statusCode === 304
+      ? 'the server answered 304 Not Modified to a request that asked for no condition'
+      : to
+        ? `the server redirects to ${to}; fshare follows no redirects: if that address is right, use it as the server`
+        : `the server answered with a redirect without a Location; fshare follows no redirects`,
     undefined,
     res.headers,
   );

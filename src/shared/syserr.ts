@@ -28,6 +28,8 @@ export function systemErrorText(err: unknown): string | undefined {
     case 'EMFILE':
     case 'ENFILE':
       return 'too many open files (raise the limit with ulimit -n)';
+    case 'ENAMETOOLONG':
+      return `file name too long${where}`;
     case 'ELOOP':
       return `a symbolic link, which fshare never writes through${where}`;
     case 'EIO':
