@@ -128,8 +128,8 @@ describe('a download from a server that lies is never saved as done', () => {
   // "verified" while the second went on writing through its descriptor, so NAME held the other
   // share's bytes. Now the .part is locked for the whole download: the second stops at once.
   it('two gets to the same -o: the second stops with one line (exit 5), the first saves only its own verified bytes', async () => {
-    const first = randomBytes(2_000_000);
-    const second = randomBytes(2_000_000);
+    const first = randomBytes(3_000_000);
+    const second = randomBytes(3_000_000);
     const idA = addShare({ data: first });
     const idB = addShare({ data: second });
     let release!: () => void;
@@ -137,10 +137,11 @@ describe('a download from a server that lies is never saved as done', () => {
     content = (share, req, res) => {
       if (share.data !== first || req.headers.range || req.method === 'HEAD')
         return honest(share, req, res);
-      // The first download sends half, then waits until the test lets it finish.
+      // The first download gets half (its first MiB written to the .part), then waits until the
+      // test lets it finish.
       res.writeHead(200, { 'content-length': first.length });
-      res.write(first.subarray(0, 1_000_000));
-      void released.then(() => res.end(first.subarray(1_000_000)));
+      res.write(first.subarray(0, 1_500_000));
+      void released.then(() => res.end(first.subarray(1_500_000)));
     };
     const out = join(work, 'same.bin');
     const spawnGet = (args: string[]) =>
@@ -158,6 +159,7 @@ describe('a download from a server that lies is never saved as done', () => {
         i++
       )
         await sleep(25);
+      expect((await stat(`${out}.part`)).size).toBeGreaterThan(0);
       const b = await cli.run([...at, 'get', idB, '-o', out], { env });
       expect(b.exitCode, b.stderr).toBe(5);
       expectOneLine(
