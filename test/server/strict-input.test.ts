@@ -311,3 +311,49 @@ describe('ranges', () => {
     for (const range of ['bytes=,', 'bytes=', 'bytes=1-2,x']) expectFail(await at(range), 416);
   });
 });
+
+describe('quotas', () => {
+  // PATCH owner_name handed a 100-byte share to a user with quota 0 (200, and the user then
+  // showed "quota":0,"used":100): a share handed over must fit the recipient's quota, else 413
+  // naming it, and nothing changes.
+  it("handing a share over is refused past the recipient's quota", async () => {
+    const q0 = unique('q0');
+    expectStatus(
+      await post(srv.url, '/users', {
+        token: admin,
+        json: { username: q0, password: 'qqqqqqqqqq', permissions: ['READ'], quota: 150 },
+      }),
+      201,
+    );
+    const id = await createShareWithContent(srv.url, alice.token, unique('big'), Buffer.alloc(100));
+    const small = await createShareWithContent(srv.url, alice.token, unique('s'), Buffer.alloc(60));
+    // 60 bytes fit into 150.
+    expectStatus(
+      await patch(srv.url, `/files/${small}`, { token: alice.token, json: { owner_name: q0 } }),
+      200,
+    );
+    // 100 more do not (90 are left).
+    for (const res of [
+      await patch(srv.url, `/files/${id}`, { token: alice.token, json: { owner_name: q0 } }),
+      await request(srv.url, 'PUT', `/files/${id}`, {
+        token: alice.token,
+        json: { owner_name: q0, file_name: 'renamed' },
+      }),
+    ]) {
+      expectFail(res, 413);
+      expect(res.body.message).toContain(q0);
+      expect(res.body.message).toMatch(/quota \(150 bytes; 90 bytes are left\)/);
+    }
+    const share = await get(srv.url, `/files/${id}`, { token: alice.token });
+    expect(share.body.owner_name).toBe(alice.username);
+    expect(share.body.file_name).not.toBe('renamed');
+    const user = await get(srv.url, `/users/${q0}`, { token: admin });
+    expect(user.body).toMatchObject({ quota: 150, used: 60 });
+    // A share without content fits anyone, and other changes are not affected.
+    const empty = await createShare(srv.url, alice.token, unique('e'));
+    expectStatus(
+      await patch(srv.url, `/files/${empty}`, { token: alice.token, json: { owner_name: q0 } }),
+      200,
+    );
+  });
+});

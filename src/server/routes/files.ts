@@ -63,16 +63,43 @@ export function fileRoutes(ctx: Context): Router {
     if ('owner_name' in body) changes.owner_id = await ownerField(body);
     const expires = expiryField(body, clock(), await expiryCap(req));
     if (expires !== undefined) changes.expires = expires;
+    const recipient =
+      changes.owner_id && changes.owner_id !== share.owner_id ? changes.owner_id : undefined;
     // Checked again under the lock: a LOCK may have come in meanwhile.
-    await store.withShareLock(share.share_id, async () => {
-      const current = await store.getShare(share.share_id);
-      if (!current) throw Errors.shareNotFound();
-      if (current.locked) throw Errors.locked();
-      checkOwner(req, current);
-      await store.updateShare(share.share_id, changes);
-    });
+    const change = () =>
+      store.withShareLock(share.share_id, async () => {
+        const current = await store.getShare(share.share_id);
+        if (!current) throw Errors.shareNotFound();
+        if (current.locked) throw Errors.locked();
+        checkOwner(req, current);
+        if (recipient) await checkRecipientQuota(recipient, current);
+        await store.updateShare(share.share_id, changes);
+      });
+    // A share handed to a user with a quota is counted against it under the lock their uploads'
+    // quota checks take (content.ts), taken first as there, so neither can pass the other.
+    if (recipient) await store.withShareLock(`uploads of ${recipient}`, change);
+    else await change();
     if (expires !== undefined) expiry.schedule();
     success(res, 'Share updated');
+  };
+
+  /**
+   * A share handed over counts against its new owner's quota (its content and the chunks of its
+   * unfinished uploads, with what the owner already has): past it → 413, nothing changes.
+   */
+  const checkRecipientQuota = async (userId: string, share: ShareRecord) => {
+    const user = await store.getUserById(userId);
+    if (!user || user.quota === null) return;
+    const pending = await storage.unfinished();
+    let used = await store.usageOf(user.id);
+    for (const [shareId, p] of pending)
+      if ((await store.getShare(shareId))?.owner_id === user.id) used += p.bytes;
+    const bytes = (share.size ?? 0) + (pending.get(share.share_id)?.bytes ?? 0);
+    const room = Math.max(0, user.quota - used);
+    if (bytes > room)
+      throw Errors.quotaExceeded(
+        `Handing this share (${bytes} bytes) to ${user.username} would exceed their storage quota (${user.quota} bytes; ${room} bytes are left)`,
+      );
   };
 
   const setLocked = (locked: boolean) => async (req: Request, res: Response) => {
