@@ -1,6 +1,7 @@
 // Hostile or malformed input is refused with a 4xx JSON error and changes nothing (a tester's
 // findings): bodies that are not JSON, JSON that does not parse on routes that read no body.
 import http from 'node:http';
+import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   allShares,
@@ -14,6 +15,7 @@ import {
   patch,
   post,
   request,
+  multipart,
   sendChunk,
   unique,
 } from '../helpers/http.js';
@@ -355,5 +357,39 @@ describe('quotas', () => {
       await patch(srv.url, `/files/${empty}`, { token: alice.token, json: { owner_name: q0 } }),
       200,
     );
+  });
+});
+
+describe('chunk encodings', () => {
+  // A chunk sent with Content-Encoding: gzip was stored as sent (still compressed), the encoding
+  // ignored: a chunk in any encoding but identity is now a 415 JSON, and nothing is stored.
+  it('refuses a chunk with a Content-Encoding it does not decode, storing nothing', async () => {
+    const id = await createShare(srv.url, alice.token, unique('enc'));
+    const dzuuid = unique('u');
+    const send = (encoding: string, data: Buffer) => {
+      const { body, contentType } = multipart([
+        { name: 'dzuuid', value: dzuuid },
+        { name: 'dzchunkindex', value: '0' },
+        { name: 'dztotalchunks', value: '1' },
+        { name: 'upload', filename: 'blob', data },
+      ]);
+      return post(srv.url, `/files/${id}/content`, {
+        token: alice.token,
+        body,
+        headers: { 'content-type': contentType, 'content-encoding': encoding },
+      });
+    };
+    for (const encoding of ['gzip', 'br', 'deflate', 'x-custom', 'identity, gzip']) {
+      const res = await send(encoding, gzipSync(Buffer.from('hello')));
+      expectFail(res, 415);
+      expect(res.headers['accept-encoding']).toBe('identity');
+    }
+    expect((await get(srv.url, `/files/${id}`, { token: alice.token })).body.initialized).toBe(
+      false,
+    );
+    expectFail(await get(srv.url, `/files/${id}/uploads/${dzuuid}`, { token: alice.token }), 404);
+    // identity is no encoding at all.
+    expectStatus(await send('identity', Buffer.from('hello')), 201);
+    expect((await get(srv.url, `/files/${id}/content`, { token: alice.token })).text).toBe('hello');
   });
 });

@@ -111,6 +111,18 @@ export function contentRoutes(ctx: Context): Router {
 
   /** Reads the chunk's fields and bytes; `max` bytes are stored, the excess is left out. */
   const readChunk = async (req: Request, res: Response, shareId: string, max: number) => {
+    // A body in an encoding the server does not decode would be stored as sent: refused before
+    // a byte of it is read (RFC 9110 §15.5.16), as the JSON endpoints refuse one.
+    const encodings = (req.get('content-encoding') ?? '')
+      .split(',')
+      .map((e) => e.trim().toLowerCase())
+      .filter((e) => e !== '' && e !== 'identity');
+    if (encodings.length > 0)
+      throw new HttpError(
+        415,
+        `A chunk is sent without a Content-Encoding (this one is ${encodings.join(', ')}, which the server does not decode)`,
+        { 'Accept-Encoding': 'identity' },
+      );
     // multer passes any other body over silently, and the error would then name a missing field.
     if (!req.is('multipart/form-data'))
       throw Errors.badRequest(
