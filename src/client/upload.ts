@@ -359,9 +359,25 @@ export async function uploadContent(
 interface Sent {
   /** A chunk was answered 201: the upload completed. */
   completed: boolean;
-  /** A chunk was refused because its upload had finished: maybe by a copy of ours whose 201 was lost. */
-  finished: boolean;
+  /**
+   * A chunk sent again (an earlier copy may have reached the server, its answer lost) was refused
+   * as if the upload had finished: POST 423 (the share has content), PUT 409 (the upload is
+   * over). The lost answer may have been the 201: the share's sha256 tells (confirm).
+   */
+  refusedAgain?: ApiError;
+  /**
+   * A chunk sent once was refused with 409 (its upload is over, or another copy of the chunk was
+   * taken: one still on its way from an interrupted run, say). The rest is sent all the same; if
+   * the share's sha256 does not then prove the upload, this refusal is what is reported.
+   */
+  refused?: ApiError;
 }
+
+/**
+ * Errors after which the share this upload created is kept, not deleted: it has content that was
+ * not proved to be other bytes of this upload (a 201 lost on the way, or someone else's).
+ */
+const sharesWithContent = new WeakSet<Error>();
 
 /** Sends every chunk the server does not hold yet, in parallel; the last one carries dzsha256. */
 async function sendChunks(
@@ -379,7 +395,7 @@ async function sendChunks(
   options.signal?.addEventListener('abort', onOuterAbort, { once: true });
   const toSend = [...Array(p.total).keys()].filter((i) => !p.held.has(i));
   const last = toSend[toSend.length - 1];
-  const sent: Sent = { completed: false, finished: false };
+  const sent: Sent = { completed: false };
   let bytes = file.size;
   for (const i of toSend) bytes -= Math.min(file.size, (i + 1) * p.chunkSize) - i * p.chunkSize;
   options.onProgress?.(bytes, file.size); // a resumed upload starts where it was
@@ -411,10 +427,10 @@ async function sendChunks(
       retryServerErrors: true,
       signal: abort.signal,
     });
-    if (res.statusCode === 409) {
-      await res.dump();
-      sent.finished = true;
-    } else if (res.statusCode >= 400) throw await toApiError(res);
+    if ((res.statusCode === 409 || res.statusCode === 423) && res.repeated)
+      sent.refusedAgain ??= await toApiError(res);
+    else if (res.statusCode === 409) sent.refused ??= await toApiError(res);
+    else if (res.statusCode >= 400) throw await toApiError(res);
     else {
       await res.dump();
       if (res.statusCode === 201) sent.completed = true;
@@ -449,8 +465,9 @@ async function sendChunks(
 }
 
 /**
- * Whether the upload is proved done: the server's sha256 of the share equals the file's; on a
- * server without digests, a 201 is what it tells. Anything else is a VerificationError.
+ * Whether the upload is proved done: the server's sha256 (and size) of the share equal the file's;
+ * on a server without digests, a 201 is what it tells. Anything else is a VerificationError, or
+ * the server's refusal of a chunk when there was one.
  */
 async function confirm(
   client: ApiClient,
@@ -463,18 +480,36 @@ async function confirm(
 ): Promise<boolean> {
   if (sha256 === '') return false; // FSHARE_BENCH_NO_DIGEST: nothing was hashed to compare
   const share = await getFile(client, id);
+  const fail = (err: Error): Error => {
+    // Without this run's 201, content in the share may be a lost 201's, or another's: kept.
+    if (!sent.completed && share.initialized) sharesWithContent.add(err);
+    return err;
+  };
   if (typeof share.sha256 === 'string') {
-    if (share.sha256 === sha256) return true;
-    throw new VerificationError(
-      sent.completed || sent.finished
-        ? `the server stored other bytes than ${path} (sha256 ${share.sha256}, the file's is ${sha256})`
-        : `the server did not confirm the upload of ${path}`,
+    const same = share.sha256.toLowerCase() === sha256;
+    if (same && (typeof share.size !== 'number' || share.size === size)) return true;
+    if (!sent.completed && sent.refused) throw fail(sent.refused);
+    if (!sent.completed && !sent.refusedAgain)
+      throw fail(new VerificationError(`the server did not confirm the upload of ${path}`));
+    throw fail(
+      new VerificationError(
+        same
+          ? `the server holds ${share.size} bytes for ${path}, not the file's ${size}`
+          : `the server stored other bytes than ${path} (sha256 ${share.sha256}, the file's is ${sha256})`,
+      ),
     );
   }
-  if (!sent.completed)
-    throw new VerificationError(
-      `the server did not confirm the upload of ${path}: no chunk was answered 201 Created`,
-    );
+  if (!sent.completed) {
+    const refusal = sent.refused ?? sent.refusedAgain;
+    // No content (or no 201 and no digest to prove any): the refusal stands.
+    if (refusal && (sent.refused || !share.initialized)) throw fail(refusal);
+    if (!refusal)
+      throw fail(
+        new VerificationError(
+          `the server did not confirm the upload of ${path}: no chunk was answered 201 Created`,
+        ),
+      );
+  }
   // What such a server does tell: the length of the content it now serves.
   const head = await send(client, {
     method: 'HEAD',
@@ -484,10 +519,13 @@ async function confirm(
   });
   await head.dump();
   const length = Number(head.headers['content-length']);
-  if (head.statusCode === 200 && Number.isSafeInteger(length) && length !== size)
-    throw new VerificationError(
-      `the server holds ${length} bytes for ${path}, not the file's ${size}`,
+  const known = head.statusCode === 200 && Number.isSafeInteger(length);
+  if (known && length !== size)
+    throw fail(
+      new VerificationError(`the server holds ${length} bytes for ${path}, not the file's ${size}`),
     );
+  if (!sent.completed && !known)
+    throw fail(new VerificationError(`the server did not confirm the upload of ${path}`));
   options.onNotice?.(
     `${path}: uploaded, but not verified (the server gives no sha256); the file's is ${sha256}`,
   );
@@ -547,7 +585,12 @@ export async function uploadFile(
   try {
     result = await uploadContent(client, id, path, { ...options, mode: 'create', fileName });
   } catch (err) {
-    if (
+    if (err instanceof Error && sharesWithContent.has(err)) {
+      // Content that may be this upload's (a lost 201) or another's is never deleted.
+      const records = (await options.resume?.list()) ?? [];
+      for (const r of records) if (r.share_id === id) await options.resume?.remove(r);
+      err.message += ` (the share it had created, ${id}, was kept: it has content)`;
+    } else if (
       refusedForGood(err) ||
       err instanceof VerificationError ||
       err instanceof FileChangedError

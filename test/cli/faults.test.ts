@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import {
   createServer,
   request,
@@ -12,8 +12,21 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ADMIN, createCli, startServe, tempDir, type Cli, type Serve } from '../helpers/cli.js';
 
-/** What the proxy does with one request. */
-type Fault = 'pass' | 'http503' | 'http507' | 'drop' | 'loseAnswer' | { cutAfter: number };
+/**
+ * What the proxy does with one request. lose201: forwards it, and loses the server's answer only
+ * when it is 201 Created (the chunk that completed an upload). taken409: forwards it, and answers
+ * 409 as fshare serve does to a copy of a chunk that another copy replaced.
+ */
+type Fault =
+  | 'pass'
+  | 'http409'
+  | 'http503'
+  | 'http507'
+  | 'drop'
+  | 'loseAnswer'
+  | 'lose201'
+  | 'taken409'
+  | { cutAfter: number };
 
 interface Seen {
   method: string;
@@ -43,8 +56,8 @@ function startFaultProxy(target: string, decide: (req: IncomingMessage, n: numbe
       req.socket.destroy();
       return;
     }
-    if (fault === 'http503' || fault === 'http507') {
-      const status = fault === 'http503' ? 503 : 507;
+    if (fault === 'http409' || fault === 'http503' || fault === 'http507') {
+      const status = Number(fault.slice(4));
       req.resume();
       req.on('end', () => {
         entry.status = status;
@@ -63,14 +76,22 @@ function startFaultProxy(target: string, decide: (req: IncomingMessage, n: numbe
       },
       (up) => {
         entry.status = up.statusCode;
-        if (fault === 'loseAnswer') {
+        if (fault === 'taken409') {
+          up.resume();
+          up.on('end', () => {
+            res.writeHead(409, { 'content-type': 'application/json' });
+            res.end('{"status":"fail","message":"Another copy of this chunk was stored"}');
+          });
+          return;
+        }
+        if (fault === 'loseAnswer' || (fault === 'lose201' && up.statusCode === 201)) {
           // The server has done the work; its answer never reaches the client.
           up.resume();
           up.on('end', () => res.socket?.destroy());
           return;
         }
         res.writeHead(up.statusCode ?? 502, up.headers);
-        if (fault === 'pass') {
+        if (fault === 'pass' || fault === 'lose201') {
           up.pipe(res);
           return;
         }
@@ -273,6 +294,93 @@ describe('transfers survive a flaky network', () => {
     // A share that never existed is still "not found", exit 4: only a repeat counts 404 as done.
     const missing = await cli.run(['rm', '00000000-0000-4000-8000-000000000000']);
     expect(missing.exitCode).toBe(4);
+  });
+
+  // The last chunk's 201 lost on the way: the chunk was sent again, the server refused the copy
+  // (POST: 423 "The share already has content"), and upload and push deleted the complete share
+  // and failed, exit 5. The share's sha256 now decides: it is the file's, so the upload is done.
+  it('a lost 201 to the last chunk is proved by the share sha256: upload, push and replace succeed and keep the share', async () => {
+    const name = `lost-201-${Date.now()}.bin`;
+    await writeFile(join(work, name), original);
+    fault = (req) =>
+      (req.method === 'POST' || req.method === 'PUT') && isContent(req) ? 'lose201' : 'pass';
+    const res = await cli.run(['--json', 'upload', join(work, name), '--chunk-size', '256k']);
+    expect(res.exitCode, res.stderr).toBe(0);
+    expect(res.stderr).toBe('');
+    const [share] = JSON.parse(res.stdout) as { share_id: string; verified: boolean }[];
+    expect(share!.verified).toBe(true);
+    const chunks = proxy.seen.filter((s) => s.method === 'POST' && s.url.endsWith('/content'));
+    expect(chunks.map((s) => s.status)).toEqual([200, 200, 201, 423]);
+    expect(proxy.seen.filter((s) => s.method === 'DELETE')).toEqual([]);
+    fault = () => 'pass';
+    const got = await cli.runBinary(['get', share!.share_id, '-o', '-']);
+    expect(got.exitCode).toBe(0);
+    expect(got.stdout.equals(original)).toBe(true);
+
+    // replace: the copy of its last chunk is refused with 409 (the upload is over)
+    const other = randomBytes(300_000);
+    await writeFile(join(work, `${name}.2`), other);
+    fault = (req) =>
+      (req.method === 'POST' || req.method === 'PUT') && isContent(req) ? 'lose201' : 'pass';
+    proxy.seen.length = 0;
+    const replaced = await cli.run(['replace', share!.share_id, join(work, `${name}.2`)]);
+    expect(replaced.exitCode, replaced.stderr).toBe(0);
+    expect(proxy.seen.filter((s) => s.url.endsWith('/content')).map((s) => s.status)).toEqual([
+      201, 409,
+    ]);
+    fault = () => 'pass';
+    const now = await cli.runBinary(['get', share!.share_id, '-o', '-']);
+    expect(now.stdout.equals(other)).toBe(true);
+
+    // push: every file's 201 is lost once
+    const dir = join(work, `pushed-${Date.now()}`);
+    await mkdir(dir);
+    await writeFile(join(dir, 'one.bin'), original);
+    await writeFile(join(dir, 'two.txt'), 'two');
+    fault = (req) =>
+      (req.method === 'POST' || req.method === 'PUT') && isContent(req) ? 'lose201' : 'pass';
+    proxy.seen.length = 0;
+    const artifact = `lost201-${Date.now()}`;
+    const pushed = await cli.run(['push', dir, '--name', artifact]);
+    expect(pushed.exitCode, pushed.stderr).toBe(0);
+    expect(proxy.seen.filter((s) => s.status === 423).length).toBeGreaterThan(0);
+    expect(proxy.seen.filter((s) => s.method === 'DELETE')).toEqual([]);
+    fault = () => 'pass';
+    const back = join(work, `pulled-${Date.now()}`);
+    const pulled = await cli.run(['pull', artifact, back]);
+    expect(pulled.exitCode, pulled.stderr).toBe(0);
+    expect((await readFile(join(back, 'one.bin'))).equals(original)).toBe(true);
+    expect(await readFile(join(back, 'two.txt'), 'utf8')).toBe('two');
+  });
+
+  // A 409 to a chunk sent once (not a copy of an earlier one) said "the server did not confirm
+  // the upload: no chunk was answered 201 Created", exit 7; it is the server's refusal, exit 5.
+  // A 409 whose chunk the server did take (another copy of it won) still ends in a proved upload.
+  it('a chunk refused with 409 at its first sending is exit 5 with the server line, unless the upload is proved', async () => {
+    let chunks = 0;
+    fault = (req) =>
+      req.method === 'POST' && isContent(req) && ++chunks === 2 ? 'http409' : 'pass';
+    const res = await cli.run(['upload', join(work, 'data.bin'), '--chunk-size', '256k']);
+    expect(res.exitCode).toBe(5);
+    expect(res.stderr.trimEnd().split('\n')).toEqual([
+      'fshare: injected 409 (the share it had created was deleted) (HTTP 409)',
+    ]);
+    chunks = 0;
+    fault = (req) =>
+      req.method === 'POST' && isContent(req) && ++chunks === 2 ? 'taken409' : 'pass';
+    const taken = await cli.run([
+      '--json',
+      'upload',
+      join(work, 'data.bin'),
+      '--chunk-size',
+      '256k',
+    ]);
+    expect(taken.exitCode, taken.stderr).toBe(0);
+    expect(proxy.seen.filter((s) => s.url.endsWith('/content')).map((s) => s.status)).toEqual(
+      expect.arrayContaining([201]),
+    );
+    const [share] = JSON.parse(taken.stdout) as { verified: boolean }[];
+    expect(share!.verified).toBe(true);
   });
 
   it('retries an idempotent JSON request after a 5xx', async () => {
