@@ -32,26 +32,78 @@ function userPath(username: string): string {
 
 const isString = (v: unknown): v is string => typeof v === 'string';
 const isStringList = (v: unknown) => Array.isArray(v) && v.every(isString);
+const isCount = (v: unknown) => Number.isSafeInteger(v) && (v as number) >= 0;
+const orNull =
+  (ok: (v: unknown) => boolean) =>
+  (v: unknown): boolean =>
+    v === null || ok(v);
+/** A field only fshare serve sends (API.md's **Additive** ones): absent, or of its type. */
+const extension =
+  (ok: (v: unknown) => boolean) =>
+  (v: unknown): boolean =>
+    v === undefined || ok(v);
+/** A bearer token: one word of visible ASCII, as an Authorization header carries it. */
+const isToken = (v: unknown) => isString(v) && /^[\x21-\x7e]+$/.test(v);
+/** A sha256 in hex (fshare serve writes lower case; either case is a digest). */
+const isSha256 = (v: unknown) => isString(v) && /^[0-9a-fA-F]{64}$/.test(v);
 
 /** Every change the API makes answers `{"status": "success", …}` (API.md "Bodies"). */
 const SUCCESS: AnswerShape = { what: 'a success', ok: (b) => b.status === 'success' };
+/** A sign-in: the user's name and a token that can be stored and sent as it is. */
 const TOKEN: AnswerShape = {
   what: 'a token',
-  ok: (b) => b.status === 'success' && isString(b.auth_token) && b.auth_token !== '',
+  ok: (b) =>
+    b.status === 'success' && isString(b.username) && b.username !== '' && isToken(b.auth_token),
+};
+/** A changed password: fshare serve adds a new token (and the name), other servers do not. */
+const PASSWORD_CHANGED: AnswerShape = {
+  what: 'a success',
+  ok: (b) =>
+    b.status === 'success' &&
+    (b.auth_token === undefined ||
+      (isToken(b.auth_token) && isString(b.username) && b.username !== '')),
 };
 /** A new share or user: its address in `url`. */
 const CREATED: AnswerShape = {
   what: 'a success with the new address',
   ok: (b) => b.status === 'success' && isString(b.url) && idFromUrl(b.url) !== '',
 };
-const SHARE: AnswerShape = {
-  what: 'a share',
-  ok: (b) => isString(b.share_id) && isString(b.file_name),
-};
-const USER: AnswerShape = {
-  what: 'a user',
-  ok: (b) => isString(b.username) && isStringList(b.permissions),
-};
+/** A share (API.md "Shares"); `size`, `sha256` and `expires` are fshare serve's own. */
+const isShare = (b: Record<string, unknown>) =>
+  isString(b.share_id) &&
+  isString(b.file_name) &&
+  orNull(isString)(b.owner_name) &&
+  typeof b.initialized === 'boolean' &&
+  typeof b.locked === 'boolean' &&
+  isString(b.create_date) &&
+  extension(orNull(isCount))(b.size) &&
+  extension(orNull(isSha256))(b.sha256) &&
+  extension(orNull(isString))(b.expires);
+/** The share asked for by its id, not another (UUIDs compare without case). */
+const shareWithId = (id: string): AnswerShape => ({
+  what: `the share ${id}`,
+  ok: (b) => isShare(b) && (b.share_id as string).toLowerCase() === id.toLowerCase(),
+});
+const isUser = (b: Record<string, unknown>) =>
+  isString(b.username) &&
+  isStringList(b.permissions) &&
+  isString(b.register_date) &&
+  extension(orNull(isCount))(b.quota) &&
+  extension(isCount)(b.used);
+const USER: AnswerShape = { what: 'a user', ok: isUser };
+/** A share link (fshare serve's own, so every field is there). */
+const isLink = (b: Record<string, unknown>) =>
+  isString(b.id) &&
+  isString(b.share_id) &&
+  orNull(isString)(b.file_name) &&
+  orNull(isString)(b.created_by) &&
+  isString(b.create_date) &&
+  orNull(isString)(b.expires) &&
+  orNull(isCount)(b.max_downloads) &&
+  isCount(b.downloads) &&
+  orNull(isCount)(b.downloads_left) &&
+  typeof b.has_password === 'boolean' &&
+  isString(b.state);
 const WHOAMI: AnswerShape = {
   what: 'an identity',
   ok: (b) => (b.username === null || isString(b.username)) && isStringList(b.permissions),
@@ -60,18 +112,26 @@ const SETTINGS: AnswerShape = {
   what: 'the settings',
   ok: (b) => isStringList(b.default_permissions),
 };
-/** A page of a list: a "data" list of objects and a "next" page number or null. */
-const PAGE: AnswerShape = {
+/**
+ * Page `page` of a list of `item`s (API.md "Pagination"): a "data" list of them, the number of
+ * `pages`, and `next`, null or a later page that exists. A `next` that does not move on would
+ * have a client walking every page ask for the same ones forever.
+ */
+const pageOf = (item: (b: Record<string, unknown>) => boolean, page: number): AnswerShape => ({
   what: 'a page of a list',
   ok: (b) =>
     Array.isArray(b.data) &&
-    b.data.every(isRecord) &&
-    (b.next === undefined || b.next === null || Number.isSafeInteger(b.next)),
-};
-const LIST: AnswerShape = {
+    b.data.every((i) => isRecord(i) && item(i)) &&
+    isCount(b.pages) &&
+    (b.next === null ||
+      (Number.isSafeInteger(b.next) &&
+        (b.next as number) > page &&
+        (b.next as number) <= (b.pages as number))),
+});
+const listOf = (item: (b: Record<string, unknown>) => boolean): AnswerShape => ({
   what: 'a list',
-  ok: (b) => Array.isArray(b.data) && b.data.every(isRecord),
-};
+  ok: (b) => Array.isArray(b.data) && b.data.every((i) => isRecord(i) && item(i)),
+});
 const UPLOAD_STATE: AnswerShape = {
   what: 'the state of an upload',
   ok: (b) =>
@@ -81,7 +141,7 @@ const UPLOAD_STATE: AnswerShape = {
 };
 const NEW_LINK: AnswerShape = {
   what: 'a new link',
-  ok: (b) => b.status === 'success' && isString(b.url) && isString(b.download_url),
+  ok: (b) => b.status === 'success' && isLink(b) && isString(b.url) && isString(b.download_url),
 };
 
 // Authentication
@@ -126,7 +186,7 @@ export function changePassword(
     method: 'POST',
     path: '/users/password',
     json: { old: oldPassword, new: newPassword },
-    expect: SUCCESS,
+    expect: PASSWORD_CHANGED,
   });
 }
 
@@ -137,7 +197,7 @@ export function whoami(client: ApiClient): Promise<Whoami> {
 // Shares
 
 export function listFiles(client: ApiClient, query?: PageQuery): Promise<Page<Share>> {
-  return callPage(client, '/files', query);
+  return callPage(client, '/files', isShare, query);
 }
 
 /** fshare extension: when a share or link ends; seconds from now, or null for never. */
@@ -182,7 +242,7 @@ export async function findShares(
       method: 'GET',
       path: '/files',
       query: { ...filter, page, per_page: 1000 },
-      expect: PAGE,
+      expect: pageOf(isShare, page),
     });
     for (const s of result.data) if (matches(s)) found.push(s);
     page = result.next;
@@ -190,8 +250,9 @@ export async function findShares(
   return found;
 }
 
+/** The share `id`; an answer that is not a share, or is another share, is an ApiError. */
 export function getFile(client: ApiClient, id: string): Promise<Share> {
-  return callJson<Share>(client, { method: 'GET', path: sharePath(id), expect: SHARE });
+  return callJson<Share>(client, { method: 'GET', path: sharePath(id), expect: shareWithId(id) });
 }
 
 export interface ShareChanges {
@@ -280,11 +341,15 @@ export function createLink(
 }
 
 export function shareLinks(client: ApiClient, id: string): Promise<{ data: Link[] }> {
-  return callJson(client, { method: 'GET', path: `${sharePath(id)}/links`, expect: LIST });
+  return callJson(client, {
+    method: 'GET',
+    path: `${sharePath(id)}/links`,
+    expect: listOf(isLink),
+  });
 }
 
 export function listLinks(client: ApiClient, query?: PageQuery): Promise<Page<Link>> {
-  return callPage(client, '/links', query);
+  return callPage(client, '/links', isLink, query);
 }
 
 export function deleteLink(client: ApiClient, linkId: string): Promise<StatusResponse> {
@@ -299,7 +364,7 @@ export function deleteLink(client: ApiClient, linkId: string): Promise<StatusRes
 // Users
 
 export function listUsers(client: ApiClient, query?: PageQuery): Promise<Page<User>> {
-  return callPage(client, '/users', query);
+  return callPage(client, '/users', isUser, query);
 }
 
 export function getUser(client: ApiClient, username: string): Promise<User> {
@@ -393,12 +458,22 @@ export function putSettings(client: ApiClient, settings: Settings): Promise<Stat
 
 // Pagination
 
-/** One page of a list, checked for the shape every caller reads. */
-function callPage<T>(client: ApiClient, path: string, query?: PageQuery): Promise<Page<T>> {
-  return callJson<Page<T>>(client, { method: 'GET', path, query: pageQuery(query), expect: PAGE });
+/** One page of a list, each item checked for the shape every caller reads. */
+function callPage<T>(
+  client: ApiClient,
+  path: string,
+  item: (b: Record<string, unknown>) => boolean,
+  query: PageQuery = {},
+): Promise<Page<T>> {
+  return callJson<Page<T>>(client, {
+    method: 'GET',
+    path,
+    query: pageQuery(query),
+    expect: pageOf(item, query.page ?? 1),
+  });
 }
 
-/** Walks every page of a paginated list, following `next`. */
+/** Walks every page of a paginated list, following `next` (always a later page: pageOf). */
 export async function* allPages<T>(
   fetchPage: (query: PageQuery) => Promise<Page<T>>,
   perPage = 1000,

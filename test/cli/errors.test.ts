@@ -1,7 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { readFile, rm, stat, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:http';
+import { readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { createServer, request } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import type { Command } from 'commander';
@@ -290,6 +290,420 @@ describe('bad input gives one clear line and the right exit code', () => {
           expect(res.stderr).toContain(request);
         }
       }
+    } finally {
+      await new Promise((r) => other.close(r));
+    }
+  });
+
+  // `ls --all` followed `next` wherever it pointed: a server answering every page with
+  // {"data":[],"next":2,"pages":5} (or next 1) got ~14,000 requests in 5 s, and never an end. A
+  // page's `next` is a later page than the one read, and no more than `pages`; anything else is
+  // the wrong shape, for every list walked page by page (ls, users ls, links, artifacts).
+  it('a page whose next does not move on, or passes the last page, is one line and exit 1 at once', async () => {
+    let body = '';
+    let requests = 0;
+    const other = createServer((req, res) => {
+      req.resume();
+      if (req.url === '/whoami') {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end('{"username":"admin","permissions":["ADMIN","LIST","READ"]}');
+        return;
+      }
+      requests++;
+      // A client that keeps walking is stopped by the test's server (a 404), not by a timeout.
+      const stop = requests > 40;
+      res.writeHead(stop ? 404 : 200, { 'content-type': 'application/json' });
+      res.end(stop ? '{"status":"fail","message":"stopped by the test"}' : body);
+    });
+    await new Promise<void>((r) => other.listen(0, '127.0.0.1', r));
+    const port = (other.address() as AddressInfo).port;
+    try {
+      const env = { FSHARE_TOKEN: 'secret-token-value' };
+      const at = ['--server', `http://127.0.0.1:${port}`];
+      const cases: [object, number][] = [
+        [{ data: [], prev: null, next: 2, pages: 5 }, 2], // page 2 names page 2 again
+        [{ data: [], prev: null, next: 1, pages: 5 }, 1],
+        [{ data: [], prev: null, next: 6, pages: 5 }, 1],
+        [{ data: [], prev: null, next: 2 }, 1],
+        [{ data: [], prev: null, pages: 1 }, 1],
+      ];
+      const commands: [string[], string][] = [
+        [['ls', '--all'], '/files'],
+        [['--json', 'ls', '--all'], '/files'],
+        [['users', 'ls', '--all'], '/users'],
+        [['links', '--all'], '/links'],
+        [['artifacts'], '/files'],
+      ];
+      for (const [page, expected] of cases)
+        for (const [args, path] of commands) {
+          body = JSON.stringify(page);
+          requests = 0;
+          const res = await cli.run([...at, ...args], { env });
+          const what = `${body}: ${args.join(' ')}`;
+          expect(res.exitCode, `${what}: ${res.stderr}`).toBe(1);
+          expect(res.stdout, what).toBe('');
+          expectOneLine(
+            res.stderr,
+            new RegExp(
+              `^fshare: the server's answer to GET ${path} is not a page of a list \\(HTTP 200\\)$`,
+            ),
+          );
+          expect(requests, what).toBe(expected);
+        }
+      // The last page, and a next page that exists, are read as before.
+      body = JSON.stringify({ data: [], prev: null, next: null, pages: 0 });
+      expect((await cli.run([...at, 'ls', '--all'], { env })).exitCode).toBe(0);
+      body = JSON.stringify({ data: [], prev: null, next: 3, pages: 5 });
+      const one = await cli.run([...at, '--json', 'ls', '--page', '2'], { env });
+      expect(one.exitCode, one.stderr).toBe(0);
+      expect(JSON.parse(one.stdout)).toMatchObject({ page: 2, pages: 5, next: 3 });
+    } finally {
+      await new Promise((r) => other.close(r));
+    }
+  });
+
+  // A sign-in answer without `username` was taken: "Signed in to … as undefined", exit 0, and the
+  // token "a b" (no Authorization header can carry it) stored for the account undefined@server.
+  it('a sign-in or renewal answer without a user name or a usable token is one line and exit 1; nothing is stored', async () => {
+    let body = '';
+    const other = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(body);
+      });
+    });
+    await new Promise<void>((r) => other.listen(0, '127.0.0.1', r));
+    const port = (other.address() as AddressInfo).port;
+    const fresh = await createCli();
+    try {
+      const at = ['--server', `http://127.0.0.1:${port}`];
+      for (const answer of [
+        { status: 'success', auth_token: 'a b' },
+        { status: 'success', auth_token: 'abc.def' },
+        { status: 'success', username: '', auth_token: 'abc.def' },
+        { status: 'success', username: 7, auth_token: 'abc.def' },
+        { status: 'success', username: 'bob', auth_token: 'a b' },
+        { status: 'success', username: 'bob', auth_token: 'abc.def\n' },
+        { status: 'success', username: 'bob', auth_token: '' },
+        { status: 'success', username: 'bob', auth_token: 7 },
+      ]) {
+        body = JSON.stringify(answer);
+        const login = await fresh.run([...at, 'login', '-u', 'bob', '--password-stdin'], {
+          input: 'pw-for-bob-123\n',
+        });
+        expect(login.exitCode, `${body}: ${login.stderr}`).toBe(1);
+        expect(login.stdout).toBe('');
+        expectOneLine(
+          login.stderr,
+          /^fshare: the server's answer to POST \/users\/login is not a token \(HTTP 200\)$/,
+        );
+        const extend = await fresh.run([...at, 'token', 'extend'], {
+          env: { FSHARE_TOKEN: 'old-token' },
+        });
+        expect(extend.exitCode, `${body}: ${extend.stderr}`).toBe(1);
+        expect(extend.stdout).toBe('');
+        expectOneLine(
+          extend.stderr,
+          /^fshare: the server's answer to POST \/users\/extend is not a token \(HTTP 200\)$/,
+        );
+      }
+      // Nothing was stored: no token, no account, for any name.
+      expect((await fresh.run([...at, 'token'])).exitCode).toBe(3);
+      for (const f of await readdir(fresh.configDir, { recursive: true })) {
+        const text = await readFile(join(fresh.configDir, f)).catch(() => Buffer.alloc(0));
+        expect(text.toString(), f).not.toMatch(/undefined|a b|abc\.def/);
+      }
+      // The same server with a whole answer signs in.
+      body = JSON.stringify({ status: 'success', username: 'bob', auth_token: 'abc.def' });
+      const ok = await fresh.run([...at, 'login', '-u', 'bob', '--password-stdin'], {
+        input: 'pw-for-bob-123\n',
+      });
+      expect(ok.exitCode, ok.stderr).toBe(0);
+      expect(ok.stdout).toMatch(/as bob /);
+    } finally {
+      await new Promise((r) => other.close(r));
+      await rm(fresh.configDir, { recursive: true, force: true });
+    }
+  });
+
+  // List items of the wrong type crashed `ls` ("text.replace is not a function") and went
+  // through `ls --json`, exit 0; a share whose sha256 was the number 12345 counted as one without
+  // a digest; a share with another id than the one asked for was shown as the one asked for.
+  it('a list item or a share of the wrong shape, or another share than the one asked for, is one line and exit 1', async () => {
+    const id = randomUUID();
+    const share = {
+      share_id: id,
+      file_name: 'a.txt',
+      owner_name: 'admin',
+      initialized: true,
+      locked: false,
+      create_date: '2026-01-01T00:00:00.000000',
+      size: 1,
+      sha256: 'a'.repeat(64),
+    };
+    const user = { username: 'bob', permissions: ['READ'], register_date: share.create_date };
+    const link = {
+      id: '1e12848f89cc7245',
+      share_id: id,
+      file_name: 'a.txt',
+      created_by: 'admin',
+      create_date: share.create_date,
+      expires: null,
+      max_downloads: null,
+      downloads: 0,
+      downloads_left: null,
+      has_password: false,
+      state: 'active',
+    };
+    let answer: { share: object; user: object; link: object } = { share, user, link };
+    const page = (item: object) =>
+      JSON.stringify({ data: [item], prev: null, next: null, pages: 1 });
+    const other = createServer((req, res) => {
+      req.resume();
+      const path = req.url!.split('?')[0]!;
+      const body =
+        path === '/files'
+          ? page(answer.share)
+          : path === '/users'
+            ? page(answer.user)
+            : path === '/links' || path.endsWith('/links')
+              ? page(answer.link)
+              : JSON.stringify(answer.share);
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(body);
+    });
+    await new Promise<void>((r) => other.listen(0, '127.0.0.1', r));
+    const port = (other.address() as AddressInfo).port;
+    try {
+      const env = { FSHARE_TOKEN: 'secret-token-value' };
+      const at = ['--server', `http://127.0.0.1:${port}`];
+      const run = (args: string[]) => cli.run([...at, ...args], { env });
+      // The whole answers are read (upper-case hex is a sha256 too).
+      for (const good of [
+        share,
+        { ...share, sha256: 'A'.repeat(64), size: null, owner_name: null },
+      ]) {
+        answer = { share: good, user, link };
+        for (const args of [['ls'], ['--json', 'ls'], ['info', id], ['users', 'ls'], ['links']]) {
+          const res = await run(args);
+          expect(res.exitCode, `${args.join(' ')}: ${res.stderr}`).toBe(0);
+        }
+      }
+      const badShares: object[] = [
+        { share_id: 1 },
+        { ...share, file_name: 7 },
+        { ...share, size: 'big' },
+        { ...share, size: -1 },
+        { ...share, sha256: 12345 },
+        { ...share, sha256: 'abc' },
+        { ...share, sha256: 'g'.repeat(64) },
+        { ...share, owner_name: 5 },
+        { ...share, create_date: null },
+        { ...share, initialized: 'yes' },
+        { ...share, expires: 3 },
+      ];
+      for (const bad of badShares) {
+        answer = { share: bad, user, link };
+        for (const args of [['ls'], ['--json', 'ls']]) {
+          const res = await run(args);
+          expect(res.exitCode, `${JSON.stringify(bad)}: ${args.join(' ')}`).toBe(1);
+          expect(res.stdout).toBe('');
+          expectOneLine(
+            res.stderr,
+            /^fshare: the server's answer to GET \/files is not a page of a list \(HTTP 200\)$/,
+          );
+        }
+        const info = await run(['info', id]);
+        expect(info.exitCode, JSON.stringify(bad)).toBe(1);
+        expectOneLine(
+          info.stderr,
+          new RegExp(
+            `^fshare: the server's answer to GET /files/${id} is not the share ${id} \\(HTTP 200\\)$`,
+          ),
+        );
+      }
+      answer = {
+        share: { ...share, share_id: '11111111-2222-3333-4444-555555555555' },
+        user,
+        link,
+      };
+      for (const args of [
+        ['info', id],
+        ['--json', 'info', id],
+        ['links', id],
+      ]) {
+        const res = await run(args);
+        expect(res.exitCode, args.join(' ')).toBe(1);
+        expectOneLine(
+          res.stderr,
+          new RegExp(`GET /files/${id} is not the share ${id} \\(HTTP 200\\)$`),
+        );
+      }
+      for (const bad of [
+        { ...user, username: 7 },
+        { ...user, permissions: 'READ' },
+        { ...user, register_date: 5 },
+        { ...user, quota: 'lots' },
+      ]) {
+        answer = { share, user: bad, link };
+        const res = await run(['users', 'ls']);
+        expect(res.exitCode, JSON.stringify(bad)).toBe(1);
+        expectOneLine(res.stderr, /GET \/users is not a page of a list \(HTTP 200\)$/);
+      }
+      for (const bad of [
+        { ...link, downloads: '3' },
+        { ...link, has_password: 'no' },
+        { ...link, share_id: null },
+      ]) {
+        answer = { share, user, link: bad };
+        const all = await run(['links']);
+        expect(all.exitCode, JSON.stringify(bad)).toBe(1);
+        expectOneLine(all.stderr, /GET \/links is not a page of a list \(HTTP 200\)$/);
+        const one = await run(['--json', 'links', id]);
+        expect(one.exitCode, JSON.stringify(bad)).toBe(1);
+        expectOneLine(
+          one.stderr,
+          new RegExp(`GET /files/${id}/links is not a list \\(HTTP 200\\)$`),
+        );
+      }
+    } finally {
+      await new Promise((r) => other.close(r));
+    }
+  });
+
+  // An upload is proved by the share it asks for: through a proxy that gave another share's id,
+  // or a sha256 that is not one (the number 12345), the upload reported success, exit 0.
+  it('an upload whose share comes back as another share, or with a sha256 that is not one, is not a success', async () => {
+    let rewrite: (share: Record<string, unknown>) => void = () => undefined;
+    const target = new URL(serve.url);
+    const proxy = createServer((req, res) => {
+      const forward = request(
+        {
+          host: target.hostname,
+          port: target.port,
+          method: req.method,
+          path: req.url,
+          headers: req.headers,
+        },
+        (up) => {
+          const isShare = req.method === 'GET' && /^\/files\/[0-9a-f-]{36}$/.test(req.url!);
+          if (!isShare || up.statusCode !== 200) {
+            res.writeHead(up.statusCode ?? 502, up.headers);
+            up.pipe(res);
+            return;
+          }
+          const parts: Buffer[] = [];
+          up.on('data', (p: Buffer) => parts.push(p));
+          up.on('end', () => {
+            const share = JSON.parse(Buffer.concat(parts).toString()) as Record<string, unknown>;
+            rewrite(share);
+            const text = JSON.stringify(share);
+            res.writeHead(200, {
+              'content-type': 'application/json',
+              'content-length': Buffer.byteLength(text),
+            });
+            res.end(text);
+          });
+        },
+      );
+      req.pipe(forward);
+    });
+    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+    const port = (proxy.address() as AddressInfo).port;
+    try {
+      const at = ['--server', `http://127.0.0.1:${port}`];
+      const env = { FSHARE_TOKEN: (await cli.run(['token'])).stdout.trim() };
+      for (const change of [
+        (s: Record<string, unknown>) => (s.share_id = '11111111-2222-3333-4444-555555555555'),
+        (s: Record<string, unknown>) => (s.sha256 = 12345),
+      ]) {
+        rewrite = change;
+        const res = await cli.run([...at, 'upload', join(work, 'a.txt')], { env });
+        expect(res.exitCode, res.stderr).toBe(1);
+        expect(res.stdout).toBe('');
+        expectOneLine(
+          res.stderr,
+          /^fshare: the server's answer to GET \/files\/[0-9a-f-]{36} is not the share [0-9a-f-]{36} \(HTTP 200\)$/,
+        );
+      }
+      rewrite = () => undefined;
+      const ok = await cli.run([...at, 'upload', join(work, 'a.txt')], { env });
+      expect(ok.exitCode, ok.stderr).toBe(0);
+    } finally {
+      await new Promise((r) => proxy.close(r));
+    }
+  });
+
+  // A copy of the last chunk refused with 423 (the share has content) once deleted the share and
+  // failed, though the lost answer to the first copy may have been its 201. The share's sha256
+  // decides: another one is a verification failure, and the share, whose content may still be
+  // this upload's, is kept; a share still without content means the refusal was for something
+  // else, and stands.
+  it('a repeated last chunk refused with 423: other content is exit 7 and the share is kept; no content is the refusal', async () => {
+    const id = randomUUID();
+    let shareAnswer: object = {};
+    let chunks = 0;
+    const deletes: string[] = [];
+    const other = createServer((req, res) => {
+      const answer = (status: number, body: object) => {
+        res.writeHead(status, { 'content-type': 'application/json' });
+        res.end(JSON.stringify(body));
+      };
+      req.resume();
+      req.on('end', () => {
+        if (req.method === 'POST' && req.url === '/files')
+          return answer(201, { status: 'success', url: `/files/${id}` });
+        if (req.method === 'POST' && req.url === `/files/${id}/content`) {
+          // The first copy is taken and its answer lost; the copy sent again is refused.
+          if (++chunks === 1) return req.socket.destroy();
+          return answer(423, {
+            status: 'fail',
+            message: 'The share already has content: use PUT to replace it',
+          });
+        }
+        if (req.method === 'GET' && req.url === `/files/${id}`) return answer(200, shareAnswer);
+        if (req.method === 'DELETE') {
+          deletes.push(req.url!);
+          return answer(200, { status: 'success' });
+        }
+        answer(404, { status: 'fail', message: 'No route' });
+      });
+    });
+    await new Promise<void>((r) => other.listen(0, '127.0.0.1', r));
+    const port = (other.address() as AddressInfo).port;
+    const base = {
+      share_id: id,
+      file_name: 'a.txt',
+      owner_name: 'admin',
+      locked: false,
+      create_date: '2026-01-01T00:00:00.000000',
+    };
+    try {
+      const env = { FSHARE_TOKEN: 'secret-token-value' };
+      const upload = () =>
+        cli.run(['--server', `http://127.0.0.1:${port}`, 'upload', join(work, 'a.txt')], { env });
+      shareAnswer = { ...base, initialized: true, size: 1, sha256: 'b'.repeat(64) };
+      const otherBytes = await upload();
+      expect(otherBytes.exitCode, otherBytes.stderr).toBe(7);
+      expect(chunks).toBe(2);
+      expectOneLine(
+        otherBytes.stderr,
+        new RegExp(
+          `^fshare: the server stored other bytes than .*a\\.txt \\(sha256 b{64}, the file's is [0-9a-f]{64}\\) \\(the share it had created, ${id}, was kept: it has content\\)$`,
+        ),
+      );
+      expect(deletes).toEqual([]);
+
+      chunks = 0;
+      shareAnswer = { ...base, initialized: false, size: null, sha256: null };
+      const empty = await upload();
+      expect(empty.exitCode, empty.stderr).toBe(5);
+      expectOneLine(
+        empty.stderr,
+        /^fshare: The share already has content: use PUT to replace it \(the share it had created was deleted\) \(HTTP 423\)$/,
+      );
+      expect(deletes).toEqual([`/files/${id}`]);
     } finally {
       await new Promise((r) => other.close(r));
     }
