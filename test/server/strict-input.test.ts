@@ -458,3 +458,33 @@ describe('file names', () => {
     }
   });
 });
+
+describe('links to expired shares', () => {
+  // docs/API.md promised 410 for a link whose share expired, but the sweeper deletes the share
+  // and its links at the expiry, so the link is unknown (404) a moment later. The docs now say
+  // so, and the 404 tells the recipient that an expiry is one reason; a link's own expiry (its
+  // record is kept) stays 410.
+  it("answers 404 naming expiry once the share is swept; 410 for the link's own expiry", async () => {
+    const data = Buffer.from('soon gone');
+    const id = await createShareWithContent(srv.url, alice.token, unique('exp'), data);
+    const expiring = await createShareWithContent(srv.url, alice.token, unique('exp'), data);
+    const mk = async (share: string, json: Record<string, unknown>) => {
+      const res = await post(srv.url, `/files/${share}/links`, { token: alice.token, json });
+      expectStatus(res, 201);
+      return new URL(res.body.url as string).pathname;
+    };
+    const ownExpiry = await mk(id, { expires_in: 1 });
+    expectStatus(
+      await patch(srv.url, `/files/${expiring}`, { token: alice.token, json: { expires_in: 1 } }),
+      200,
+    );
+    const shareExpiry = await mk(expiring, {});
+    await new Promise((r) => setTimeout(r, 1500));
+    const json = { headers: { accept: 'application/json' } };
+    const swept = await get(srv.url, shareExpiry, json);
+    expectFail(swept, 404);
+    expect(swept.body.message).toMatch(/expired/);
+    expectFail(await get(srv.url, `${shareExpiry}?download`, json), 404);
+    expectFail(await get(srv.url, ownExpiry, json), 410);
+  });
+});

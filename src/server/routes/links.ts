@@ -267,7 +267,13 @@ export function linkRoutes(ctx: Context): Router {
   const resolve = async (req: Request, res: Response) => {
     const token = String(req.params.token);
     const link = TOKEN.test(token) ? await store.getLinkByTokenHash(tokenHash(token)) : undefined;
-    if (!link) throw new HttpError(404, 'This link does not exist, or it was revoked');
+    // A share's links go with it when it is deleted or its expiry is swept (at once, normally):
+    // the link is then unknown, and the message says what may have happened.
+    if (!link)
+      throw new HttpError(
+        404,
+        'This link does not exist: it was revoked, or its share was deleted or has expired',
+      );
     res.locals.linkId = link.id;
     const share = await store.getShare(link.share_id);
     if (!share || stateOf(link, share, clock()) === 'expired')
