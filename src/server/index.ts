@@ -1,9 +1,9 @@
 import { createHmac, randomBytes, randomUUID } from 'node:crypto';
 import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import type { RequestListener, Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
-import express, { type Express, type RequestHandler } from 'express';
+import { isIPv6, type AddressInfo } from 'node:net';
+import express, { type Express, type Request, type RequestHandler } from 'express';
 import proxyaddr from 'proxy-addr';
 import { RateLimiterMemory, type RateLimiterAbstract } from 'rate-limiter-flexible';
 import { PERMISSIONS } from '../shared/permissions.js';
@@ -13,7 +13,7 @@ import { writeFileDurably } from './fsutil.js';
 import { identify, Tokens } from './auth.js';
 import { createHttpServer } from './connections.js';
 import type { Context } from './context.js';
-import { errorHandler, notFound } from './errors.js';
+import { Errors, errorHandler, notFound } from './errors.js';
 import { ShareExpiry } from './expiry.js';
 import { HashWorker } from '../shared/hasher.js';
 import { LIMITS, type Limits } from './limits.js';
@@ -52,6 +52,40 @@ export interface FshareServer {
   generatedAdmin?: { username: string; password: string; file: string };
 }
 
+/**
+ * A valid Host field value (RFC 9112 §3.2, RFC 3986 §3.2.2): `host[:port]`, where host is an
+ * IP-literal (`[v6]`, `[vX.…]`), or a non-empty reg-name (which covers IPv4 addresses:
+ * unreserved characters, %XX and sub-delims), and port at most 65535. No "/", "?", "@", quote,
+ * space or empty host: link URLs are built from it.
+ */
+export function isValidHost(value: string): boolean {
+  const m = /^(\[[^\]]*\]|[A-Za-z0-9\-._~!$&'()*+,;=%]+)(?::(\d{0,5}))?$/.exec(value);
+  if (!m) return false;
+  const [, host, port] = m;
+  if (port && Number(port) > 65535) return false;
+  if (host!.startsWith('[')) {
+    const inner = host!.slice(1, -1);
+    return isIPv6(inner) || /^v[0-9A-Fa-f]+\.[A-Za-z0-9\-._~!$&'()*+,;=:]+$/.test(inner);
+  }
+  return /^(?:[A-Za-z0-9\-._~!$&'()*+,;=]|%[0-9A-Fa-f]{2})+$/.test(host!);
+}
+
+/**
+ * RFC 9112 §3.2: a request with more than one Host, or a Host that is not valid, is a 400
+ * (HTTP/1.0 may leave it out). Checked before anything else reads the request.
+ */
+function hostProblem(req: Request): string | undefined {
+  let count = 0;
+  for (let i = 0; i < req.rawHeaders.length; i += 2)
+    if (req.rawHeaders[i]!.toLowerCase() === 'host') count++;
+  if (count > 1) return 'The request has more than one Host header';
+  const host = req.headers.host;
+  if (host === undefined) return undefined;
+  if (!isValidHost(host))
+    return `The Host header must be host[:port] (a name, an IPv4 address or a [bracketed] IPv6 address): ${JSON.stringify(host.slice(0, 100))} is not`;
+  return undefined;
+}
+
 /** API.md "CORS": the reference server's browser client must work against us. */
 const cors: RequestHandler = (req, res, next) => {
   res.set({
@@ -63,6 +97,11 @@ const cors: RequestHandler = (req, res, next) => {
       'Content-Disposition, Content-Range, Content-Length, Location, ETag, Accept-Ranges, Repr-Digest, Idempotent-Replayed',
     'Access-Control-Max-Age': '600',
   });
+  const badHost = hostProblem(req);
+  if (badHost) {
+    next(Errors.badRequest(badHost));
+    return;
+  }
   if (req.method === 'OPTIONS') {
     res.status(204).end();
     return;

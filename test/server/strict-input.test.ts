@@ -1,6 +1,7 @@
 // Hostile or malformed input is refused with a 4xx JSON error and changes nothing (a tester's
 // findings): bodies that are not JSON, JSON that does not parse on routes that read no body.
 import http from 'node:http';
+import net from 'node:net';
 import contentDisposition from 'content-disposition';
 import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -486,5 +487,87 @@ describe('links to expired shares', () => {
     expect(swept.body.message).toMatch(/expired/);
     expectFail(await get(srv.url, `${shareExpiry}?download`, json), 404);
     expectFail(await get(srv.url, ownExpiry, json), 410);
+  });
+});
+
+describe('Host', () => {
+  /** One raw request to the server itself (no balancer), with the Host lines given. */
+  const rawLink = (base: string, id: string, hosts: string[]) =>
+    new Promise<{ status: number; body: any }>((resolve, reject) => {
+      const { hostname, port } = new URL(base);
+      const socket = net.connect(Number(port), hostname);
+      let answer = '';
+      socket.on('data', (d) => (answer += d.toString('latin1')));
+      socket.on('error', reject);
+      socket.on('close', () => {
+        const status = Number(/^HTTP\/1\.1 (\d+)/.exec(answer)?.[1] ?? 0);
+        const text = answer.slice(answer.indexOf('\r\n\r\n') + 4);
+        let body: unknown;
+        try {
+          body = JSON.parse(text);
+        } catch {
+          body = text;
+        }
+        resolve({ status, body });
+      });
+      socket.end(
+        `POST /files/${id}/links HTTP/1.1\r\n` +
+          hosts.map((h) => `Host: ${h}\r\n`).join('') +
+          `Authorization: Bearer ${alice.token}\r\nContent-Type: application/json\r\n` +
+          'Content-Length: 2\r\nConnection: close\r\n\r\n{}',
+      );
+    });
+
+  // Link URLs were built from any Host: "evil.example/path?x=" gave
+  // http://evil.example/path?x=/l/<token>, and `a"b`, an empty Host and `user@evil` were taken
+  // too. A Host that is not host[:port] (RFC 9112 §3.2) is a 400 JSON, and nothing is made.
+  it('refuses an invalid Host with 400 and builds link URLs only from a valid one', async () => {
+    const id = await createShareWithContent(srv.url, alice.token, unique('h'), Buffer.from('x'));
+    for (const hosts of [
+      ['evil.example/path?x='],
+      ['a"b'],
+      [''],
+      ['user@evil'],
+      ['a b'],
+      ['localhost:99999'],
+      ['[::1'],
+      ['[not-v6]'],
+      ['host:port'],
+      ['a.example', 'b.example'],
+    ]) {
+      const res = await rawLink(srv.direct, id, hosts);
+      expect(res, JSON.stringify(hosts)).toEqual({
+        status: 400,
+        body: { status: 'fail', message: expect.stringMatching(/Host/) },
+      });
+    }
+    expect((await get(srv.url, `/files/${id}/links`, { token: alice.token })).body.data).toEqual(
+      [],
+    );
+    for (const host of ['files.example.org', 'files.example.org:8443', '[::1]:8080', '10.0.0.1']) {
+      const res = await rawLink(srv.direct, id, [host]);
+      expect(res.status, host).toBe(201);
+      expect(res.body.url).toMatch(
+        new RegExp(`^http://${host.replace(/[.[\]]/g, '\\$&')}/l/[\\w-]+$`),
+      );
+    }
+  });
+
+  it('builds link URLs from --public-url when it is set, whatever the Host', async () => {
+    const other = await startServer({ publicUrl: 'https://share.example.com/' });
+    try {
+      const token = await login(other.url, ADMIN.username, ADMIN.password);
+      const user = await createUser(other.url, token, ['CREATE', 'READ']);
+      const id = await createShareWithContent(other.url, user.token, 'p', Buffer.from('x'));
+      const res = await post(other.url, `/files/${id}/links`, {
+        token: user.token,
+        json: {},
+        headers: { host: 'evil.example' },
+      });
+      expectStatus(res, 201);
+      expect(res.body.url).toMatch(/^https:\/\/share\.example\.com\/l\/[\w-]+$/);
+    } finally {
+      await other.close();
+    }
   });
 });

@@ -96,8 +96,20 @@ export function linkRoutes(ctx: Context): Router {
     return link;
   };
 
-  const baseUrl = (req: Request) =>
-    (ctx.publicUrl ?? `${req.protocol}://${req.get('host') ?? 'localhost'}`).replace(/\/+$/, '');
+  /**
+   * Where links' URLs start: `--public-url` when given, else the request's scheme (http or https
+   * only) and its Host, which index.ts has checked is a valid `host[:port]`; a request without one
+   * (HTTP/1.0) gets the address it reached.
+   */
+  const baseUrl = (req: Request) => {
+    if (ctx.publicUrl) return ctx.publicUrl.replace(/\/+$/, '');
+    const scheme = req.protocol === 'https' ? 'https' : 'http';
+    const { localAddress, localPort } = req.socket;
+    const host =
+      req.get('host') ||
+      `${localAddress?.includes(':') ? `[${localAddress}]` : (localAddress ?? 'localhost')}:${localPort}`;
+    return `${scheme}://${host}`;
+  };
 
   route(router, '/files/:id/links', {
     post: async (req, res) => {
