@@ -481,7 +481,12 @@ async function holdPart(state: State, create: boolean): Promise<boolean> {
 
 /** The share's metadata (undefined when the server will not say), asked for once. */
 function shareOf(client: ApiClient, id: string, state: State): Promise<Share | undefined> {
-  return (state.share ??= getFile(client, id).catch(() => undefined));
+  // Without the record (a network failure) the download goes on with less to check; a record of
+  // the wrong shape (a 2xx that is not this share, a sha256 that is not one) is a lying server.
+  return (state.share ??= getFile(client, id).catch((err: unknown) => {
+    if (err instanceof ApiError && err.status >= 200 && err.status < 300) throw err;
+    return undefined;
+  }));
 }
 
 /** The share's size in bytes, when the server states it. */

@@ -288,6 +288,20 @@ describe('a download from a server that lies is never saved as done', () => {
     expect(await readFile(out)).toEqual(data);
   });
 
+  // Found: a share whose sha256 was the number 12345 made `get` of flipped bytes say "could not
+  // be verified", save the file and exit 0: the record's wrong shape was taken as no digest.
+  it('a share record of the wrong shape (sha256 12345) stops the download: exit 1, nothing saved', async () => {
+    const data = randomBytes(10_000);
+    const flipped = Buffer.from(data);
+    flipped[5] ^= 0xff;
+    const id = addShare({ data: flipped, sha256: 12345 as unknown as string });
+    const out = join(work, 'wrong-shape.bin');
+    const res = await cli.run([...at, 'get', id, '-o', out], { env });
+    expect(res.exitCode, res.stderr).toBe(1);
+    expectOneLine(res.stderr, /answer to GET \/files\/[0-9a-f-]{36} is not /);
+    expect(existsSync(out)).toBe(false);
+  });
+
   // Found: a 300-byte name from Content-Disposition cut to 240 bytes plus `.0-999999999999999`
   // plus `.part` passed 255 bytes: ENAMETOOLONG, raw. The name now leaves room for both, and a
   // name too long for the file system is one translated line.
