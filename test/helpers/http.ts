@@ -494,3 +494,16 @@ export async function stalledChunk(
     response,
   };
 }
+
+/** Polls every `stepMs` until `check` holds (a state the server reaches on its own), for at most 10 s. */
+export async function until(
+  check: () => Promise<boolean>,
+  what: string,
+  stepMs = 50,
+): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, stepMs));
+  }
+}

@@ -27,6 +27,7 @@ import {
   stalledChunk,
   walkFiles,
   type Res,
+  until,
 } from '../helpers/http.js';
 import { encodeLine } from '../../src/server/store/journal.js';
 import {
@@ -38,15 +39,6 @@ import {
   storedUploads,
   type TestServer,
 } from '../helpers/server.js';
-
-/** Polls until `check` holds (something the server does on its own), for at most 10 s. */
-async function until(check: () => Promise<boolean>, what: string): Promise<void> {
-  const deadline = Date.now() + 10_000;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 const signIn = (base: string, username: string, password: string, localAddress?: string) =>
   post(base, '/users/login', { json: { username, password }, localAddress });

@@ -22,6 +22,7 @@ import {
   verifyAllContent,
   walkFiles,
   type Part,
+  until,
 } from '../helpers/http.js';
 import {
   ADMIN,
@@ -80,15 +81,6 @@ function sendPlaced(
   return sendParts(srv.url, token, id, partsOf(fields, piece), method);
 }
 
-/** Polls until `check` holds (a state the server reaches on its own, e.g. bytes on disk). */
-async function until(check: () => Promise<boolean>, what: string): Promise<void> {
-  const deadline = Date.now() + 10_000;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
 /**
  * Whether some bytes of chunk 1 (of `chunkSize` bytes) of share `id`, still arriving, are on
  * disk: past chunk 0's place in its upload's data file (files: a placed chunk is written in
@@ -129,7 +121,7 @@ describe('a placed chunk that stalls', () => {
       evil,
       2 * MiB,
     );
-    await until(() => arriving(id, chunkSize), 'the stalled chunk to reach the disk');
+    await until(() => arriving(id, chunkSize), 'the stalled chunk to reach the disk', 20);
     // The client gives up on it and sends every chunk again; the upload completes.
     expectStatus(await sendPlaced(id, dzuuid, data, 0, chunkSize), 200);
     expectStatus(await sendPlaced(id, dzuuid, data, 2, chunkSize), 200);

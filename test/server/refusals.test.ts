@@ -19,6 +19,7 @@ import {
   post,
   sendParts,
   type Part,
+  until,
 } from '../helpers/http.js';
 import {
   ADMIN,
@@ -30,15 +31,6 @@ import {
 } from '../helpers/server.js';
 
 const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
-
-/** Polls until `check` holds (something the server does on its own), for at most 10 s. */
-async function until(check: () => Promise<boolean>, what: string): Promise<void> {
-  const deadline = Date.now() + 10_000;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 const fieldsOf = (fields: Record<string, string | number>): Part[] =>
   Object.entries(fields).map(([name, value]) => ({ name, value: String(value) }));
