@@ -14,7 +14,7 @@ import {
   MissingRecordError,
 } from '../../src/server/store/index.js';
 import { LowdbStore } from '../../src/server/store/lowdb.js';
-import { createShare, get, getShare } from '../helpers/http.js';
+import { createShare, get, getShare, post } from '../helpers/http.js';
 import { ensureBuilt, serve, stop } from '../helpers/serve.js';
 import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
 
@@ -102,6 +102,40 @@ describe('replay', () => {
     const second = await startServer({ dataDir: again });
     servers.push(second);
     expect(await listIds(second.url, token)).toEqual(ids);
+  });
+});
+
+describe('records written before a rule', () => {
+  // Names that differ only in case are refused since 2026-11-24; a journal written before may
+  // hold such a pair. Property: the store still starts with both users, and a third spelling is
+  // refused.
+  it('a journal holding two names that differ only in case replays; a new spelling is refused', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'fshare-case-'));
+    const first = await startServer({ dataDir: dir });
+    const token = await login(first.url, ADMIN.username, ADMIN.password);
+    await first.close(false);
+    const db = JSON.parse(await readFile(join(dir, 'db.json'), 'utf8'));
+    const journal = await readFile(join(dir, 'db.journal'), 'utf8').catch(() => '');
+    const seq = db.seq + journal.split('\n').filter(Boolean).length;
+    const template = db.users[0];
+    const lines = ['pair', 'PAIR'].map((username, i) =>
+      encodeLine({
+        seq: seq + 1 + i,
+        op: 'addUser',
+        user: { ...template, id: randomUUID(), username, permissions: ['READ'] },
+      }),
+    );
+    await writeFile(join(dir, 'db.journal'), journal + lines.join(''));
+    const again = await startServer({ dataDir: dir });
+    servers.push(again);
+    const users = await get(again.url, '/users?per_page=100', { token });
+    const names = (users.body.data as { username: string }[]).map((u) => u.username);
+    expect(names).toEqual(expect.arrayContaining(['pair', 'PAIR']));
+    const third = await post(again.url, '/users', {
+      token,
+      json: { username: 'Pair', password: 'pw-123456', permissions: [] },
+    });
+    expect(third.status).toBe(409);
   });
 });
 

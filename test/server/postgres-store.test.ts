@@ -151,6 +151,35 @@ describe('start-up', () => {
     expect(again).toEqual(applied);
   });
 
+  // Version 2 makes names that differ only in case one name (a unique index on lower()). A
+  // database that already holds such a pair must still open, keeping both users; a fresh one
+  // refuses the second spelling between servers too.
+  it('names differing only in case: refused on a fresh database, an old pair kept on upgrade', async () => {
+    const fresh = await createDatabase(cluster.adminUrl);
+    const [a, b] = await Promise.all([openStore(fresh), openStore(fresh)]);
+    const results = await Promise.allSettled([a.addUser(user('Casey')), b.addUser(user('casey'))]);
+    expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
+    expect(results.find((r) => r.status === 'rejected')).toMatchObject({
+      reason: expect.any(DuplicateUserError),
+    });
+
+    const old = await createDatabase(cluster.adminUrl);
+    await openStore(old);
+    await sql(old, 'DROP INDEX fshare_users_username_lower');
+    await sql(old, 'DELETE FROM fshare_migrations WHERE version >= 2');
+    const pair = [user('pair'), user('PAIR')];
+    for (const u of pair)
+      await sql(
+        old,
+        `INSERT INTO fshare_users (id, username, permissions, register_date, password_hash, token_gen)
+         VALUES ($1, $2, $3, $4, $5, $6)`,
+        [u.id, u.username, u.permissions, u.register_date, u.password_hash, u.token_gen],
+      );
+    const upgraded = await openStore(old);
+    expect((await upgraded.getUser('pair'))?.id).toBe(pair[0]!.id);
+    expect((await upgraded.getUser('PAIR'))?.id).toBe(pair[1]!.id);
+  });
+
   it('refuses a database whose schema is newer than this fshare', async () => {
     const url = await createDatabase(cluster.adminUrl);
     await openStore(url);

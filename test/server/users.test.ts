@@ -302,6 +302,45 @@ describe('POST /users', () => {
     expect(got.body.permissions).toEqual(['READ']);
   });
 
+  // Found from outside: `admin`, `Admin` and `ADMIN` could all exist at once, three accounts a
+  // reader of any list takes for one. A name that differs from another user's only in case is
+  // now taken; a user may still change the case of their own name; sign-in stays exact.
+  it('a name that differs from an existing one only in case → 409, on create and on rename', async () => {
+    const user = await createUser(base, admin, ['READ'], unique('CaseName'));
+    const other = await createUser(base, admin, ['READ']);
+    for (const variant of [user.username.toLowerCase(), user.username.toUpperCase()]) {
+      const made = await post(base, '/users', {
+        token: admin,
+        json: { username: variant, password: 'other-pw-1', permissions: ['ADMIN'] },
+      });
+      expectFail(made, 409);
+      expectFail(
+        await patch(base, `/users/${other.username}`, {
+          token: admin,
+          json: { username: variant },
+        }),
+        409,
+      );
+    }
+    expect(
+      (await get(base, `/users/${other.username}`, { token: admin }).then((r) => r.body)).username,
+    ).toBe(other.username);
+    // Signing in is exact: the other case is no account.
+    expectFail(
+      await post(base, '/users/login', {
+        json: { username: user.username.toUpperCase(), password: user.password },
+      }),
+      401,
+    );
+    // The user's own name in another case is still theirs to take.
+    const recased = user.username.toUpperCase();
+    expectStatus(
+      await patch(base, `/users/${user.username}`, { token: admin, json: { username: recased } }),
+      200,
+    );
+    await login(base, recased, user.password);
+  });
+
   it('a missing field → 400', async () => {
     const bodies = [
       { password: 'pw-123456', permissions: [] },

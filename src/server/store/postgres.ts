@@ -99,7 +99,20 @@ export const MIGRATIONS: readonly string[] = [
      expire bigint
    );
    CREATE INDEX fshare_rate_limits_expire ON fshare_rate_limits (expire);`,
+  // User names that differ only in case name one user: a second "Bob" beside "bob" is refused.
+  // A database that already holds such a pair (made before this version) keeps it, unguarded.
+  `DO $$
+   BEGIN
+     IF NOT EXISTS (SELECT 1 FROM fshare_users GROUP BY lower(username) HAVING count(*) > 1) THEN
+       CREATE UNIQUE INDEX fshare_users_username_lower ON fshare_users (lower(username));
+     END IF;
+   END $$;`,
 ];
+
+/** A unique violation of a user name, exact or differing only in case. */
+const nameTaken = (err: unknown) =>
+  isViolation(err, '23505', 'fshare_users_username_key') ||
+  isViolation(err, '23505', 'fshare_users_username_lower');
 
 const RATE_LIMIT_TABLE = 'fshare_rate_limits';
 /** Shares per query when eachShare pages through them. */
@@ -605,7 +618,7 @@ export class PostgresStore implements MetadataStore {
         ],
       );
     } catch (err) {
-      if (isViolation(err, '23505', 'fshare_users_username_key')) throw new DuplicateUserError();
+      if (nameTaken(err)) throw new DuplicateUserError();
       if (isViolation(err, '23505', 'fshare_users_pkey')) {
         // The embedded store checks the name first.
         if (await this.getUser(user.username)) throw new DuplicateUserError();
@@ -646,7 +659,7 @@ export class PostgresStore implements MetadataStore {
         await this.updateOne('fshare_users', 'id', a, 'user');
       }
     } catch (err) {
-      if (isViolation(err, '23505', 'fshare_users_username_key')) throw new DuplicateUserError();
+      if (nameTaken(err)) throw new DuplicateUserError();
       throw err;
     }
   }

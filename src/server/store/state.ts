@@ -126,6 +126,18 @@ export class State {
   }
 
   /**
+   * Whether another user than `except` has `name` in any case: names that differ only in case
+   * would be one person to a reader of a list. (Pairs made before this rule are kept: a replay
+   * does not ask.)
+   */
+  private nameTakenInAnyCase(name: string, except?: UserRecord): boolean {
+    const lower = name.toLowerCase();
+    for (const [other, user] of this.usersByName)
+      if (user !== except && other.toLowerCase() === lower) return true;
+    return false;
+  }
+
+  /**
    * Checks that the change can apply, then applies it. Throws before touching anything when it
    * cannot. `replay` makes deletes of what is already gone a no-op (replay is idempotent).
    */
@@ -134,6 +146,7 @@ export class State {
     switch (op.op) {
       case 'addUser':
         if (this.usersByName.has(op.user.username)) throw new DuplicateUserError();
+        if (!replay && this.nameTakenInAnyCase(op.user.username)) throw new DuplicateUserError();
         if (this.usersById.has(op.user.id)) throw new Error('user id already in use');
         data.users.push(op.user);
         this.usersByName.set(op.user.username, op.user);
@@ -146,6 +159,8 @@ export class State {
         const newName = op.changes.username;
         const renamed = newName !== undefined && newName !== oldName;
         if (renamed && this.usersByName.has(newName)) throw new DuplicateUserError();
+        if (renamed && !replay && this.nameTakenInAnyCase(newName, user))
+          throw new DuplicateUserError();
         if (!replay && op.changes.permissions && !op.changes.permissions.includes('ADMIN'))
           this.keepAnAdmin(user);
         Object.assign(user, op.changes);
