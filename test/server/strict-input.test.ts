@@ -123,6 +123,33 @@ describe('JSON bodies', () => {
     expectStatus(await post(srv.url, `/files/${id}/unlock`, { token: alice.token }), 200);
     expectStatus(await del(srv.url, `/files/${id}`, json('{}')), 200);
   });
+
+  // The public side of a link read its form and let a body declared JSON that did not parse
+  // through (a 303 as if nothing were wrong). It is a 400 there too; a form still works.
+  it('POST /l/<token> refuses JSON that does not parse', async () => {
+    const id = await createShareWithContent(
+      srv.url,
+      alice.token,
+      unique('linked'),
+      Buffer.from('x'),
+    );
+    const made = await post(srv.url, `/files/${id}/links`, { token: alice.token, json: {} });
+    expectStatus(made, 201);
+    const path = new URL(made.body.url as string).pathname;
+    for (const body of ['{', '[]', '"x"'])
+      expectFail(
+        await post(srv.url, path, {
+          body,
+          headers: { 'content-type': 'application/json', accept: 'application/json' },
+        }),
+        400,
+      );
+    const fine = await post(srv.url, path, {
+      body: 'a=b',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    });
+    expect(fine.status).toBe(303);
+  });
 });
 
 describe('dates from clients', () => {

@@ -387,6 +387,7 @@ export function linkRoutes(ctx: Context): Router {
     post: publicSide(async (req, res) => {
       await new Promise<void>((ok, fail) => form(req, res, (err) => (err ? fail(err) : ok())));
       const { token, link, share } = await resolve(req, res);
+      noJsonBody(req); // a body declared JSON must parse, as everywhere else
       if (link.password_hash !== null) {
         const body = (req.body ?? {}) as Record<string, unknown>;
         const password = typeof body.password === 'string' ? body.password : '';
