@@ -34,6 +34,8 @@ beforeAll(async () => {
   // The owner uploads; a different user with READ only downloads.
   id = await createShareWithContent(base, admin, 'notes.txt', DATA, 3);
   reader = (await createUser(base, admin, ['READ'])).token;
+  // Its Last-Modified is sent once the second it was made in is over (a strong validator).
+  await new Promise((r) => setTimeout(r, 1000));
 });
 
 afterAll(async () => {
@@ -403,6 +405,39 @@ describe('conditional requests', () => {
     const res = await fetchContent({ 'if-match': first.headers.etag! }, 'GET', share);
     expectFail(res, 412);
     expect(res.buf.toString()).not.toContain('version two');
+  });
+
+  // Found from outside: Last-Modified has whole seconds, so content replaced within the second
+  // it was made in had the same date; a resume with `If-Range: <that date>` got the new bytes
+  // after the old ones (AAAAAAAAAABBBBBBBBBB), and If-Unmodified-Since passed. RFC 9110 §8.8.2.2:
+  // such a date is weak. Property: a date never vouches for content made in the current second.
+  it('a date from the second a version was made in never resumes into another version', async () => {
+    // Start just after a second begins, so both versions fall in one second.
+    await new Promise((r) => setTimeout(r, 1000 - (Date.now() % 1000) + 20));
+    const share = await createShareWithContent(
+      base,
+      admin,
+      'same-second.txt',
+      Buffer.from('A'.repeat(20)),
+    );
+    const first = await fetchContent({ range: 'bytes=0-9' }, 'GET', share);
+    expectStatus(first, 206);
+    expect(first.headers['last-modified']).toBeUndefined(); // not yet a strong validator
+    const seen = first.headers.date!; // the only date a client could have taken
+    await upload(base, admin, share, Buffer.from('B'.repeat(20)), 1, 'PUT');
+    const resumed = await fetchContent({ range: 'bytes=10-', 'if-range': seen }, 'GET', share);
+    expectStatus(resumed, 200);
+    expect(resumed.buf.toString()).toBe('B'.repeat(20));
+    expectFail(await fetchContent({ 'if-unmodified-since': seen }, 'GET', share), 412);
+    expectStatus(await fetchContent({ 'if-modified-since': seen }, 'GET', share), 200);
+    // Once its second is over, the date is sent and resumes as before.
+    await new Promise((r) => setTimeout(r, 1000));
+    const later = await fetchContent({ range: 'bytes=0-9' }, 'GET', share);
+    const date = later.headers['last-modified']!;
+    expect(date).toBeDefined();
+    const again = await fetchContent({ range: 'bytes=10-', 'if-range': date }, 'GET', share);
+    expectStatus(again, 206);
+    expect(again.buf.toString()).toBe('B'.repeat(10));
   });
 
   it('If-Unmodified-Since before Last-Modified → 412; at or after it, or not a date → the content', async () => {

@@ -422,10 +422,14 @@ export async function sendContent(
     const { size } = reader;
     const etag = etagOf(share, size, reader.mtimeMs);
     const lastModified = new Date(Math.floor(reader.mtimeMs / 1000) * 1000);
+    // RFC 9110 §8.8.2.2: a modification date is a strong validator only once its second is over
+    // (two versions made in one second share it). Until then it is not sent, and a date a client
+    // names can only be an older version's of that second: it never vouches for this content.
+    const dated = Math.floor(Date.now() / 1000) * 1000 > lastModified.getTime();
     const headers: Record<string, string> = {
       'Accept-Ranges': 'bytes',
       ETag: etag,
-      'Last-Modified': lastModified.toUTCString(),
+      ...(dated ? { 'Last-Modified': lastModified.toUTCString() } : {}),
       'Content-Type': mime.lookup(share.file_name) || 'application/octet-stream',
       'Content-Disposition': attachment(share.file_name),
       'X-Content-Type-Options': 'nosniff',
@@ -443,7 +447,8 @@ export async function sendContent(
     if (
       ifMatch !== undefined
         ? !matchesEtag(ifMatch, etag, true)
-        : ifUnmodifiedSince !== undefined && lastModified.getTime() > httpDate(ifUnmodifiedSince)
+        : ifUnmodifiedSince !== undefined &&
+          !unmodifiedSince(httpDate(ifUnmodifiedSince), lastModified, dated)
     ) {
       res.set(headers);
       throw new HttpError(
@@ -458,7 +463,9 @@ export async function sendContent(
     if (
       ifNoneMatch !== undefined
         ? matchesEtag(ifNoneMatch, etag, false)
-        : ifModifiedSince !== undefined && lastModified.getTime() <= httpDate(ifModifiedSince)
+        : ifModifiedSince !== undefined &&
+          dated &&
+          lastModified.getTime() <= httpDate(ifModifiedSince)
     ) {
       res.status(304).set(headers).end();
       return;
@@ -468,7 +475,7 @@ export async function sendContent(
     if (
       range.kind !== 'none' &&
       ifRange !== undefined &&
-      !ifRangeHolds(ifRange, etag, lastModified)
+      !ifRangeHolds(ifRange, etag, dated ? lastModified : null)
     ) {
       range = { kind: 'none' };
     }
@@ -529,11 +536,24 @@ function httpDate(value: string): number {
   return parseHttpDate(value.trim());
 }
 
-/** If-Range: a strong ETag must match exactly; a date must equal Last-Modified. */
-function ifRangeHolds(header: string, etag: string, lastModified: Date): boolean {
+/**
+ * If-Range: a strong ETag must match exactly; a date must equal Last-Modified, and only a
+ * Last-Modified that is a strong validator (`null`: not yet) can match.
+ */
+function ifRangeHolds(header: string, etag: string, lastModified: Date | null): boolean {
   const value = header.trim();
   if (value.startsWith('"') || value.startsWith('W/')) return value === etag;
   // Not an HTTP-date: no match, so the whole content is sent (RFC 9110 §13.1.5).
   const date = parseHttpDate(value);
-  return !Number.isNaN(date) && date === lastModified.getTime();
+  return lastModified !== null && !Number.isNaN(date) && date === lastModified.getTime();
+}
+
+/**
+ * If-Unmodified-Since: true (the content is sent) when the date is not an HTTP-date (ignored),
+ * or when the content was not modified after it; content modified in the current second cannot
+ * be vouched for by any date (an older version of that second has the same one).
+ */
+function unmodifiedSince(date: number, lastModified: Date, dated: boolean): boolean {
+  if (Number.isNaN(date)) return true;
+  return dated && lastModified.getTime() <= date;
 }
