@@ -20,6 +20,7 @@ import {
   filesContaining,
   get,
   ISO_NO_ZONE,
+  patch,
   post,
   request,
   setDefaultPermissions,
@@ -289,6 +290,44 @@ describe('who may manage links', () => {
       expectStatus(res, 200);
       expect((res.body.data as Link[]).map((l) => l.id)).toEqual([first.id, second.id]);
     }
+  });
+
+  // Found from outside: an owner (or ADMIN) without READ got 403 listing a share's links, while
+  // GET /links, GET /links/<id> and DELETE /links/<id> let them manage the same links.
+  it('GET /files/<id>/links needs no READ: an owner or ADMIN without it lists the links', async () => {
+    const owner = await createUser(base, admin, ['CREATE', 'READ']);
+    const id = await createShareWithContent(base, owner.token, 'no-read.bin', DATA);
+    const made = await makeLink(base, owner.token, id);
+    expectStatus(
+      await patch(base, `/users/${owner.username}`, {
+        token: admin,
+        json: { permissions: ['CREATE'] },
+      }),
+      200,
+    );
+    const res = await get(base, `/files/${id}/links`, { token: owner.token });
+    expectStatus(res, 200);
+    expect((res.body.data as Link[]).map((l) => l.id)).toEqual([made.id]);
+    expectFail(await get(base, `/files/${id}/links`, { token: bob.token }), 403);
+  });
+
+  // Found from outside: a share whose owner was deleted could be locked by anyone with LOCK,
+  // and then an ADMIN's DELETE got 423; an ADMIN could also link to it. The docs say only DELETE
+  // acts on such a share.
+  it("a deleted owner's share: locking and linking are 403, unlocking and DELETE work", async () => {
+    const gone = await createUser(base, admin, ['CREATE', 'READ', 'LOCK']);
+    const orphan = await createShareWithContent(base, gone.token, 'orphan.bin', DATA);
+    const locked = await createShareWithContent(base, gone.token, 'orphan-locked.bin', DATA);
+    expectStatus(await post(base, `/files/${locked}/lock`, { token: gone.token }), 200);
+    expectStatus(await del(base, `/users/${gone.username}`, { token: admin }), 200);
+    const refused = await post(base, `/files/${orphan}/lock`, { token: admin });
+    expectFail(refused, 403);
+    expect(refused.body.message).toMatch(/owner of this share was deleted/);
+    expectFail(await post(base, `/files/${orphan}/links`, { token: admin, json: {} }), 403);
+    expectStatus(await del(base, `/files/${orphan}`, { token: admin }), 200);
+    // Locked before its owner went: it can be unlocked, then deleted.
+    expectStatus(await post(base, `/files/${locked}/unlock`, { token: admin }), 200);
+    expectStatus(await del(base, `/files/${locked}`, { token: admin }), 200);
   });
 
   it('GET /links/<id>: anonymous 401, another user 403, the owner and ADMIN 200', async () => {
@@ -722,6 +761,11 @@ describe('counting downloads', () => {
       await request(base, 'HEAD', `${made.path}?download`, { headers: { range: 'bytes=9-' } }),
       206,
     );
+    // A suffix range names the same end (found from outside: `bytes=-5` was taken as byte 0
+    // and refused with 410 while `bytes=<size-5>-` went on).
+    const tail = await download(base, made.path, { headers: { range: 'bytes=-5' } });
+    expectStatus(tail, 206);
+    expect(tail.buf.equals(DATA.subarray(DATA.length - 5))).toBe(true);
     expect(await downloadsOf(made)).toBe(1);
     // But a fresh download from byte 0 is refused: the link is used up.
     expectFail(await download(base, made.path), 410);

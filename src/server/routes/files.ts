@@ -17,7 +17,7 @@ import {
   requireObject,
   type Body,
 } from '../validate.js';
-import { checkOwner, findShare, isAdmin } from './shares.js';
+import { checkOwner, findShare, isAdmin, refuseOrphan } from './shares.js';
 
 /** A name filter of GET /files: absent, or a string of 1–1024 characters. */
 function nameQuery(value: unknown, name: string): string | undefined {
@@ -105,6 +105,8 @@ export function fileRoutes(ctx: Context): Router {
   const setLocked = (locked: boolean) => async (req: Request, res: Response) => {
     const share = await findShare(req, ctx, 'LOCK');
     noJsonBody(req);
+    // A share locked before its owner was deleted may still be unlocked, so it can be deleted.
+    if (locked) await refuseOrphan(store, share);
     await store.withShareLock(share.share_id, () => store.updateShare(share.share_id, { locked }));
     success(res, locked ? 'Share locked' : 'Share unlocked');
   };

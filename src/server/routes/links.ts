@@ -20,7 +20,8 @@ import {
 } from '../validate.js';
 import { clientAddress } from './auth.js';
 import { sendContent } from './content.js';
-import { findShare, isAdmin } from './shares.js';
+import { findShare, isAdmin, refuseOrphan } from './shares.js';
+import { isUuid } from '../../shared/ids.js';
 import { countAttempt } from '../throttle.js';
 
 /** Resume windows are kept as seconds after this (2023-11-14), so they fit a 32-bit count. */
@@ -30,10 +31,16 @@ const WINDOW_EPOCH_S = 1_700_000_000;
 const GRANT_SECONDS = 3600;
 const TOKEN = /^[A-Za-z0-9_-]{22,128}$/;
 
-/** Where a request's Range starts (0 without one): enough to tell a resume from a download. */
-function rangeStart(req: Request): number {
-  const m = /^\s*bytes\s*=\s*(\d+)\s*-/i.exec(req.headers.range ?? '');
-  return m ? Number(m[1]) : 0;
+/**
+ * Where a request's Range starts (0 without one): enough to tell a resume from a download. A
+ * suffix range (`bytes=-5`) starts `size - 5` bytes in, as sendContent will answer it.
+ */
+function rangeStart(req: Request, size: number | null | undefined): number {
+  const m = /^\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)/i.exec(req.headers.range ?? '');
+  if (!m) return 0;
+  if (m[1] !== '') return Number(m[1]);
+  if (m[2] === '' || typeof size !== 'number') return 0;
+  return Math.max(0, size - Number(m[2]));
 }
 
 export const tokenHash = (token: string) => createHash('sha256').update(token).digest('hex');
@@ -116,6 +123,7 @@ export function linkRoutes(ctx: Context): Router {
       need(req, null, false);
       const share = await findShare(req, ctx, 'READ');
       checkManager(req, share);
+      await refuseOrphan(store, share);
       const body = await optionalObject(req);
       onlyFields(body, ['expires', 'expires_in', 'max_downloads', 'password']);
       const settings = await store.getSettings();
@@ -156,9 +164,11 @@ export function linkRoutes(ctx: Context): Router {
     },
     get: async (req, res) => {
       need(req, null, false);
-      const share = await findShare(req, ctx, 'READ');
+      // Managing links needs no READ (as GET /links and DELETE /links/<id>): owner or ADMIN.
+      const id = String(req.params.id);
+      const share = isUuid(id) ? await store.getShare(id) : undefined;
       checkManager(req, share);
-      const links = await store.listLinks(share.share_id);
+      const links = await store.listLinks(share!.share_id);
       res.json({ data: await Promise.all(links.map(linkJson)) });
     },
   });
@@ -328,7 +338,7 @@ export function linkRoutes(ctx: Context): Router {
     if (!share.initialized) throw new HttpError(404, 'The file has not been uploaded yet');
     // A link with no downloads left is gone for HEAD and conditional requests too (they count
     // nothing, so they are checked here); only the resume of a counted download goes on.
-    if (usedUp(link) && !(await continues(req, link, rangeStart(req))))
+    if (usedUp(link) && !(await continues(req, link, rangeStart(req, share.size))))
       throw new HttpError(410, 'This link has reached its download limit');
     res.set('Referrer-Policy', 'no-referrer');
     await sendContent(req, res, share, storage, store, {

@@ -3,7 +3,7 @@ import { isUuid } from '../../shared/ids.js';
 import type { Permission } from '../../shared/permissions.js';
 import { need } from '../auth.js';
 import type { Context } from '../context.js';
-import { Errors } from '../errors.js';
+import { Errors, HttpError } from '../errors.js';
 import { isExpired } from '../expiry.js';
 import type { ShareRecord } from '../store/index.js';
 
@@ -34,4 +34,13 @@ export function checkOwner(req: Request, share: ShareRecord): void {
 /** Links (and a share's expiry beyond the cap) are for the share's owner or an administrator. */
 export function isAdmin(req: Request): boolean {
   return req.caller.permissions.includes('ADMIN');
+}
+
+/**
+ * A share whose owner was deleted is kept, and only DELETE acts on it (docs/API.md): locking it
+ * or making a link to it is refused, so nothing can stand in the way of its deletion.
+ */
+export async function refuseOrphan(store: Context['store'], share: ShareRecord): Promise<void> {
+  if (share.owner_id !== null && !(await store.getUserById(share.owner_id)))
+    throw new HttpError(403, 'The owner of this share was deleted: only DELETE acts on it now');
 }
