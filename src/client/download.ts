@@ -469,6 +469,16 @@ async function holdPart(state: State, create: boolean): Promise<boolean> {
     // The file locked must still be the one named NAME.part: a holder that finished in between
     // renamed it into place, and it is then the finished download, not ours to write.
     const [mine, named] = await Promise.all([handle.stat(), lstat(part).catch(() => undefined)]);
+    if (mine.nlink > 1) {
+      // A NAME.part planted as a hard link to another file (a shared directory) would lead the
+      // bytes into that file, as a symbolic link would: refused the same way.
+      await handle.close();
+      throw Object.assign(new Error(`${part} has other names`), {
+        code: 'EMLINK',
+        syscall: 'open',
+        path: part,
+      });
+    }
     if (named && named.ino === mine.ino && named.dev === mine.dev) {
       state.part = handle;
       return true;

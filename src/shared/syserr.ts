@@ -32,6 +32,8 @@ export function systemErrorText(err: unknown): string | undefined {
       return `file name too long${where}`;
     case 'ELOOP':
       return `a symbolic link, which fshare never writes through${where}`;
+    case 'EMLINK': // raised by fshare itself for a file with other names (see download.ts)
+      return `a file with other names (a hard link), which fshare never writes through${where}`;
     case 'EIO':
       return `input/output error${where}`;
     default:

@@ -4,7 +4,16 @@
 import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { closeSync, createWriteStream, existsSync, openSync } from 'node:fs';
-import { appendFile, readdir, readFile, rm, symlink, writeFile, open } from 'node:fs/promises';
+import {
+  appendFile,
+  link,
+  readdir,
+  readFile,
+  rm,
+  symlink,
+  writeFile,
+  open,
+} from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
@@ -488,6 +497,31 @@ describe('verified transfers against fshare serve', () => {
     await rm(join(dir, 'linked.bin.part'));
     expect((await admin.run(['get', up!.share_id], { cwd: dir })).exitCode).toBe(0);
     expect((await readFile(join(dir, 'linked.bin'))).equals(data)).toBe(true);
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  // Found from outside: a NAME.part planted as a hard link to another file was truncated and
+  // written in place, so the other file got the download's bytes, with exit 0.
+  it('a NAME.part that is a hard link is never written through, with or without --continue', async () => {
+    const data = randomBytes(70_000);
+    await writeFile(join(work, 'hard.bin'), data);
+    const [up] = await admin.json<Transfer[]>(['upload', join(work, 'hard.bin')]);
+    const dir = await tempDir('hard');
+    const victim = join(dir, 'victim.txt');
+    await writeFile(victim, 'precious');
+    await link(victim, join(dir, 'hard.bin.part'));
+    for (const extra of [[], ['--continue']]) {
+      const res = await admin.run(['get', up!.share_id, ...extra], { cwd: dir });
+      expect(res.exitCode, res.stderr).toBe(1);
+      expect(res.stderr.trim().split('\n')).toEqual([
+        'fshare: a file with other names (a hard link), which fshare never writes through: hard.bin.part',
+      ]);
+      expect(await readFile(victim, 'utf8')).toBe('precious');
+      expect(existsSync(join(dir, 'hard.bin'))).toBe(false);
+    }
+    await rm(join(dir, 'hard.bin.part'));
+    expect((await admin.run(['get', up!.share_id], { cwd: dir })).exitCode).toBe(0);
+    expect((await readFile(join(dir, 'hard.bin'))).equals(data)).toBe(true);
     await rm(dir, { recursive: true, force: true });
   });
 
