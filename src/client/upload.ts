@@ -6,6 +6,7 @@ import type { Writable } from 'node:stream';
 import { createFile, deleteFile, getFile, idFromUrl, lockFile, uploadState } from './api.js';
 import { ApiError, ClientInputError, UnsupportedError, VerificationError } from './errors.js';
 import { send, toApiError, type ApiClient, type Body } from './http.js';
+import { UNSAFE_CHARACTERS } from './filename.js';
 import { fileHasher } from './hashing.js';
 import { createLimiter, type Limiter } from './limit.js';
 import { sharePath, shareUrl } from './refs.js';
@@ -153,7 +154,9 @@ function chunkBody(
       .map(([name, value]) => `${part(name)}${value}\r\n`)
       .join('') +
       `--${boundary}\r\nContent-Disposition: form-data; name="upload"; ` +
-      `filename="${file.name.replace(/["\\\r\n]/g, '_')}"\r\n` +
+      // Control characters (a local file named `esc\x1b.txt`) break a part's header: busboy
+      // refused the whole body. The name here is informative only; the share's is in file_name.
+      `filename="${file.name.replace(/["\\\x00-\x1f\x7f]/g, '_')}"\r\n` +
       'Content-Type: application/octet-stream\r\n\r\n',
   );
   const end = `--${boundary}--\r\n`;
@@ -319,7 +322,7 @@ export async function uploadContent(
   if (!Number.isSafeInteger(chunkSize) || chunkSize < 1)
     throw new ClientInputError(`chunk size must be a positive number of bytes`);
   const file = await localFile(path);
-  const fileName = options.fileName ?? basename(path);
+  const fileName = options.fileName ?? defaultShareName(path);
   const p = await plan(client, id, file, options.mode, chunkSize, options, fileName);
   const hash = options.knownSha256 === undefined ? fileHasher().create(file.size) : undefined;
   const digest = hash
@@ -577,7 +580,7 @@ export async function uploadFile(
   options: UploadFileOptions = {},
 ): Promise<UploadedShare> {
   const file = await localFile(path); // fail before creating an empty share
-  const fileName = options.name ?? basename(path);
+  const fileName = options.name ?? defaultShareName(path);
   if (options.restart) await abandonEarlier(client, file, options);
   const earlier = options.restart ? undefined : await rememberedShare(client, file, options);
   const id = earlier ?? (await createShare(client, fileName, options.expiresIn));
@@ -705,4 +708,12 @@ export async function replaceFile(
     resumed_bytes: result.resumedBytes,
     expires: share?.expires ?? null,
   };
+}
+
+/**
+ * The share name a file gets without `--name`: its base name with control and bidirectional
+ * characters made "_" (servers refuse them in names: a local `esc\x1b.txt` was a 400).
+ */
+export function defaultShareName(path: string): string {
+  return basename(path).replace(UNSAFE_CHARACTERS, '_');
 }

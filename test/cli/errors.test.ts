@@ -769,6 +769,28 @@ describe('bad input gives one clear line and the right exit code', () => {
     }
   });
 
+  // Found from outside: a local file whose name holds a control character could not be uploaded
+  // at all: its name went raw into the chunk's multipart header (busboy refused the body, even
+  // with -n) and into file_name (which servers refuse). Both are made safe now.
+  it('a local file named with a control character uploads, as esc_.txt or under -n', async () => {
+    const file = join(work, 'esc\x1b.txt');
+    const data = randomBytes(2 * 1024 * 1024);
+    await writeFile(file, data);
+    const [plain] = await cli.json<{ share_id: string; file_name: string }[]>([
+      'upload',
+      file,
+      '--chunk-size',
+      '1m',
+      '--no-progress',
+    ]);
+    expect(plain!.file_name).toBe('esc_.txt');
+    const [named] = await cli.json<{ file_name: string }[]>(['upload', file, '-n', 'ok.bin']);
+    expect(named!.file_name).toBe('ok.bin');
+    const back = await cli.runBinary(['get', plain!.share_id, '-o', '-', '--no-progress']);
+    expect(back.exitCode, back.stderr).toBe(0);
+    expect(back.stdout.equals(data)).toBe(true);
+  });
+
   // `get -o - | head -c 10` used to exit 0: the download was cut short by the reader and never
   // verified, yet it reported success. A listing into `head` stays a quiet exit 0.
   it('a download into a reader that leaves early is exit 1 with one line; a listing into head stays exit 0', async () => {
