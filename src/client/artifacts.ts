@@ -307,19 +307,28 @@ interface LocalFile {
   size: number;
   mode: number;
   mtimeMs: number;
+  /** Changes with every write, even one that puts the mtime back (`touch -d`), as git knows. */
+  ctimeMs: number;
   ino: number;
   sha256?: string;
 }
 
-/** Remembers the sha256 of local files by path, size, mtime and inode, so a push need not hash. */
+/** What identifies a file's bytes without reading them. */
+type FileStamp = Pick<LocalFile, 'size' | 'mtimeMs' | 'ctimeMs' | 'ino'>;
+
+/**
+ * Remembers the sha256 of local files by path, size, mtime, ctime and inode, so a push need not
+ * hash. (Without the ctime, a file rewritten in place with its mtime put back kept its old hash:
+ * the push said "unchanged" and the set kept the old bytes.)
+ */
 export interface HashCache {
-  get(abs: string, size: number, mtimeMs: number, ino: number): string | undefined;
-  set(abs: string, size: number, mtimeMs: number, ino: number, sha256: string): void;
+  get(abs: string, stamp: FileStamp): string | undefined;
+  set(abs: string, stamp: FileStamp, sha256: string): void;
   save(): Promise<void>;
 }
 
 export function fileHashCache(file: string): HashCache {
-  type Entry = [size: number, mtimeMs: number, ino: number, sha256: string];
+  type Entry = [size: number, mtimeMs: number, ino: number, sha256: string, ctimeMs: number];
   let entries: Record<string, Entry> | undefined;
   let dirty = false;
   const load = () => {
@@ -334,12 +343,18 @@ export function fileHashCache(file: string): HashCache {
     return entries;
   };
   return {
-    get(abs, size, mtimeMs, ino) {
+    get(abs, f) {
       const e = load()[abs];
-      return e && e[0] === size && e[1] === mtimeMs && e[2] === ino ? e[3] : undefined;
+      const same =
+        Array.isArray(e) &&
+        e[0] === f.size &&
+        e[1] === f.mtimeMs &&
+        e[2] === f.ino &&
+        e[4] === f.ctimeMs;
+      return same && typeof e[3] === 'string' ? e[3] : undefined;
     },
-    set(abs, size, mtimeMs, ino, sha256) {
-      load()[abs] = [size, mtimeMs, ino, sha256];
+    set(abs, f, sha256) {
+      load()[abs] = [f.size, f.mtimeMs, f.ino, sha256, f.ctimeMs];
       dirty = true;
     },
     async save() {
@@ -427,6 +442,7 @@ async function scanTree(
           size: st.size,
           mode: st.mode & 0o777,
           mtimeMs: st.mtimeMs,
+          ctimeMs: st.ctimeMs,
           ino: st.ino,
         });
         any = true;
@@ -478,9 +494,9 @@ export async function push(
   // the stored manifest and the set's data shares are fetched. A large file goes up as soon as
   // its digest and the stored set are known; the small ones, packed, once all are hashed.
   const hashOne = async (f: LocalFile) => {
-    const cached = options.hashCache?.get(f.abs, f.size, f.mtimeMs, f.ino);
+    const cached = options.hashCache?.get(f.abs, f);
     f.sha256 = cached ?? (await hashFile(f.abs, 0, f.size));
-    if (!cached) options.hashCache?.set(f.abs, f.size, f.mtimeMs, f.ino, f.sha256);
+    if (!cached) options.hashCache?.set(f.abs, f, f.sha256);
   };
   const known = Promise.all([
     readManifest(client, name, options.owner, options.signal),
@@ -604,7 +620,7 @@ export async function push(
           );
         for (const f of files) {
           if (f.size >= PACK_FILE_LIMIT) continue;
-          const cached = options.hashCache?.get(f.abs, f.size, f.mtimeMs, f.ino);
+          const cached = options.hashCache?.get(f.abs, f);
           if (f.size === 0 || (cached && at.has(cached))) {
             f.sha256 = f.size === 0 ? EMPTY_SHA256 : cached;
             count(skipped, f);
@@ -615,7 +631,7 @@ export async function push(
             throw new VerificationError(`${f.path} changed while it was pushed; push again`);
           const sha = createHash('sha256').update(bytes).digest('hex');
           f.sha256 = sha;
-          if (sha !== cached) options.hashCache?.set(f.abs, f.size, f.mtimeMs, f.ino, sha);
+          if (sha !== cached) options.hashCache?.set(f.abs, f, sha);
           const twins = waiting.get(sha);
           if (twins) twins.push(f);
           else if (at.has(sha)) count(skipped, f);

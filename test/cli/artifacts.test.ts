@@ -8,12 +8,15 @@ import {
   chmod,
   lstat,
   mkdir,
+  open,
   readdir,
   readFile,
   readlink,
   rm,
+  stat,
   symlink,
   unlink,
+  utimes,
   writeFile,
 } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
@@ -366,6 +369,37 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
       `${name}: unchanged (21 files, ${formatSize(first.bytes)}); nothing uploaded`,
     );
     expect((await allShares(serve.url, token)).length).toBe(before.length);
+  }, 60_000);
+
+  // Found from outside: a file rewritten in place (same inode and size) with its mtime put back
+  // (`touch -d`) kept its cached hash: the push said "unchanged" and the set kept the old bytes.
+  // The cache now also compares the ctime, which every write changes.
+  it('a file rewritten in place with its old mtime put back is pushed again, small or large', async () => {
+    const src = await freshDir('touched-src');
+    await put(src, 'small.txt', randomBytes(3000));
+    await put(src, 'large.bin', randomBytes(2 * MiB));
+    // Whole seconds, so that putting the mtime back is exact.
+    const when = Math.floor(Date.now() / 1000) - 3600;
+    for (const file of ['small.txt', 'large.bin']) await utimes(join(src, file), when, when);
+    const name = 'touched';
+    await push(src, name);
+    for (const file of ['small.txt', 'large.bin']) {
+      const path = join(src, file);
+      const before = await stat(path);
+      await new Promise((r) => setTimeout(r, 20)); // a ctime the rewrite cannot share
+      const handle = await open(path, 'r+');
+      await handle.write(randomBytes(before.size), 0, before.size, 0);
+      await handle.close();
+      await utimes(path, when, when);
+      expect((await stat(path)).mtimeMs).toBe(before.mtimeMs);
+      expect((await stat(path)).ino).toBe(before.ino);
+    }
+    const second = await push(src, name);
+    expect(second.changed).toBe(true);
+    expect(second.uploaded.files).toBe(2);
+    const out = await freshDir('touched-out');
+    await pull(name, out);
+    expect(await snapshot(out)).toEqual(await snapshot(src));
   }, 60_000);
 
   it('only a changed file goes up, small or large, and a pull into the old folder fetches only it', async () => {
