@@ -66,7 +66,7 @@ export interface UploadRecord {
 }
 
 /** True when another live process on this host is running the upload of this record. */
-function busyElsewhere(r: UploadRecord): boolean {
+export function busyElsewhere(r: UploadRecord): boolean {
   if (!r.pid || r.pid === process.pid || (r.host !== undefined && r.host !== hostname()))
     return false;
   try {

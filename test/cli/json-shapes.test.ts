@@ -54,6 +54,7 @@ const RECORD = {
   kind: 'string',
   started: 'string',
   server: 'string',
+  running: 'boolean',
 };
 
 type Shape = Record<string, string>;

@@ -564,6 +564,51 @@ describe('verified transfers against fshare serve', () => {
     await rm(rae.configDir, { recursive: true, force: true });
   });
 
+  // Found from outside: `uploads clean` in another terminal deleted the share of an upload that
+  // was still running (it then died with exit 4). A record whose process is alive on this host
+  // belongs to that upload: clean leaves it, and says so.
+  it('uploads clean leaves an upload that is still running alone; it finishes, verified', async () => {
+    const proxy = chunkCounter(serve.url);
+    const via = await proxy.start();
+    proxy.state.delayMs = 400;
+    try {
+      await writeFile(join(work, 'running.bin'), randomBytes(256 * 1024));
+      const running = admin.run(
+        [
+          '--json',
+          '--server',
+          via,
+          'upload',
+          join(work, 'running.bin'),
+          '--chunk-size',
+          '64k',
+          '-p',
+          '1',
+        ],
+        { env: { FSHARE_TOKEN: token } },
+      );
+      for (let i = 0; i < 200 && (await recordsOf(admin)).length === 0; i++)
+        await new Promise((r) => setTimeout(r, 25));
+      const [record] = await recordsOf(admin);
+      expect(record).toBeDefined();
+      const listed = await admin.json<{ running: boolean }[]>(['uploads']);
+      expect(listed).toMatchObject([{ running: true }]);
+      const cleaned = await admin.json<
+        { share_deleted: boolean; running: boolean; message: string }[]
+      >(['uploads', 'clean'], { env: { FSHARE_TOKEN: token } });
+      expect(cleaned).toMatchObject([{ share_deleted: false, running: true }]);
+      expect(cleaned[0]!.message).toMatch(
+        /^Left the upload of .*running\.bin alone: fshare process \d+ is still running it$/,
+      );
+      const done = await running;
+      expect(done.exitCode, done.stderr).toBe(0);
+      expect(JSON.parse(done.stdout)).toMatchObject([{ verified: true }]);
+      expect(await recordsOf(admin)).toEqual([]);
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it('an interrupted upload keeps its share, says how to resume or remove it, and uploads clean removes it', async () => {
     const proxy = chunkCounter(serve.url);
     const via = await proxy.start();

@@ -10,6 +10,7 @@ import { ApiError, NetworkError } from '../../client/errors.js';
 import { createLimiter } from '../../client/limit.js';
 import { shareUrl } from '../../client/refs.js';
 import {
+  busyElsewhere,
   DEFAULT_PARALLEL,
   localFileSize,
   refusedForGood,
@@ -434,6 +435,7 @@ function recordShape(r: UploadRecord) {
     kind: r.mode === 'create' ? 'upload' : 'replace',
     started: r.started,
     server: r.server,
+    running: busyElsewhere(r),
   };
 }
 
@@ -443,6 +445,15 @@ async function clean(
   record: UploadRecord,
   store: ReturnType<typeof uploadRecords>,
 ) {
+  // A record whose process is still running belongs to an upload in progress (another
+  // terminal, another CI step): cleaning it used to delete that upload's share under it.
+  if (busyElsewhere(record))
+    return {
+      ...recordShape(record),
+      share_deleted: false,
+      running: true,
+      message: `Left the upload of ${record.path} alone: fshare process ${record.pid} is still running it`,
+    };
   const client = await session.client(record.server);
   let deleted = false;
   if (record.mode === 'create') {
@@ -460,6 +471,7 @@ async function clean(
   return {
     ...recordShape(record),
     share_deleted: deleted,
+    running: false,
     message: deleted
       ? `Deleted share ${record.share_id} of the unfinished upload of ${record.path}`
       : `Forgot the unfinished ${record.mode === 'create' ? 'upload' : 'replacement'} of ${record.path}`,
