@@ -1,6 +1,7 @@
 import { hostname } from 'node:os';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { open, stat } from 'node:fs/promises';
+import { constants as fsConstants } from 'node:fs';
+import { access, open, stat } from 'node:fs/promises';
 import { basename, resolve } from 'node:path';
 import type { Writable } from 'node:stream';
 import { createFile, deleteFile, getFile, idFromUrl, lockFile, uploadState } from './api.js';
@@ -113,6 +114,9 @@ async function localFile(path: string): Promise<LocalFile> {
   try {
     const info = await stat(path);
     if (!info.isFile()) throw new ClientInputError(`not a regular file: ${path}`);
+    // Readable, before any share is made for it (an unreadable file used to make an empty
+    // share first, then fail as "changed while it was uploading").
+    await access(path, fsConstants.R_OK);
     return { path: resolve(path), size: info.size, mtimeMs: info.mtimeMs, ino: info.ino };
   } catch (err) {
     if (err instanceof ClientInputError) throw err;
