@@ -1,7 +1,7 @@
 // Downloads from a server (or a proxy) that lies about what it sends: the client saves under the
 // final name only bytes it has checked, and says in one line what was wrong. Each case was found
 // by running the CLI against a lying proxy; here a small node:http stand-in plays that proxy.
-import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, readdir, readFile, rm, stat } from 'node:fs/promises';
 import {
@@ -16,8 +16,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { BIN, cleanEnv, createCli, tempDir, type Cli } from '../helpers/cli.js';
-
-const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
+import { sha256hex as sha256 } from '../helpers/http.js';
 
 function expectOneLine(stderr: string, pattern: RegExp): void {
   const lines = stderr.trimEnd().split('\n');

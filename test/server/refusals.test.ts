@@ -4,7 +4,7 @@
 // unfinished uploads for 24 hours); a body whose file part came before its fields stayed in
 // incoming/ when it was cut off; chunks and sign-ins sent together all passed a quota, a bound or
 // a throttle that only some of them could.
-import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -18,6 +18,7 @@ import {
   patch,
   post,
   sendParts,
+  sha256hex as sha256,
   type Part,
   until,
 } from '../helpers/http.js';
@@ -29,8 +30,6 @@ import {
   storedUploads,
   type TestServer,
 } from '../helpers/server.js';
-
-const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
 
 const fieldsOf = (fields: Record<string, string | number>): Part[] =>
   Object.entries(fields).map(([name, value]) => ({ name, value: String(value) }));
