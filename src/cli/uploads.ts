@@ -2,7 +2,43 @@ import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, open, readdir, readFile, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ResumeStore, UploadRecord } from '../client/upload.js';
-import { naming } from '../shared/syserr.js';
+import { naming, systemErrorText } from '../shared/syserr.js';
+
+/** A record file that cannot be used: cut short by a crash, not JSON, or not an upload record. */
+export interface DamagedRecord {
+  /** The record file's path. */
+  file: string;
+  reason: string;
+}
+
+export interface UploadRecordStore extends ResumeStore {
+  /** The usable records (as list()) and the damaged record files beside them. */
+  scan(): Promise<{ records: UploadRecord[]; damaged: DamagedRecord[] }>;
+  /** The file that holds (or would hold) this record. */
+  fileOf(record: UploadRecord): string;
+  /** Removes a damaged record file. */
+  removeDamaged(record: DamagedRecord): Promise<void>;
+}
+
+/** The one line an upload, replace or push says about a damaged record it met (once each). */
+export function damagedNotice(d: DamagedRecord): string {
+  return `fshare: damaged upload record (${d.reason}), not used: ${d.file}; fshare uploads clean removes it`;
+}
+
+/** The record, or why the parsed JSON is not one (a newer version's extra fields are fine). */
+function asRecord(value: unknown): UploadRecord | string {
+  const r = value as Partial<Record<keyof UploadRecord, unknown>> | null;
+  if (typeof r !== 'object' || r === null || Array.isArray(r)) return 'not an upload record';
+  const strings = ['server', 'share_id', 'dzuuid', 'path', 'file_name', 'started'] as const;
+  const numbers = ['size', 'mtimeMs', 'ino', 'chunk_size'] as const;
+  if (
+    strings.some((k) => typeof r[k] !== 'string') ||
+    numbers.some((k) => typeof r[k] !== 'number') ||
+    (r.mode !== 'create' && r.mode !== 'replace')
+  )
+    return 'not an upload record';
+  return r as UploadRecord;
+}
 
 /**
  * Unfinished uploads of this client, one small 0600 JSON file each under
@@ -10,30 +46,67 @@ import { naming } from '../shared/syserr.js';
  * `fshare uploads` can list and clean them. Several fshare processes may use it at once: each
  * record is its own file, written whole (temp file, then rename).
  */
-export function uploadRecords(configDir: string): ResumeStore {
+export function uploadRecords(
+  configDir: string,
+  options: { onDamaged?: (record: DamagedRecord) => void } = {},
+): UploadRecordStore {
   const dir = join(configDir, 'uploads');
   const fileOf = (r: UploadRecord) =>
     join(
       dir,
       `${createHash('sha256').update(`${r.server}\0${r.share_id}\0${r.path}\0${r.mode}`).digest('hex').slice(0, 32)}.json`,
     );
-  return {
-    async list() {
-      let names: string[];
+  const told = new Set<string>();
+  const scan = async () => {
+    let names: string[];
+    try {
+      names = await readdir(dir);
+    } catch {
+      return { records: [], damaged: [] };
+    }
+    const records: UploadRecord[] = [];
+    const damaged: DamagedRecord[] = [];
+    for (const name of names.filter((n) => n.endsWith('.json')).sort()) {
+      const file = join(dir, name);
+      let text: string;
       try {
-        names = await readdir(dir);
+        text = await readFile(file, 'utf8');
+      } catch (err) {
+        // removed meanwhile by another fshare (done, or cleaned): nothing to say
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue;
+        const why = systemErrorText({ ...(err as object), path: undefined });
+        damaged.push({ file, reason: `unreadable (${why ?? String(err)})` });
+        continue;
+      }
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(text);
       } catch {
-        return [];
+        damaged.push({ file, reason: text.length === 0 ? 'empty' : 'not JSON, or cut short' });
+        continue;
       }
-      const records: UploadRecord[] = [];
-      for (const name of names.filter((n) => n.endsWith('.json'))) {
-        try {
-          records.push(JSON.parse(await readFile(join(dir, name), 'utf8')) as UploadRecord);
-        } catch {
-          // written by a newer version, or cut short by a crash: not ours to use
+      const record = asRecord(parsed);
+      if (typeof record === 'string') damaged.push({ file, reason: record });
+      else records.push(record);
+    }
+    records.sort((a, b) => a.started.localeCompare(b.started));
+    return { records, damaged };
+  };
+  return {
+    scan,
+    fileOf,
+    // A damaged record is never used, and never silently: whoever meets one is told once.
+    async list() {
+      const { records, damaged } = await scan();
+      for (const d of damaged)
+        if (!told.has(d.file)) {
+          told.add(d.file);
+          options.onDamaged?.(d);
         }
-      }
-      return records.sort((a, b) => a.started.localeCompare(b.started));
+      return records;
+    },
+    async removeDamaged(record) {
+      await rm(record.file, { force: true });
     },
     async save(record) {
       const target = fileOf(record);

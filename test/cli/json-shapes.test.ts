@@ -55,6 +55,8 @@ const RECORD = {
   started: 'string',
   server: 'string',
   running: 'boolean',
+  record: 'string',
+  damaged: 'null',
 };
 
 type Shape = Record<string, string>;

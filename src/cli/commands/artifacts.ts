@@ -17,7 +17,7 @@ import { configDir } from '../config.js';
 import { openSession } from '../context.js';
 import { AuthError, examples, printJson, printLine, printTable } from '../output.js';
 import { createProgress, progressEnabled, type ProgressBar } from '../progress.js';
-import { uploadRecords } from '../uploads.js';
+import { damagedNotice, uploadRecords } from '../uploads.js';
 
 const collect = (value: string, previous: string[] = []) => [...previous, value];
 
@@ -116,7 +116,9 @@ export function registerArtifacts(program: Command): void {
             exclude: options.exclude,
             delete: options.delete,
             parallel,
-            resume: uploadRecords(configDir(session.config)),
+            resume: uploadRecords(configDir(session.config), {
+              onDamaged: (d) => display.progress.log(damagedNotice(d)),
+            }),
             hashCache: fileHashCache(join(configDir(session.config), 'push-hashes.json')),
             onStart: display.onStart,
             onProgress: display.onProgress,

@@ -39,7 +39,12 @@ import {
 import { createProgress, progressEnabled } from '../progress.js';
 import { linkShape, type LinkShape, type TransferShape } from '../shapes.js';
 import { linkUnsupported } from './links.js';
-import { uploadRecords } from '../uploads.js';
+import {
+  damagedNotice,
+  uploadRecords,
+  type DamagedRecord,
+  type UploadRecordStore,
+} from '../uploads.js';
 
 /** Standard input into a new private temporary file; its directory is removed by the caller. */
 async function spoolStdin(): Promise<{ dir: string; file: string }> {
@@ -173,7 +178,9 @@ const upload = (program: Command) =>
         const progress = createProgress(progressEnabled(session.opts.progress));
         const chunkLimit = createLimiter(parallel);
         const fileLimit = createLimiter(parallel);
-        const resume = uploadRecords(configDir(session.config));
+        const resume = uploadRecords(configDir(session.config), {
+          onDamaged: (d) => progress.log(damagedNotice(d)),
+        });
         const stop = interruptible();
         const results: (TransferShape | undefined)[] = [];
         let code = 0;
@@ -269,7 +276,9 @@ const replace = (program: Command) =>
           const result = await replaceFile(client, id, file, {
             chunkSize,
             parallel,
-            resume: uploadRecords(configDir(session.config)),
+            resume: uploadRecords(configDir(session.config), {
+              onDamaged: (d) => progress.log(damagedNotice(d)),
+            }),
             restart: options.restart,
             signal: stop.signal,
             onProgress: (sent, total) => bar.update(sent, total),
@@ -397,19 +406,29 @@ const uploads = (program: Command) => {
     )
     .action(async (_options: object, c: Command) => {
       const session = openSession(c);
-      const records = await uploadRecords(configDir(session.config)).list();
-      if (session.opts.json) return printJson(records.map(recordShape));
-      if (records.length === 0 && process.stdout.isTTY) return printLine('No unfinished uploads.');
+      const store = uploadRecords(configDir(session.config));
+      const { records, damaged } = await store.scan();
+      if (session.opts.json)
+        return printJson([
+          ...records.map((r) => recordShape(r, store)),
+          ...damaged.map(damagedShape),
+        ]);
+      if (records.length + damaged.length === 0 && process.stdout.isTTY)
+        return printLine('No unfinished uploads.');
       printTable(
         ['SHARE', 'FILE', 'SIZE', 'KIND', 'STARTED', 'SERVER'],
-        records.map((r) => [
-          r.share_id,
-          r.path,
-          process.stdout.isTTY ? formatSize(r.size) : String(r.size),
-          r.mode === 'create' ? 'upload' : 'replace',
-          process.stdout.isTTY ? shortDate(r.started) : localIso(r.started),
-          r.server,
-        ]),
+        [
+          ...records.map((r) => [
+            r.share_id,
+            r.path,
+            process.stdout.isTTY ? formatSize(r.size) : String(r.size),
+            r.mode === 'create' ? 'upload' : 'replace',
+            process.stdout.isTTY ? shortDate(r.started) : localIso(r.started),
+            r.server,
+          ]),
+          // FILE is the damaged record file itself: there is no upload to name
+          ...damaged.map((d) => ['-', d.file, '-', 'damaged', '-', '-']),
+        ],
       );
     });
   cmd
@@ -420,36 +439,59 @@ const uploads = (program: Command) => {
       const session = openSession(c);
       const store = uploadRecords(configDir(session.config));
       const cleaned = [];
-      for (const record of await store.list()) cleaned.push(await clean(session, record, store));
+      const { records, damaged } = await store.scan();
+      for (const record of records) cleaned.push(await clean(session, record, store));
+      for (const d of damaged) {
+        await store.removeDamaged(d);
+        cleaned.push({
+          ...damagedShape(d),
+          share_deleted: false,
+          message: `Removed the damaged upload record ${d.file} (${d.reason}; no share to delete)`,
+        });
+      }
       if (session.opts.json) printJson(cleaned);
       else for (const c of cleaned) printLine(c.message);
     });
 };
 
-function recordShape(r: UploadRecord) {
+function recordShape(r: UploadRecord, store: UploadRecordStore) {
   return {
-    share_id: r.share_id,
-    url: shareUrl(r.server, r.share_id),
-    path: r.path,
-    size: r.size,
+    share_id: r.share_id as string | null,
+    url: shareUrl(r.server, r.share_id) as string | null,
+    path: r.path as string | null,
+    size: r.size as number | null,
     kind: r.mode === 'create' ? 'upload' : 'replace',
-    started: r.started,
-    server: r.server,
+    started: r.started as string | null,
+    server: r.server as string | null,
     running: busyElsewhere(r),
+    record: store.fileOf(r),
+    damaged: null as string | null,
+  };
+}
+
+/** A record file that cannot be used: listed (never skipped in silence) with why. */
+function damagedShape(d: DamagedRecord): ReturnType<typeof recordShape> {
+  return {
+    share_id: null,
+    url: null,
+    path: null,
+    size: null,
+    kind: 'damaged',
+    started: null,
+    server: null,
+    running: false,
+    record: d.file,
+    damaged: d.reason,
   };
 }
 
 /** Forgets one interrupted upload; deletes the share it made if that share is still empty. */
-async function clean(
-  session: Session,
-  record: UploadRecord,
-  store: ReturnType<typeof uploadRecords>,
-) {
+async function clean(session: Session, record: UploadRecord, store: UploadRecordStore) {
   // A record whose process is still running belongs to an upload in progress (another
   // terminal, another CI step): cleaning it used to delete that upload's share under it.
   if (busyElsewhere(record))
     return {
-      ...recordShape(record),
+      ...recordShape(record, store),
       share_deleted: false,
       running: true,
       message: `Left the upload of ${record.path} alone: fshare process ${record.pid} is still running it`,
@@ -469,7 +511,7 @@ async function clean(
   }
   await store.remove(record);
   return {
-    ...recordShape(record),
+    ...recordShape(record, store),
     share_deleted: deleted,
     running: false,
     message: deleted
