@@ -29,4 +29,6 @@ export interface Context {
   idempotencyKey: Buffer;
   /** The base of link URLs when the server is reached through a proxy (`--public-url`). */
   publicUrl?: string;
+  /** The server's notices (what went wrong outside any request's answer). */
+  log: (line: string) => void;
 }

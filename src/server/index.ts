@@ -385,6 +385,7 @@ async function openServer(
     linkKey: createHmac('sha256', secret).update('fshare link grants').digest(),
     idempotencyKey: createHmac('sha256', secret).update('fshare idempotency keys').digest(),
     publicUrl: options.publicUrl,
+    log,
   };
   const app = express();
   app.disable('x-powered-by');

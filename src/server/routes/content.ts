@@ -236,8 +236,11 @@ export function contentRoutes(ctx: Context): Router {
               (chunk.received.overflow && quota.room < maxChunkBytes))
           )
             throw overQuota(quota.owner, quota.room);
-          // The share may have been deleted while the body streamed in.
-          if (!(await store.getShare(share.share_id))) throw Errors.shareNotFound();
+          // The share may have been deleted or handed over while the body streamed in: a chunk
+          // is only ever committed for the share's owner (a handover ends their uploads).
+          const current = await store.getShare(share.share_id);
+          if (!current) throw Errors.shareNotFound();
+          checkOwner(req, current);
           await checkNewUpload(req, share, chunkFields, quota, chunk.received.bytes);
           return commitChunk(req, share, chunkFields, chunk.received, allowed);
         };

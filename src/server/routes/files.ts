@@ -74,18 +74,33 @@ export function fileRoutes(ctx: Context): Router {
         checkOwner(req, current);
         if (recipient) await checkRecipientQuota(recipient, current);
         await store.updateShare(share.share_id, changes);
+        return 'owner_id' in changes && changes.owner_id !== current.owner_id;
       });
     // A share handed to a user with a quota is counted against it under the lock their uploads'
     // quota checks take (content.ts), taken first as there, so neither can pass the other.
-    if (recipient) await store.withShareLock(`uploads of ${recipient}`, change);
-    else await change();
+    const handedOver = recipient
+      ? await store.withShareLock(`uploads of ${recipient}`, change)
+      : await change();
+    // An upload belongs to the owner it was started under: a handover ends the share's unfinished
+    // uploads, so the new owner can neither finish one with the old owner's chunks nor be
+    // counted for them; their late chunks are refused (409, the old owner's 403). After the
+    // lock, as DELETE does: a completing chunk takes its upload's lock, then the share's.
+    if (handedOver)
+      await storage
+        .removeUploads(share.share_id)
+        .catch((err: unknown) =>
+          ctx.log(
+            `share ${share.share_id} was handed over, but its unfinished uploads could not be removed (${String(err)}); they are left to the idle sweep`,
+          ),
+        );
     if (expires !== undefined) expiry.schedule();
     success(res, 'Share updated');
   };
 
   /**
-   * A share handed over counts against its new owner's quota (its content and the chunks of its
-   * unfinished uploads, with what the owner already has): past it → 413, nothing changes.
+   * A share handed over counts against its new owner's quota (its content, with what the owner
+   * already has, the chunks of their unfinished uploads included; the share's own unfinished
+   * uploads end with the handover): past it → 413, nothing changes.
    */
   const checkRecipientQuota = async (userId: string, share: ShareRecord) => {
     const user = await store.getUserById(userId);
@@ -94,7 +109,7 @@ export function fileRoutes(ctx: Context): Router {
     let used = await store.usageOf(user.id);
     for (const [shareId, p] of pending)
       if ((await store.getShare(shareId))?.owner_id === user.id) used += p.bytes;
-    const bytes = (share.size ?? 0) + (pending.get(share.share_id)?.bytes ?? 0);
+    const bytes = share.size ?? 0;
     const room = Math.max(0, user.quota - used);
     if (bytes > room)
       throw Errors.quotaExceeded(

@@ -1023,7 +1023,19 @@ export class FileStorage implements ContentStorage {
           for (const writer of upload.writers.values()) writer.aborted = true;
           this.uploads.delete(name);
         }
-        await rm(join(this.uploadsDir, name), { recursive: true, force: true });
+        const dir = join(this.uploadsDir, name);
+        try {
+          // A `done` record, as `finish` leaves: a chunk that passed its checks before the share
+          // was handed over (or deleted) is refused, rather than starting the upload afresh.
+          await (await open(join(dir, 'done'), 'w', 0o600)).close();
+          await fsyncDir(dir);
+          for (const entry of await readdir(dir))
+            if (entry !== 'done') await rm(join(dir, entry), { force: true, recursive: true });
+        } catch {
+          // No room even for that (a full disk): all of it goes; the share's owner check
+          // refuses such a chunk anyway.
+          await rm(dir, { recursive: true, force: true });
+        }
       });
     }
   }
