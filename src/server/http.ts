@@ -67,8 +67,11 @@ export async function paginate<R, T>(
   const page = queryInt(req.query.page, 'page', 1);
   const perPage = queryInt(req.query.per_page, 'per_page', DEFAULT_PER_PAGE, MAX_PER_PAGE);
   const pages = Math.ceil(total / perPage);
-  if (page > pages && page !== 1)
-    throw new HttpError(404, `Page ${page} is past the last page (${pages})`);
+  if (page > pages && page !== 1) {
+    // Named as sent (less any leading zeros): past 2^53 the number would name another page.
+    const sent = String(req.query.page).replace(/^0+/, '');
+    throw new HttpError(404, `Page ${sent} is past the last page (${pages})`);
+  }
   return {
     data: (await slice((page - 1) * perPage, perPage)).map(toJson),
     prev: page > 1 ? page - 1 : null,

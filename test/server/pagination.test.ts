@@ -84,6 +84,15 @@ describe('a list of 35 shares', () => {
     expectFail(await get(base, '/files?page=2&per_page=35', { token: admin }), 404);
   });
 
+  // A page number past 2^53 is named in the 404 as it was sent, not as the nearest double.
+  it('a page past 2^53 → 404 naming that page', async () => {
+    for (const page of ['9007199254740993', '99999999999999999999999', '00012345678901234567891']) {
+      const res = await get(base, `/files?page=${page}`, { token: admin });
+      expectFail(res, 404);
+      expect(res.body.message).toBe(`Page ${page.replace(/^0+/, '')} is past the last page (3)`);
+    }
+  });
+
   it('per_page: exact fit, 1, and the maximum of 1000', async () => {
     const fit = await get(base, `/files?per_page=${COUNT}`, { token: admin });
     expect(fit.body).toMatchObject({ prev: null, next: null, pages: 1 });
