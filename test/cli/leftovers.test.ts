@@ -1,11 +1,21 @@
 // What a failed or killed command leaves behind: nothing that later commands trust or keep
 // forever, and nothing of the user's that the CLI silently ignores.
 import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
-import { mkdir, readdir, writeFile } from 'node:fs/promises';
+import { existsSync, readdirSync } from 'node:fs';
+import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createCli, signIn, startServe, tempDir, type Cli, type Serve } from '../helpers/cli.js';
+import {
+  BIN,
+  cleanEnv,
+  createCli,
+  signIn,
+  startServe,
+  tempDir,
+  type Cli,
+  type Serve,
+} from '../helpers/cli.js';
 
 let serve: Serve;
 let work: string;
@@ -72,5 +82,92 @@ describe('damaged upload records', () => {
     expect(await readdir(dir)).toEqual([]);
     const after = await run(['--json', 'uploads']);
     expect(JSON.parse(after.stdout)).toEqual([]);
+  });
+});
+
+/** Runs `fshare upload -` with TMPDIR of its own, stdin a pipe the test writes and keeps open. */
+function uploadStdin(cli: Cli, tmp: string, extra: string[] = []) {
+  return execa('node', [BIN, '--server', serve.url, 'upload', '-', ...extra], {
+    env: cleanEnv({ FSHARE_CONFIG_DIR: cli.configDir, FSHARE_KEYRING: 'off', TMPDIR: tmp }),
+    extendEnv: false,
+    stdin: 'pipe',
+    reject: false,
+    timeout: 60_000,
+  });
+}
+
+async function until(what: string, test: () => Promise<boolean> | boolean): Promise<void> {
+  const deadline = Date.now() + 20_000;
+  while (!(await test())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((done) => setTimeout(done, 25));
+  }
+}
+
+describe('upload - (standard input)', () => {
+  it.each([
+    ['SIGINT', { exitCode: 130 }],
+    ['SIGTERM', { signal: 'SIGTERM' }],
+    ['SIGHUP', { signal: 'SIGHUP' }],
+  ] as const)(
+    'a %s while stdin is still being read removes the fshare-stdin-* directory',
+    async (signal, ending) => {
+      // Guards: a signal while stdin was being spooled left /tmp/fshare-stdin-*/stdin behind for
+      // good. Ctrl-C is exit 130 (docs: Errors and exit codes); SIGTERM and SIGHUP end the
+      // process by that signal, as they do every other command.
+      const cli = await signedIn();
+      const tmp = await tempDir('stdin-tmp');
+      const child = uploadStdin(cli, tmp);
+      child.stdin!.write(randomBytes(1000));
+      await until('the spool file', () =>
+        existsSync(join(tmp, readdirSync(tmp)[0] ?? '-', 'stdin')),
+      );
+      await new Promise((done) => setTimeout(done, 200));
+      child.kill(signal);
+      const res = await child;
+      if ('exitCode' in ending) expect(res.exitCode, res.stderr).toBe(ending.exitCode);
+      else expect(res.signal, res.stderr).toBe(ending.signal);
+      expect(await readdir(tmp)).toEqual([]);
+    },
+  );
+
+  it('an interrupted upload of stdin gives no resume hint that cannot work: it names the share it left and how to delete it', async () => {
+    // Guards: Ctrl-C during an upload of stdin said "to resume: fshare upload
+    // /tmp/fshare-stdin-…/stdin", a file it had just deleted.
+    const cli = await signedIn();
+    const tmp = await tempDir('stdin-tmp');
+    const input = join(work, 'stdin-big.bin');
+    await writeFile(input, Buffer.alloc(64 * 1024 * 1024, 7));
+    const child = execa(
+      'node',
+      [BIN, '--server', serve.url, 'upload', '-', '--chunk-size', '64k', '-p', '1'],
+      {
+        env: cleanEnv({ FSHARE_CONFIG_DIR: cli.configDir, FSHARE_KEYRING: 'off', TMPDIR: tmp }),
+        extendEnv: false,
+        inputFile: input,
+        reject: false,
+        timeout: 60_000,
+      },
+    );
+    const records = join(cli.configDir, 'uploads');
+    await until(
+      'the upload record',
+      async () => (await readdir(records).catch(() => [])).length > 0,
+    );
+    child.kill('SIGINT');
+    const res = await child;
+    expect(res.exitCode, res.stderr).toBe(130);
+    expect(res.stderr).not.toContain('to resume');
+    const [record] = await readdir(records);
+    const { share_id: id } = JSON.parse(await readFile(join(records, record!), 'utf8')) as {
+      share_id: string;
+    };
+    expect(res.stderr.trim().split('\n')).toEqual([
+      'fshare: interrupted',
+      `fshare: an upload from standard input cannot be resumed; it left the share ${id} without content: fshare uploads clean (or fshare rm ${id}) deletes it`,
+    ]);
+    expect(await readdir(tmp)).toEqual([]);
+    const cleaned = await cli.run(['--server', serve.url, 'uploads', 'clean']);
+    expect(cleaned.stdout).toContain(`Deleted share ${id}`);
   });
 });

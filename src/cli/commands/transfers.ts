@@ -1,5 +1,5 @@
-import { createWriteStream } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { createWriteStream, rmSync } from 'node:fs';
+import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { pipeline } from 'node:stream/promises';
@@ -46,19 +46,62 @@ import {
   type UploadRecordStore,
 } from '../uploads.js';
 
-/** Standard input into a new private temporary file; its directory is removed by the caller. */
-async function spoolStdin(): Promise<{ dir: string; file: string }> {
+interface Spool {
+  file: string;
+  /** Removes the temporary directory (and stops guarding it). */
+  remove(): void;
+}
+
+/**
+ * Standard input into a new private temporary file, removed by the caller with remove(). Until
+ * then a SIGINT, SIGTERM or SIGHUP (or any exit) removes it too: a signal while stdin was being
+ * read used to leave the /tmp/fshare-stdin-* directory behind for good.
+ */
+async function spoolStdin(): Promise<Spool> {
   if (process.stdin.isTTY)
     throw new UsageError('- reads standard input, which is a terminal here; pipe something in');
   const dir = await mkdtemp(join(tmpdir(), 'fshare-stdin-'));
+  const removeDir = () => rmSync(dir, { recursive: true, force: true });
+  const onSignal = (signal: NodeJS.Signals) => {
+    // Once a transfer runs, its own Ctrl-C handler stops it cleanly; the exit hook removes it.
+    if (signal === 'SIGINT' && process.listenerCount('SIGINT') > 1) return;
+    removeDir();
+    if (signal === 'SIGINT') process.exit(EXIT.interrupted);
+    // Die of the signal, as every fshare command does without a spool (the shell says 143, 129).
+    unguard();
+    process.kill(process.pid, signal);
+  };
+  const unguard = () => {
+    for (const signal of SPOOL_SIGNALS) process.off(signal, onSignal);
+    process.off('exit', removeDir);
+  };
+  for (const signal of SPOOL_SIGNALS) process.on(signal, onSignal);
+  process.on('exit', removeDir);
+  const remove = () => {
+    unguard();
+    removeDir();
+  };
   const file = join(dir, 'stdin');
   try {
     await pipeline(process.stdin, createWriteStream(file, { mode: 0o600, flags: 'wx' }));
   } catch (err) {
-    await rm(dir, { recursive: true, force: true });
+    remove();
     throw err;
   }
-  return { dir, file };
+  return { file, remove };
+}
+
+const SPOOL_SIGNALS: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP'];
+
+/**
+ * The line after an interrupted upload of standard input: the spool is gone, so running the
+ * command again cannot resume it; what it left is the share (and its record), and how to remove it.
+ */
+async function stdinLeftovers(resume: UploadRecordStore, spool: string): Promise<string> {
+  const left = (await resume.list()).find((r) => r.mode === 'create' && r.path === resolve(spool));
+  if (!left)
+    return 'fshare: an upload from standard input cannot be resumed; nothing of it was left on the server';
+  return `fshare: an upload from standard input cannot be resumed; it left the share ${left.share_id} without content: fshare uploads clean (or fshare rm ${left.share_id}) deletes it`;
 }
 
 function chunkOptions(options: { chunkSize: string; parallel: string }) {
@@ -165,7 +208,7 @@ const upload = (program: Command) =>
         if (options.name === '') throw new UsageError('--name must not be empty');
         // `-`: standard input, kept in a private temporary file first (the protocol needs the
         // number of chunks up front, so the whole size must be known before the first chunk).
-        let spool: { dir: string; file: string } | undefined;
+        let spool: Spool | undefined;
         if (files.includes('-')) {
           if (files.length > 1) throw new UsageError('- (standard input) must be the only file');
           spool = await spoolStdin();
@@ -225,7 +268,9 @@ const upload = (program: Command) =>
                 progress.log(errorLine(err));
                 if (interrupted(err) && !refusedForGood(err))
                   progress.log(
-                    `fshare: to resume: fshare upload ${file}; to give up: fshare uploads clean`,
+                    spool
+                      ? await stdinLeftovers(resume, spool.file)
+                      : `fshare: to resume: fshare upload ${file}; to give up: fshare uploads clean`,
                   );
               }
             }),
@@ -233,7 +278,7 @@ const upload = (program: Command) =>
         );
         stop.done();
         progress.stop();
-        if (spool) await rm(spool.dir, { recursive: true, force: true });
+        spool?.remove();
         if (session.opts.json)
           printJson(
             results.filter((r) => r !== undefined).map((r) => (spool ? { ...r, path: null } : r)),
