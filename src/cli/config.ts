@@ -30,21 +30,38 @@ export class Config {
     this.path = join(dir, 'config.json');
   }
 
-  private read(): ConfigSchema {
+  /** Set by tolerateDamage(): reads then see a damaged file as empty (writes still refuse). */
+  private tolerant = false;
+
+  /**
+   * The settings, or ConfigDamagedError when the file is not what fshare writes: falling back to
+   * the defaults would send a command to another server than the one configured, unsaid.
+   */
+  private read(strict = !this.tolerant): ConfigSchema {
     let text: string;
     try {
       text = readFileSync(this.path, 'utf8');
-    } catch {
-      return {};
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return {};
+      throw naming(err, this.path); // unreadable: "permission denied: PATH", never the defaults
     }
-    try {
-      const value: unknown = JSON.parse(text);
-      return value && typeof value === 'object' && !Array.isArray(value)
-        ? (value as ConfigSchema)
-        : {};
-    } catch {
-      return {}; // cut short or edited by hand: start afresh rather than refuse to work
-    }
+    const damage = configDamage(text);
+    if (damage === undefined) return JSON.parse(text) as ConfigSchema;
+    if (strict) throw new ConfigDamagedError(this.path, damage);
+    return {};
+  }
+
+  /** Throws ConfigDamagedError (or the error reading the file) when the file is damaged. */
+  check(): void {
+    this.read(true);
+  }
+
+  /**
+   * From now on a damaged file reads as empty (for a command told its server explicitly, which
+   * has said so in a warning); changes still refuse to overwrite it.
+   */
+  tolerateDamage(): void {
+    this.tolerant = true;
   }
 
   private write(data: ConfigSchema): void {
@@ -77,7 +94,7 @@ export class Config {
       // write() says why, if there is anything to write
     }
     withFileLockSync(`${this.path}.lock`, () => {
-      const data = this.read();
+      const data = this.read(true); // a damaged file is never written over
       const value = change(data[key]);
       if (value === undefined) {
         if (!(key in data)) return;
@@ -86,6 +103,42 @@ export class Config {
       this.write(data);
     });
   }
+}
+
+/** config.json is not what fshare writes: cut short, not JSON, or a field of the wrong type. */
+export class ConfigDamagedError extends Error {
+  override readonly name = 'ConfigDamagedError';
+  constructor(
+    readonly path: string,
+    readonly reason: string,
+  ) {
+    super(`the config file ${path} is damaged (${reason}); fix it or remove it`);
+  }
+}
+
+/** What is wrong with the text of config.json, or undefined when nothing is. */
+export function configDamage(text: string): string | undefined {
+  if (text.trim() === '') return 'it is empty';
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return 'it is not valid JSON';
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    return 'it is not a JSON object';
+  const data = value as Record<string, unknown>;
+  for (const key of ['server', 'username'] as const)
+    if (data[key] !== undefined && typeof data[key] !== 'string') return `"${key}" is not a string`;
+  const partials = data.partials;
+  if (partials !== undefined) {
+    if (typeof partials !== 'object' || partials === null || Array.isArray(partials))
+      return '"partials" is not an object';
+    for (const entry of Object.values(partials))
+      if (typeof entry !== 'string' && (typeof entry !== 'object' || entry === null))
+        return 'an entry of "partials" is neither a string nor an object';
+  }
+  return undefined; // keys it does not know are left alone: a newer fshare may have written them
 }
 
 /** Where conf put fshare's settings on each system (env-paths with no suffix). */

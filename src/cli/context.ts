@@ -5,7 +5,13 @@ import type { Command } from 'commander';
 import { createClient, normalizeServer, type ApiClient } from '../client/http.js';
 import type { Validator, ValidatorStore } from '../client/download.js';
 import { parseShareRef } from '../client/refs.js';
-import { openConfig, configDir, writeWholeSync, type Config } from './config.js';
+import {
+  ConfigDamagedError,
+  openConfig,
+  configDir,
+  writeWholeSync,
+  type Config,
+} from './config.js';
 import { createCredentialStore, type CredentialStore } from './credentials.js';
 import { warn } from './output.js';
 
@@ -40,13 +46,38 @@ export interface Session {
 
 /** `--server` > FSHARE_SERVER > the server of the last login > http://127.0.0.1:5000. */
 export function resolveServer(opts: GlobalOptions, config: Config): string {
+  const explicit = opts.server || process.env.FSHARE_SERVER;
+  if (explicit) return normalizeServer(explicit);
   const saved = config.get('server');
-  return normalizeServer(opts.server || process.env.FSHARE_SERVER || saved || DEFAULT_SERVER);
+  if (!saved) return normalizeServer(DEFAULT_SERVER);
+  try {
+    return normalizeServer(saved);
+  } catch (err) {
+    throw new ConfigDamagedError(config.path, `"server": ${(err as Error).message}`);
+  }
 }
 
-export function openSession(cmd: Command): Session {
+/**
+ * A damaged config.json stops the command (exit 2) unless the server was named by `--server` or
+ * FSHARE_SERVER: then the file cannot send it elsewhere, so one warning line says it is damaged
+ * and the command goes on without what it holds (the user of the last login). A command that
+ * saves a login there (`savesLogin`) always stops, before it asks the server for anything.
+ */
+function checkConfig(opts: GlobalOptions, config: Config, savesLogin: boolean): void {
+  try {
+    config.check();
+  } catch (err) {
+    const explicit = opts.server || process.env.FSHARE_SERVER;
+    if (!(err instanceof ConfigDamagedError) || !explicit || savesLogin) throw err;
+    warn(`${err.message}; going on with the server given, without its settings`);
+    config.tolerateDamage();
+  }
+}
+
+export function openSession(cmd: Command, { savesLogin = false } = {}): Session {
   const opts = globals(cmd);
   const config = openConfig();
+  checkConfig(opts, config, savesLogin);
   const server = resolveServer(opts, config);
   const credentials = createCredentialStore(configDir(config), warn);
 

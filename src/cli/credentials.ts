@@ -8,12 +8,12 @@
  * Tokens never reach a log line, an error message or stdout from this module.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdir, open, readFile, rename, unlink } from 'node:fs/promises';
+import { chmod, lstat, mkdir, open, readFile, rename, unlink } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import type { AsyncEntry } from '@napi-rs/keyring';
 import { withFileLock } from '../shared/filelock.js';
-import { naming } from '../shared/syserr.js';
+import { naming, systemErrorText } from '../shared/syserr.js';
 import { normalizeServer } from '../client/http.js';
 import { UsageError } from './output.js';
 
@@ -35,7 +35,10 @@ export interface CredentialStore {
   /** Token for server+user: FSHARE_TOKEN env first, then keychain, then the 0600 fallback file; undefined if none. */
   getToken(server: string, username: string | undefined): Promise<string | undefined>;
   /** Saves in the keychain; falls back to the 0600 file with a one-line stderr warning (via `warn`). Returns where it went. */
+  /** The user whose stored token getToken finds for `server` (FSHARE_TOKEN aside), if any. */
+  storedUser(server: string, username: string | undefined): Promise<string | undefined>;
   saveToken(server: string, username: string, token: string): Promise<'keychain' | 'file'>;
+  /** Removes the stored token (keychain and file); TokenNotRemovedError when a copy stays. */
   deleteToken(server: string, username: string): Promise<void>;
 }
 
@@ -71,15 +74,47 @@ export function createCredentialStore(
   const file = join(configDir, CREDENTIALS_FILE);
   const keychainOff = (): boolean => process.env.FSHARE_KEYRING?.toLowerCase() === 'off';
 
+  let damageTold = false;
+
+  /** The file's tokens; a damaged file is said once (one line) and holds none for the command. */
   async function readFileTokens(): Promise<TokenFile> {
+    const read = await loadFileTokens();
+    if ('tokens' in read) return read.tokens;
+    if (!damageTold)
+      warn(
+        `fshare: the credentials file ${file} is damaged (${read.damage}); no token in it is used until it is fixed or moved away`,
+      );
+    damageTold = true;
+    return {};
+  }
+
+  async function loadFileTokens(): Promise<{ tokens: TokenFile } | { damage: string }> {
     let text: string;
     try {
       text = await readFile(file, 'utf8');
     } catch (err) {
-      if (isErrno(err, 'ENOENT')) return {};
+      if (isErrno(err, 'ENOENT')) return { tokens: {} };
       throw err;
     }
     return parseTokenFile(text);
+  }
+
+  /**
+   * Moves a damaged file out of the way, never over an earlier one, and says where: it may hold
+   * the tokens of other servers, which a new file would otherwise have overwritten.
+   */
+  async function setAside(damage: string): Promise<void> {
+    const stamp = new Date()
+      .toISOString()
+      .replace(/[-:]/g, '')
+      .replace(/\.\d+Z$/, 'Z');
+    let aside = `${file}.damaged-${stamp}`;
+    for (let n = 2; await exists(aside); n++) aside = `${file}.damaged-${stamp}-${n}`;
+    await rename(file, aside);
+    await chmod(aside, 0o600).catch(() => undefined); // it holds tokens: never readable by others
+    warn(
+      `fshare: the credentials file ${file} was damaged (${damage}); it was moved to ${aside} and a new one started`,
+    );
   }
 
   /** Replaces the file atomically (0600 temp file + rename); an empty map removes it. */
@@ -93,7 +128,10 @@ export function createCredentialStore(
     await mkdir(configDir, { recursive: true, mode: 0o700 });
     const tmp = `${file}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
     // 'wx' + 0600: the temp file is never readable by others, not even for an instant.
-    const handle = await open(tmp, 'wx', 0o600);
+    // Failures name the file being written, not its temporary stand-in.
+    const handle = await open(tmp, 'wx', 0o600).catch((err: unknown) => {
+      throw renaming(err, file);
+    });
     try {
       await handle.chmod(0o600); // a umask can only narrow the mode; this pins it exactly
       await handle.writeFile(`${JSON.stringify(tokens, null, 2)}\n`, 'utf8');
@@ -108,27 +146,54 @@ export function createCredentialStore(
       await rename(tmp, file);
     } catch (err) {
       await unlink(tmp).catch(() => undefined);
-      throw err;
+      throw renaming(err, file);
     }
   }
 
-  /** Reads, changes and writes the token file under its lock (commands run at once take turns). */
-  async function changeFileTokens(change: (tokens: TokenFile) => boolean): Promise<void> {
+  /**
+   * Reads, changes and writes the token file under its lock (commands run at once take turns).
+   * A damaged file is set aside first when `change` adds a token, and left alone otherwise.
+   */
+  async function changeFileTokens(
+    change: (tokens: TokenFile) => boolean,
+    adds: boolean,
+  ): Promise<void> {
     await mkdir(configDir, { recursive: true, mode: 0o700 }).catch(() => undefined);
     await withFileLock(`${file}.lock`, async () => {
-      const tokens = await readFileTokens();
+      const read = await loadFileTokens();
+      let tokens: TokenFile;
+      if ('tokens' in read) tokens = read.tokens;
+      else if (!adds) return;
+      else {
+        await setAside(read.damage);
+        tokens = {};
+      }
       if (change(tokens)) await writeFileTokens(tokens);
     });
   }
 
+  /** Throws TokenNotRemovedError when a copy is there and cannot be removed. */
   async function removeFromFile(account: string): Promise<void> {
-    // Most often there is nothing to remove (the keychain holds the tokens): no lock for that.
-    if (!Object.hasOwn(await readFileTokens().catch(() => ({})), account)) return;
-    await changeFileTokens((tokens) => Object.hasOwn(tokens, account) && delete tokens[account]);
+    try {
+      // Most often there is nothing to remove (the keychain holds the tokens): no lock for that.
+      if (!Object.hasOwn(await readFileTokens(), account)) return;
+      await changeFileTokens(
+        (tokens) => Object.hasOwn(tokens, account) && delete tokens[account],
+        false,
+      );
+    } catch (err) {
+      throw new TokenNotRemovedError(file, err);
+    }
   }
 
   /** Without a username, the token of the server's only account, if exactly one is stored. */
   async function findSoleToken(server: string): Promise<string | undefined> {
+    return (await findSoleAccount(server))?.token;
+  }
+
+  async function findSoleAccount(
+    server: string,
+  ): Promise<{ username: string; token: string } | undefined> {
     const suffix = `@${normalizeServer(server)}`;
     const found = new Map<string, string>();
     if (!keychainOff()) {
@@ -142,7 +207,9 @@ export function createCredentialStore(
     for (const [account, token] of Object.entries(await readFileTokens())) {
       if (account.endsWith(suffix) && !found.has(account)) found.set(account, token);
     }
-    return found.size === 1 ? [...found.values()][0] : undefined;
+    if (found.size !== 1) return undefined;
+    const [account, token] = [...found][0]!;
+    return { username: account.slice(0, -suffix.length), token };
   }
 
   return {
@@ -164,6 +231,10 @@ export function createCredentialStore(
       return (await readFileTokens())[account];
     },
 
+    async storedUser(server, username) {
+      return username ?? (await findSoleAccount(server))?.username;
+    },
+
     async saveToken(server, username, token) {
       const account = keychainAccount(server, username);
       if (!keychainOff()) {
@@ -172,14 +243,18 @@ export function createCredentialStore(
           .catch(() => false);
         if (saved) {
           // A copy left from an earlier keychain-less login would outlive this one on disk.
-          await removeFromFile(account);
+          await removeFromFile(account).catch((err: TokenNotRemovedError) =>
+            warn(
+              `fshare: the token is in the OS keychain, but an older copy could not be removed from ${err.where} (${err.reason})`,
+            ),
+          );
           return 'keychain';
         }
       }
       await changeFileTokens((tokens) => {
         tokens[account] = token;
         return true;
-      });
+      }, true);
       if (!keychainOff()) {
         warn(`fshare: no OS keychain available; token saved to ${file} (mode 0600)`);
       }
@@ -198,7 +273,11 @@ export function createCredentialStore(
           const left = await keychain((entry, signal) => entry.getPassword(signal), account).catch(
             () => null,
           );
-          if (left) throw new Error(`could not remove the token from the OS keychain (${account})`);
+          if (left)
+            throw new TokenNotRemovedError(
+              'the OS keychain',
+              new Error(`its entry ${account} is still there`),
+            );
         }
       }
       await removeFromFile(account);
@@ -303,20 +382,55 @@ function decodeDbusValue(value: string): string {
   );
 }
 
-function parseTokenFile(text: string): TokenFile {
+/** The file's tokens, or what is wrong with it (it holds nothing but account → token strings). */
+function parseTokenFile(text: string): { tokens: TokenFile } | { damage: string } {
+  if (text.trim() === '') return { damage: 'it is empty' };
   let value: unknown;
   try {
     value = JSON.parse(text);
   } catch {
-    return {}; // unreadable tokens are lost either way; the next save rewrites the file
+    return { damage: 'it is not valid JSON' };
   }
-  const tokens: TokenFile = {};
-  if (typeof value === 'object' && value !== null && !Array.isArray(value)) {
-    for (const [account, token] of Object.entries(value)) {
-      if (typeof token === 'string') tokens[account] = token;
-    }
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    return { damage: 'it is not a JSON object' };
+  for (const [account, token] of Object.entries(value)) {
+    if (typeof token !== 'string' || token === '')
+      return { damage: `the entry ${JSON.stringify(account)} is not a token` };
   }
-  return tokens;
+  return { tokens: value as TokenFile };
+}
+
+async function exists(path: string): Promise<boolean> {
+  return lstat(path).then(
+    () => true,
+    (err: unknown) => !isErrno(err, 'ENOENT'),
+  );
+}
+
+/**
+ * The local copy of a token could not be removed: `where` is the file (or the keychain), `reason`
+ * what stopped it, in words without the path.
+ */
+export class TokenNotRemovedError extends Error {
+  override readonly name = 'TokenNotRemovedError';
+  readonly reason: string;
+  constructor(
+    readonly where: string,
+    cause: unknown,
+  ) {
+    const e = cause as NodeJS.ErrnoException | null;
+    const reason =
+      systemErrorText(e?.syscall ? { ...e, path: undefined, dest: undefined } : e) ??
+      (cause instanceof Error ? cause.message : String(cause));
+    super(`could not remove the token from ${where} (${reason})`, { cause });
+    this.reason = reason;
+  }
+}
+
+/** A system error about a temporary file, made to name the file it stands in for. */
+function renaming(err: unknown, path: string): unknown {
+  if (err && typeof err === 'object' && 'path' in err) (err as { path?: string }).path = path;
+  return naming(err, path);
 }
 
 function isErrno(err: unknown, code: string): boolean {

@@ -10,6 +10,7 @@ import {
 import { FileExistsError, PartBusyError } from '../client/download.js';
 import { UNSAFE_CHARACTERS } from '../client/filename.js';
 import { systemErrorText } from '../shared/syserr.js';
+import { ConfigDamagedError } from './config.js';
 
 /** CLI.md's exit codes. */
 export const EXIT = {
@@ -50,6 +51,7 @@ export function exitCodeFor(err: unknown): number {
   if (err instanceof VerificationError) return EXIT.verification;
   if (err instanceof NetworkError || err instanceof TlsError) return EXIT.network;
   if (err instanceof UsageError || err instanceof ClientInputError) return EXIT.usage;
+  if (err instanceof ConfigDamagedError) return EXIT.usage; // the user's own file needs fixing
   if (err instanceof AuthError) return EXIT.auth;
   if (err instanceof InterruptedError) return EXIT.interrupted;
   // Ctrl-C stopped a transfer (what was sent is kept, and the line says how to go on)

@@ -3,7 +3,7 @@ import { changePassword, extend, login, logout, revokeTokens, whoami } from '../
 import { ApiError } from '../../client/errors.js';
 import type { LoginResponse } from '../../shared/types.js';
 import { openSession, type Session } from '../context.js';
-import { envToken } from '../credentials.js';
+import { envToken, TokenNotRemovedError } from '../credentials.js';
 import { promptHidden, promptLine, readStdinLines } from '../input.js';
 import { AuthError, UsageError, examples, printJson, printLine, warn } from '../output.js';
 
@@ -45,7 +45,7 @@ export function registerAuth(program: Command): void {
       ]),
     )
     .action(async (options: { username?: string; passwordStdin?: boolean }, cmd: Command) => {
-      const session = openSession(cmd);
+      const session = openSession(cmd, { savesLogin: true });
       const username =
         options.username ??
         session.usernameFor(session.server) ??
@@ -87,10 +87,14 @@ export function registerAuth(program: Command): void {
     )
     .action(async (options: { everywhere?: boolean }, cmd: Command) => {
       const session = openSession(cmd);
-      const username = session.usernameFor(session.server);
       const fromEnv = envToken() !== undefined;
       const client = await session.client();
       if (!client.token) throw new AuthError(`not signed in to ${session.server}`);
+      // The account whose copy goes: the last login's user here, else the server's only one.
+      const lastUser = session.usernameFor(session.server);
+      const username = fromEnv
+        ? lastUser
+        : await session.credentials.storedUser(session.server, lastUser);
       let serverError: unknown;
       try {
         if (options.everywhere) {
@@ -102,13 +106,28 @@ export function registerAuth(program: Command): void {
         serverError = err;
       }
       // The local copy goes even when the server could not be told (issue 3).
-      if (username && !fromEnv) await session.credentials.deleteToken(session.server, username);
+      let kept: TokenNotRemovedError | undefined;
+      if (username && !fromEnv)
+        await session.credentials.deleteToken(session.server, username).catch((err: unknown) => {
+          if (!(err instanceof TokenNotRemovedError)) throw err;
+          kept = err;
+        });
+      const copy =
+        kept && `its local copy could not be removed from ${kept.where} (${kept.reason})`;
       const gone = serverError instanceof ApiError && [400, 401].includes(serverError.status);
       if (serverError && !gone) {
         if (serverError instanceof Error && !fromEnv)
-          serverError.message = `signed out locally, but the server did not revoke the token: ${serverError.message}`;
+          serverError.message = copy
+            ? `the server did not revoke the token (${serverError.message}), and ${copy}`
+            : `signed out locally, but the server did not revoke the token: ${serverError.message}`;
         throw serverError;
       }
+      if (copy)
+        throw new Error(
+          gone
+            ? `the server had already ended the token, but ${copy}`
+            : `the token was revoked on the server (so it no longer works), but ${copy}`,
+        );
       if (gone) warn('the server had already ended that token');
       if (fromEnv) warn('the token in FSHARE_TOKEN is revoked; unset the variable');
       if (session.opts.json)
@@ -155,7 +174,7 @@ export function registerAuth(program: Command): void {
       examples(['fshare token extend', 'FSHARE_TOKEN=… fshare token extend > new-token']),
     )
     .action(async (_options: object, cmd: Command) => {
-      const session = openSession(cmd);
+      const session = openSession(cmd, { savesLogin: envToken() === undefined });
       const client = await session.client();
       if (!client.token)
         throw new AuthError(`not signed in to ${session.server}; run fshare login`);
@@ -187,7 +206,7 @@ export function registerAuth(program: Command): void {
       ]),
     )
     .action(async (options: { passwordStdin?: boolean }, cmd: Command) => {
-      const session = openSession(cmd);
+      const session = openSession(cmd, { savesLogin: envToken() === undefined });
       const client = await session.client();
       if (!client.token)
         throw new AuthError(`not signed in to ${session.server}; run fshare login`);
