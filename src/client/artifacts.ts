@@ -44,7 +44,7 @@ import {
   writeFile,
 } from 'node:fs/promises';
 import type { FileHandle } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { hostname, tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -796,6 +796,47 @@ export interface PullResult {
 }
 
 const TEMP = '.fshare-tmp-';
+/** This host, in temporary names: a pid says nothing about a process of another host. */
+const HOST_TAG = createHash('sha256').update(hostname()).digest('hex').slice(0, 8);
+/** `<pid>-<host tag>-<random>`, and `.part` while download() writes it; older fshares: `<random>`. */
+const TEMP_OWNED = /^(\d+)-([0-9a-f]{8})-[0-9a-f]{12}(\.part)?$/;
+const TEMP_OLD = /^[0-9a-f]{12}(\.part)?$/;
+
+/** Whether a process with this id runs here (EPERM: it does, as another user). */
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * For a file named `name` in a pulled tree: 'no' when it is not a pull's temporary file (the
+ * user's), 'live' when a running pull (this one or another) may still write it, 'stale' when no
+ * live process owns it: a pull killed on the way left it, and nothing will ever finish it. An
+ * older fshare's temporary name says no owner: stale once untouched for a day.
+ */
+async function pullTemp(abs: string, name: string): Promise<'no' | 'live' | 'stale'> {
+  if (!name.startsWith(TEMP)) return 'no';
+  const rest = name.slice(TEMP.length);
+  const owned = TEMP_OWNED.exec(rest);
+  if (owned) return owned[2] === HOST_TAG && !processAlive(Number(owned[1])) ? 'stale' : 'live';
+  if (!TEMP_OLD.test(rest)) return 'no';
+  const st = await lstat(abs).catch(() => null);
+  return st?.isFile() && Date.now() - st.mtimeMs > ORPHAN_AGE_MS ? 'stale' : 'live';
+}
+
+/** Removes the stale temporary files of killed pulls from the directories of a set. */
+async function sweepTemps(dirs: Iterable<string>): Promise<void> {
+  for (const dir of dirs) {
+    const names = await readdir(dir).catch(() => [] as string[]);
+    for (const name of names)
+      if ((await pullTemp(join(dir, name), name)) === 'stale')
+        await rm(join(dir, name), { force: true });
+  }
+}
 
 /**
  * Makes the directories of `rel` under `root`, refusing to pass through anything that is not a
@@ -854,7 +895,7 @@ async function alreadyThere(abs: string, f: ManifestFile): Promise<boolean> {
 }
 
 const tempBeside = (target: string) =>
-  join(dirname(target), `${TEMP}${randomBytes(6).toString('hex')}`);
+  join(dirname(target), `${TEMP}${process.pid}-${HOST_TAG}-${randomBytes(6).toString('hex')}`);
 
 /** A verified temporary file becomes the file: its mode, then the rename (atomic). */
 async function finishFile(tmp: string, f: ManifestFile, got: string, target: string) {
@@ -1052,6 +1093,11 @@ export async function pull(
   const made = new Set<string>();
   const fresh = new Set<string>();
   for (const d of manifest.dirs) await safeParent(root, `${d}/x`, true, made, fresh);
+  // A pull killed on the way left temporary files beside the places of its files: no one else
+  // would ever remove them (another pull running into DIR keeps its own).
+  await sweepTemps(
+    new Set([root, ...manifest.files.map((f) => dirname(targets.get(f)!)), ...made]),
+  );
 
   const skipped: TransferCounts = { files: 0, bytes: 0 };
   const downloaded: TransferCounts = { files: 0, bytes: 0 };
@@ -1152,8 +1198,12 @@ async function deleteExtra(root: string, manifest: Manifest): Promise<number> {
         await walk(childAbs, childRel);
         if (!keepDirs.has(childRel)) await rmdir(childAbs).catch(() => undefined); // only when empty
       } else if (!keep.has(childRel)) {
+        // A pull's temporary file is not the user's: a stale one goes uncounted, a live one
+        // (another pull into DIR, still running) is left alone.
+        const temp = await pullTemp(childAbs, e.name);
+        if (temp === 'live') continue;
         await rm(childAbs, { force: true });
-        removed++;
+        if (temp === 'no') removed++;
       }
     }
   };

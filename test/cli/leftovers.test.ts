@@ -171,3 +171,58 @@ describe('upload - (standard input)', () => {
     expect(cleaned.stdout).toContain(`Deleted share ${id}`);
   });
 });
+
+describe('pull temporary files', () => {
+  it("a killed pull's .fshare-tmp-* files are removed by the next pull; a live pull's are neither removed nor counted by pull --delete", async () => {
+    // Guards: a pull killed on the way left .fshare-tmp-* files in DIR that every later pull
+    // kept for good, and pull --delete removed (and counted as the user's files) the temporary
+    // files of another pull still running into the same DIR.
+    const cli = await signedIn();
+    const src = join(work, 'tmp-src');
+    await mkdir(src, { recursive: true });
+    const big = randomBytes(24 * 1024 * 1024);
+    await writeFile(join(src, 'big.bin'), big);
+    await writeFile(join(src, 'small.txt'), 'small\n');
+    const pushed = await cli.run(['--server', serve.url, 'push', src, '--name', 'tmpset']);
+    expect(pushed.exitCode, pushed.stderr).toBe(0);
+    const dest = join(work, 'tmp-dest');
+    await mkdir(dest, { recursive: true });
+    const temps = () => readdirSync(dest).filter((n) => n.startsWith('.fshare-tmp-'));
+
+    // A pull caught with its temporary file open, then stopped while another pull runs.
+    const first = execa('node', [BIN, '--server', serve.url, 'pull', 'tmpset', dest, '-p', '1'], {
+      env: cleanEnv({ FSHARE_CONFIG_DIR: cli.configDir, FSHARE_KEYRING: 'off' }),
+      extendEnv: false,
+      reject: false,
+      timeout: 60_000,
+    });
+    await until('a temporary file of the first pull', () => temps().length > 0);
+    first.kill('SIGSTOP');
+    const live = temps();
+    try {
+      const second = await cli.run([
+        '--server',
+        serve.url,
+        '--json',
+        'pull',
+        'tmpset',
+        dest,
+        '--delete',
+      ]);
+      expect(second.exitCode, second.stderr).toBe(0);
+      expect((JSON.parse(second.stdout) as { deleted: { files: number } }).deleted.files).toBe(0);
+      for (const name of live) expect(existsSync(join(dest, name)), name).toBe(true);
+    } finally {
+      first.kill('SIGKILL');
+      await first;
+    }
+    expect(temps().length).toBeGreaterThan(0);
+
+    // Killed: nothing will finish its files; the next pull removes them.
+    const third = await cli.run(['--server', serve.url, 'pull', 'tmpset', dest]);
+    expect(third.exitCode, third.stderr).toBe(0);
+    expect(temps()).toEqual([]);
+    expect((await readFile(join(dest, 'big.bin'))).equals(big)).toBe(true);
+    expect((await readdir(dest)).sort()).toEqual(['big.bin', 'small.txt']);
+  }, 120_000);
+});
