@@ -1,9 +1,10 @@
 import { hostname } from 'node:os';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { constants as fsConstants } from 'node:fs';
-import { access, open, stat } from 'node:fs/promises';
+import { access, open, stat, type FileHandle } from 'node:fs/promises';
 import { basename, resolve } from 'node:path';
 import type { Writable } from 'node:stream';
+import type { Share } from '../shared/types.js';
 import { createFile, deleteFile, getFile, idFromUrl, lockFile, uploadState } from './api.js';
 import { ApiError, ClientInputError, UnsupportedError, VerificationError } from './errors.js';
 import { send, toApiError, type ApiClient, type Body } from './http.js';
@@ -18,6 +19,11 @@ export const DEFAULT_CHUNK_SIZE = 8 * 1024 * 1024;
 export const DEFAULT_PARALLEL = 4;
 /** File bytes are read in pieces of this size. */
 const READ_PIECE = 1024 * 1024;
+/**
+ * The hash is asked for in pieces of this size, two at a time: an upload that fails stops
+ * hashing within two pieces, and its file can then be closed (the hashing thread reads it too).
+ */
+const HASH_PIECE = 64 * 1024 * 1024;
 
 export interface ChunkOptions {
   /** Bytes per chunk; default 8 MiB. */
@@ -108,6 +114,15 @@ interface LocalFile {
   size: number;
   mtimeMs: number;
   ino: number;
+  dev: number;
+}
+
+/**
+ * A file being uploaded, open once: its chunks and its hash are read through this one
+ * descriptor, so what is hashed is what is sent, whatever the path names meanwhile.
+ */
+interface OpenFile extends LocalFile {
+  handle: FileHandle;
 }
 
 async function localFile(path: string): Promise<LocalFile> {
@@ -117,14 +132,70 @@ async function localFile(path: string): Promise<LocalFile> {
     // Readable, before any share is made for it (an unreadable file used to make an empty
     // share first, then fail as "changed while it was uploading").
     await access(path, fsConstants.R_OK);
-    return { path: resolve(path), size: info.size, mtimeMs: info.mtimeMs, ino: info.ino };
+    return {
+      path: resolve(path),
+      size: info.size,
+      mtimeMs: info.mtimeMs,
+      ino: info.ino,
+      dev: info.dev,
+    };
   } catch (err) {
-    if (err instanceof ClientInputError) throw err;
-    const code = (err as { code?: string }).code;
-    if (code === 'ENOENT') throw new ClientInputError(`no such file: ${path}`);
-    if (code === 'EACCES') throw new ClientInputError(`permission denied: ${path}`);
+    throw localFileError(err, path);
+  }
+}
+
+function localFileError(err: unknown, path: string): unknown {
+  if (err instanceof ClientInputError) return err;
+  const code = (err as { code?: string }).code;
+  if (code === 'ENOENT') return new ClientInputError(`no such file: ${path}`);
+  if (code === 'EACCES') return new ClientInputError(`permission denied: ${path}`);
+  return err;
+}
+
+/** Opens a local regular file for an upload (O_NONBLOCK: a FIFO named by mistake never hangs). */
+async function openLocal(path: string): Promise<OpenFile> {
+  let handle: FileHandle | undefined;
+  try {
+    handle = await open(path, fsConstants.O_RDONLY | (fsConstants.O_NONBLOCK ?? 0));
+    const info = await handle.stat();
+    if (!info.isFile()) throw new ClientInputError(`not a regular file: ${path}`);
+    return {
+      path: resolve(path),
+      size: info.size,
+      mtimeMs: info.mtimeMs,
+      ino: info.ino,
+      dev: info.dev,
+      handle,
+    };
+  } catch (err) {
+    await handle?.close().catch(() => undefined);
+    throw localFileError(err, path);
+  }
+}
+
+/**
+ * The sha256 of an open file, read through its descriptor on the hashing thread, two pieces
+ * asked for at a time. Once `stop` says so it asks for no more, waits for what it asked (so the
+ * file may be closed then) and fails.
+ */
+async function hashOpen(file: OpenFile, stop: { stopped: boolean } = { stopped: false }) {
+  const hash = fileHasher().create(file.size);
+  let pending: Promise<void> | undefined;
+  try {
+    for (let pos = 0; pos < file.size; pos += HASH_PIECE) {
+      if (stop.stopped) throw new Error('the upload stopped');
+      const next = hash.updateFromHandle(file.handle, pos, Math.min(file.size, pos + HASH_PIECE));
+      next.catch(() => undefined); // awaited below
+      await pending;
+      pending = next;
+    }
+    await pending;
+  } catch (err) {
+    await pending?.catch(() => undefined);
+    hash.dispose();
     throw err;
   }
+  return hash.digest();
 }
 
 /** The file changed while it was being uploaded: what was sent is not one version of it. */
@@ -142,7 +213,7 @@ export class FileChangedError extends Error {
  */
 function chunkBody(
   fields: Record<string, string>,
-  file: { path: string; start: number; end: number; name: string },
+  file: { handle: FileHandle; path: string; start: number; end: number; name: string },
   trailer: Record<string, Promise<string>>,
   trailerLength: Record<string, number>,
 ): Body {
@@ -172,7 +243,7 @@ function chunkBody(
     type: `multipart/form-data; boundary=${boundary}`,
     async write(out: Writable) {
       await writeTo(out, head);
-      await writeFileRangeOf(out, file.path, file.start, file.end);
+      await writeFileRangeOf(out, file.handle, file.path, file.start, file.end);
       let tail = '\r\n';
       for (const [name, value] of Object.entries(trailer))
         tail += `${part(name)}${await value}\r\n`;
@@ -189,21 +260,22 @@ function writeTo(out: Writable, data: Buffer): Promise<void> {
 }
 
 /**
- * Writes bytes [start, end) of a file (shared/copy.ts). A file that is shorter than it was, or
- * gone, was changed while uploading: that is said in those words (and the request is cut, so the
+ * Writes bytes [start, end) of the open file (shared/copy.ts). A file that is shorter than it
+ * was has changed while uploading: that is said in those words (and the request is cut, so the
  * server never waits for bytes that will not come).
  */
-async function writeFileRangeOf(out: Writable, path: string, start: number, end: number) {
+async function writeFileRangeOf(
+  out: Writable,
+  handle: FileHandle,
+  path: string,
+  start: number,
+  end: number,
+) {
   if (end <= start) return;
-  const handle = await open(path, 'r').catch((err: unknown) => {
-    throw new FileChangedError(path, { cause: err });
-  });
   try {
     await writeFileRange(handle, out, start, end);
   } catch (err) {
     throw err instanceof ShortFileError ? new FileChangedError(path, { cause: err }) : err;
-  } finally {
-    await handle.close();
   }
 }
 
@@ -226,7 +298,7 @@ async function plan(
   file: LocalFile,
   mode: 'create' | 'replace',
   chunkSize: number,
-  options: ChunkOptions,
+  options: ContentOptions,
   fileName: string,
 ): Promise<Plan> {
   const fresh = (): Plan => ({
@@ -235,6 +307,9 @@ async function plan(
     total: Math.max(1, Math.ceil(file.size / chunkSize)),
     held: new Set(),
   });
+  // A share uploadFile has just made, with its record already kept (or said not to be).
+  if (options.fresh)
+    return { ...fresh(), uploadId: options.fresh.uploadId, record: options.fresh.record };
   const remembered = (await options.resume?.list())?.find(
     (r) =>
       r.server === client.server &&
@@ -268,38 +343,59 @@ async function plan(
       );
     if (!result.held.size) await options.resume?.remove(remembered);
   }
-  if (options.resume && result.held.size === 0) {
-    result.record = {
-      server: client.server,
-      share_id: id,
-      dzuuid: result.uploadId,
-      path: file.path,
-      size: file.size,
-      mtimeMs: file.mtimeMs,
-      ino: file.ino,
-      chunk_size: result.chunkSize,
-      mode,
-      file_name: fileName,
-      started: new Date().toISOString(),
-      pid: process.pid,
-      host: hostname(),
-    };
-  } else if (remembered && result.held.size) {
+  if (options.resume && result.held.size === 0)
+    result.record = newRecord(client, id, file, mode, result, fileName);
+  else if (remembered && result.held.size)
     // Taken over: this process runs it now.
     result.record = { ...remembered, pid: process.pid, host: hostname() };
-  }
-  if (result.record) {
-    // The record only makes a later run resumable: a full or read-only disk under it must not
-    // stop the upload (nor leave an empty share that no record names). It goes on, and says so.
-    await options.resume!.save(result.record).catch((err: unknown) => {
-      result.record = undefined;
-      options.onNotice?.(
-        `cannot keep a record to resume this upload (${systemErrorText(err) ?? (err as Error).message}); ` +
-          `it goes on, but could not be resumed if interrupted`,
-      );
-    });
-  }
+  if (result.record) result.record = await keepRecord(result.record, options);
   return result;
+}
+
+function newRecord(
+  client: ApiClient,
+  id: string,
+  file: LocalFile,
+  mode: 'create' | 'replace',
+  p: { uploadId: string; chunkSize: number },
+  fileName: string,
+): UploadRecord {
+  return {
+    server: client.server,
+    share_id: id,
+    dzuuid: p.uploadId,
+    path: file.path,
+    size: file.size,
+    mtimeMs: file.mtimeMs,
+    ino: file.ino,
+    chunk_size: p.chunkSize,
+    mode,
+    file_name: fileName,
+    started: new Date().toISOString(),
+    pid: process.pid,
+    host: hostname(),
+  };
+}
+
+/**
+ * Saves a record; undefined when it cannot be. The record only makes a later run resumable: a
+ * full or read-only disk under it must not stop the upload (nor leave an empty share that no
+ * record names). It goes on, and says so.
+ */
+async function keepRecord(
+  record: UploadRecord,
+  options: ChunkOptions,
+): Promise<UploadRecord | undefined> {
+  try {
+    await options.resume!.save(record);
+    return record;
+  } catch (err) {
+    options.onNotice?.(
+      `cannot keep a record to resume this upload (${systemErrorText(err) ?? (err as Error).message}); ` +
+        `it goes on, but could not be resumed if interrupted`,
+    );
+    return undefined;
+  }
 }
 
 export interface ContentOptions extends ChunkOptions {
@@ -307,6 +403,10 @@ export interface ContentOptions extends ChunkOptions {
   mode: 'create' | 'replace';
   /** The name the upload is remembered under (the share's file name). */
   fileName?: string;
+  /** @internal The file, already open (uploadFile); else it is opened here. */
+  file?: OpenFile;
+  /** @internal A fresh upload into the share uploadFile just made, and its record (if kept). */
+  fresh?: { uploadId: string; record?: UploadRecord };
 }
 
 /**
@@ -325,27 +425,59 @@ export async function uploadContent(
   const chunkSize = options.chunkSize ?? DEFAULT_CHUNK_SIZE;
   if (!Number.isSafeInteger(chunkSize) || chunkSize < 1)
     throw new ClientInputError(`chunk size must be a positive number of bytes`);
-  const file = await localFile(path);
+  const file = options.file ?? (await openLocal(path));
+  try {
+    return await uploadOpen(client, id, path, file, chunkSize, options);
+  } finally {
+    if (!options.file) await file.handle.close().catch(() => undefined);
+  }
+}
+
+async function uploadOpen(
+  client: ApiClient,
+  id: string,
+  path: string,
+  file: OpenFile,
+  chunkSize: number,
+  options: ContentOptions,
+): Promise<ContentResult> {
   const fileName = options.fileName ?? defaultShareName(path);
   const p = await plan(client, id, file, options.mode, chunkSize, options, fileName);
-  const hash = options.knownSha256 === undefined ? fileHasher().create(file.size) : undefined;
-  const digest = hash
-    ? hash.updateFromFile(file.path, 0, file.size).then(() => hash.digest())
-    : Promise.resolve(options.knownSha256!);
+  const stopHashing = { stopped: false };
+  const digest =
+    options.knownSha256 === undefined
+      ? hashOpen(file, stopHashing)
+      : Promise.resolve(options.knownSha256);
   digest.catch(() => undefined);
   let sha256: string;
   let verified: boolean;
+  let sent = false;
   try {
     const outcome = await sendChunks(client, id, file, p, digest, options);
+    sent = true;
     sha256 = await digest;
+    // The path must still name the file that was read (not another moved there), unchanged.
     const now = await stat(file.path).catch(() => null);
-    if (!now || now.size !== file.size || now.mtimeMs !== file.mtimeMs)
+    if (
+      !now ||
+      now.dev !== file.dev ||
+      now.ino !== file.ino ||
+      now.size !== file.size ||
+      now.mtimeMs !== file.mtimeMs
+    )
       throw new FileChangedError(path);
     verified = await confirm(client, id, path, sha256, file.size, outcome, options);
   } catch (err) {
-    // Refused or disproved: nothing to resume. (An interruption keeps its record.)
+    // The hashing thread reads the file too: it stops before the file may be closed.
+    stopHashing.stopped = true;
+    await digest.catch(() => undefined);
+    if (sent && err instanceof Error) afterLastChunk.add(err);
+    // Refused or disproved: nothing to resume. (An interruption keeps its record, and so does
+    // a token ended under an upload: its share is still there, to finish or clean up.)
     const over =
-      refusedForGood(err) || err instanceof VerificationError || err instanceof FileChangedError;
+      (refusedForGood(err) && !(options.mode === 'create' && unauthorized(err))) ||
+      err instanceof VerificationError ||
+      err instanceof FileChangedError;
     if (over && p.record) await options.resume?.remove(p.record);
     throw err;
   }
@@ -386,11 +518,29 @@ interface Sent {
  */
 const sharesWithContent = new WeakSet<Error>();
 
+/** Errors that came once every chunk had been sent (the share may have its content then). */
+const afterLastChunk = new WeakSet<Error>();
+
+/** Errors after which the upload's record was kept on purpose, to resume or clean it up later. */
+const recordKept = new WeakSet<Error>();
+
+/**
+ * True when the upload that failed with `err` left its share and its record (a 401: the token
+ * ended on the way): running it again once signed in goes on, `fshare uploads clean` gives up.
+ */
+export function leftToResume(err: unknown): boolean {
+  return err instanceof Error && recordKept.has(err);
+}
+
+function unauthorized(err: unknown): boolean {
+  return err instanceof ApiError && err.status === 401;
+}
+
 /** Sends every chunk the server does not hold yet, in parallel; the last one carries dzsha256. */
 async function sendChunks(
   client: ApiClient,
   id: string,
-  file: LocalFile,
+  file: OpenFile,
   p: Plan,
   digest: Promise<string>,
   options: ContentOptions,
@@ -575,7 +725,8 @@ export function refusedForGood(err: unknown): boolean {
 
 /**
  * Creates a share for a local file and uploads its content (and locks it if asked). Running the
- * same upload again after an interruption resumes it into the same share. An upload the server
+ * same upload again after an interruption resumes it into the same share, or, when the earlier
+ * run was stopped after the server had the whole file, reports that share. An upload the server
  * refuses for good deletes the share it created, so no empty share is left behind.
  */
 export async function uploadFile(
@@ -583,41 +734,125 @@ export async function uploadFile(
   path: string,
   options: UploadFileOptions = {},
 ): Promise<UploadedShare> {
-  const file = await localFile(path); // fail before creating an empty share
+  const file = await openLocal(path); // fail before creating an empty share
+  try {
+    return await uploadOpenFile(client, path, file, options);
+  } finally {
+    await file.handle.close().catch(() => undefined);
+  }
+}
+
+async function uploadOpenFile(
+  client: ApiClient,
+  path: string,
+  file: OpenFile,
+  options: UploadFileOptions,
+): Promise<UploadedShare> {
   const fileName = options.name ?? defaultShareName(path);
   if (options.restart) await abandonEarlier(client, file, options);
-  const earlier = options.restart ? undefined : await rememberedShare(client, file, options);
-  const id = earlier ?? (await createShare(client, fileName, options.expiresIn));
+  const earlier = options.restart ? undefined : await earlierUpload(client, file, options);
+  if (earlier?.finished)
+    return finished(client, earlier.finished.share_id, earlier.finished.file_name, options, {
+      size: file.size,
+      chunks: 0,
+      sha256: earlier.sha256!,
+      verified: true,
+      resumedChunks: 0,
+      resumedBytes: file.size,
+    });
+  let id = earlier?.shareId;
+  let fresh: ContentOptions['fresh'];
+  if (id === undefined) {
+    // From the moment the share exists, a record names it (`fshare uploads` lists it).
+    const made = await createShare(client, fileName, options.expiresIn, async (newId) => {
+      const uploadId = randomUUID();
+      const chunkSize = options.chunkSize ?? DEFAULT_CHUNK_SIZE;
+      fresh = {
+        uploadId,
+        record: options.resume
+          ? await keepRecord(
+              newRecord(client, newId, file, 'create', { uploadId, chunkSize }, fileName),
+              options,
+            )
+          : undefined,
+      };
+    }).catch(async (err: unknown) => {
+      // The share was deleted again (a server without expiry): its record goes with it.
+      if (err instanceof UnsupportedError && fresh?.record)
+        await options.resume?.remove(fresh.record);
+      throw err;
+    });
+    id = made;
+  }
   let result: ContentResult;
   try {
-    result = await uploadContent(client, id, path, { ...options, mode: 'create', fileName });
+    result = await uploadContent(client, id, path, {
+      ...options,
+      mode: 'create',
+      fileName,
+      knownSha256: options.knownSha256 ?? earlier?.sha256,
+      file,
+      fresh,
+    });
   } catch (err) {
-    if (err instanceof Error && sharesWithContent.has(err)) {
-      // Content that may be this upload's (a lost 201) or another's is never deleted.
-      const records = (await options.resume?.list()) ?? [];
-      for (const r of records) if (r.share_id === id) await options.resume?.remove(r);
-      err.message += ` (the share it had created, ${id}, was kept: it has content)`;
-    } else if (
-      refusedForGood(err) ||
-      err instanceof VerificationError ||
-      err instanceof FileChangedError
-    ) {
-      // Nothing to resume: the share this upload created goes too, and the line says whether
-      // it could (a user without DELETE cannot remove it).
-      const removed = await deleteFile(client, id).then(
-        () => null,
-        (e: unknown) => (e instanceof Error ? e.message : String(e)),
-      );
-      const records = (await options.resume?.list()) ?? [];
-      for (const r of records) if (r.share_id === id) await options.resume?.remove(r);
-      if (err instanceof Error)
-        err.message +=
-          removed === null
-            ? ' (the share it had created was deleted)'
-            : ` (the share it had created, ${id}, could not be deleted: ${removed})`;
-    }
+    await failed(client, id, err, options);
     throw err;
   }
+  return finished(client, id, fileName, options, result);
+}
+
+/** What an upload that failed leaves of its share and record, and how its error line says it. */
+async function failed(
+  client: ApiClient,
+  id: string,
+  err: unknown,
+  options: UploadFileOptions,
+): Promise<void> {
+  const forget = async () => {
+    const records = (await options.resume?.list()) ?? [];
+    for (const r of records)
+      if (r.server === client.server && r.share_id === id) await options.resume?.remove(r);
+  };
+  if (!(err instanceof Error)) return;
+  if (unauthorized(err)) {
+    // The token ended on the way (`fshare logout` elsewhere, an administrator): nothing can be
+    // deleted now. The share and its record stay, for the same upload or `uploads clean` later.
+    const records = (await options.resume?.list()) ?? [];
+    if (records.some((r) => r.server === client.server && r.share_id === id)) recordKept.add(err);
+    err.message += afterLastChunk.has(err)
+      ? ` (the share it had created, ${id}, is left with its content unchecked)`
+      : ` (the share it had created, ${id}, is left empty)`;
+  } else if (sharesWithContent.has(err)) {
+    // Content that may be this upload's (a lost 201) or another's is never deleted.
+    await forget();
+    err.message += ` (the share it had created, ${id}, was kept: it has content)`;
+  } else if (
+    refusedForGood(err) ||
+    err instanceof VerificationError ||
+    err instanceof FileChangedError
+  ) {
+    // Nothing to resume: the share this upload created goes too, and the line says whether
+    // it could (a user without DELETE cannot remove it).
+    const removed = await deleteFile(client, id).then(
+      () => null,
+      (e: unknown) => (e instanceof Error ? e.message : String(e)),
+    );
+    await forget();
+    err.message +=
+      removed === null
+        ? ' (the share it had created was deleted)'
+        : ` (the share it had created, ${id}, could not be deleted: ${removed})`;
+  }
+}
+
+/** The end of an upload that is done: locked if asked, and described as `upload` prints it. */
+async function finished(
+  client: ApiClient,
+  id: string,
+  fileName: string,
+  options: UploadFileOptions,
+  result: ContentResult,
+): Promise<UploadedShare> {
   if (options.lock) await lockFile(client, id);
   const expires =
     options.expiresIn === undefined
@@ -636,16 +871,20 @@ export async function uploadFile(
 }
 
 /**
- * Creates the share; with an expiry, checks that the server took it before any byte is sent
- * (a server without expiry may ignore the field: its share would never be deleted).
+ * Creates the share (`made` is told its id at once); with an expiry, checks that the server took
+ * it before any byte is sent (a server without expiry may ignore the field: its share would never
+ * be deleted).
  */
 async function createShare(
   client: ApiClient,
   fileName: string,
   expiresIn: number | undefined,
+  made: (id: string) => Promise<void>,
 ): Promise<string> {
-  if (expiresIn === undefined) return idFromUrl((await createFile(client, fileName)).url);
-  const id = idFromUrl((await createFile(client, fileName, { expires_in: expiresIn })).url);
+  const fields = expiresIn === undefined ? undefined : { expires_in: expiresIn };
+  const id = idFromUrl((await createFile(client, fileName, fields)).url);
+  await made(id);
+  if (expiresIn === undefined) return id;
   const share = await getFile(client, id);
   if (!share.expires) {
     await deleteFile(client, id).catch(() => undefined);
@@ -671,12 +910,26 @@ async function abandonEarlier(
   }
 }
 
-/** The share an earlier, unfinished upload of this same file made, if it is still waiting. */
-async function rememberedShare(
+interface Earlier {
+  /** The share of an unfinished upload of this file, still empty: the upload goes on there. */
+  shareId?: string;
+  /** The share holds this file already: the earlier run was stopped after its last 201. */
+  finished?: Share;
+  /** The file's sha256, when it had to be computed to tell. */
+  sha256?: string;
+}
+
+/**
+ * What the record of an earlier upload of this same file (same server, path) finds on the
+ * server: its share still empty (go on there), holding this file's bytes (done: the run was
+ * stopped after the server's 201, before it forgot its record), or neither (said in a line; the
+ * record goes, and the file is uploaded into a new share).
+ */
+async function earlierUpload(
   client: ApiClient,
-  file: LocalFile,
+  file: OpenFile,
   options: UploadFileOptions,
-): Promise<string | undefined> {
+): Promise<Earlier | undefined> {
   const records = (await options.resume?.list()) ?? [];
   // An upload of the same file that another live process is running is left to it.
   const record = records.find(
@@ -687,10 +940,31 @@ async function rememberedShare(
       !busyElsewhere(r),
   );
   if (!record) return undefined;
-  const share = await getFile(client, record.share_id).catch(() => undefined);
-  if (share && !share.initialized) return record.share_id;
+  // Only "not found" (or no longer the caller's) means gone: any other failure stops here, the
+  // record kept, no new share.
+  let what = 'is gone';
+  const share = await getFile(client, record.share_id).catch((err: unknown) => {
+    if (err instanceof ApiError && err.status === 403) what = 'is not open to you any more';
+    if (err instanceof ApiError && (err.status === 404 || err.status === 403)) return undefined;
+    throw err;
+  });
+  if (share && !share.initialized) return { shareId: record.share_id };
+  let sha256: string | undefined;
+  if (share && typeof share.sha256 === 'string') {
+    what = 'holds other content now';
+    if (typeof share.size !== 'number' || share.size === file.size) {
+      sha256 = options.knownSha256 ?? (await hashOpen(file));
+      if (sha256 !== '' && share.sha256.toLowerCase() === sha256) {
+        await options.resume?.remove(record);
+        return { finished: share, sha256 };
+      }
+    }
+  } else if (share) what = 'has content that cannot be checked (the server gives no sha256)';
+  options.onNotice?.(
+    `share ${record.share_id} of the earlier upload of ${file.path} ${what}; uploading it again into a new share`,
+  );
   await options.resume?.remove(record);
-  return undefined;
+  return { sha256 };
 }
 
 /** Replaces the content of an existing share with a local file (PUT content). */

@@ -1,5 +1,5 @@
 import { createHash, type Hash } from 'node:crypto';
-import { open } from 'node:fs/promises';
+import { open, type FileHandle } from 'node:fs/promises';
 import { Worker } from 'node:worker_threads';
 
 /**
@@ -19,6 +19,11 @@ export const INLINE_MAX = 4 * 1024 * 1024;
 export interface Sha256 {
   /** Adds bytes [start, end) of a file; resolves once they are hashed. */
   updateFromFile(path: string, start: number, end: number): Promise<void>;
+  /**
+   * Adds bytes [start, end) of a file already open: what is hashed is that file, whatever its
+   * path names meanwhile. The handle must stay open until this resolves.
+   */
+  updateFromHandle(handle: FileHandle, start: number, end: number): Promise<void>;
   /**
    * Shares memory with the hash: bytes placed in `ring` are hashed from there by
    * updateFromRing, with no copy and no reading back.
@@ -50,7 +55,8 @@ parentPort.on('message', (m) => {
       case 'copy': hashes.set(m.id, hashes.get(m.from).copy()); break;
       case 'file': {
         const hash = hashes.get(m.id);
-        const fd = openSync(m.path, 'r');
+        // m.fd: a descriptor the main thread holds open (threads share the process's descriptors)
+        const fd = m.fd ?? openSync(m.path, 'r');
         try {
           let pos = m.start;
           while (pos < m.end) {
@@ -60,7 +66,7 @@ parentPort.on('message', (m) => {
             pos += n;
           }
         } finally {
-          closeSync(fd);
+          if (m.fd === undefined) closeSync(fd);
         }
         parentPort.postMessage({ req: m.req });
         break;
@@ -216,6 +222,11 @@ export class HashWorker {
   }
 
   /** @internal */
+  fromFd(id: number, fd: number, start: number, end: number): Promise<unknown> {
+    return this.ask({ t: 'file', id, fd, start, end });
+  }
+
+  /** @internal */
   attachRing(id: number, ring: SharedArrayBuffer): void {
     this.post({ t: 'ring', id, sab: ring });
   }
@@ -270,6 +281,11 @@ export class RunningHash implements Sha256 {
     if (end > start) await this.worker.fromFile(this.id, path, start, end);
   }
 
+  /** Adds bytes [start, end) of an open file; the worker reads them through its descriptor. */
+  async updateFromHandle(handle: FileHandle, start: number, end: number): Promise<void> {
+    if (end > start) await this.worker.fromFd(this.id, handle.fd, start, end);
+  }
+
   /**
    * Shares memory with the hashing thread: bytes placed in `ring` are hashed from there by
    * updateFromRing, with no copy and no reading back.
@@ -313,10 +329,15 @@ export class RunningHash implements Sha256 {
 let inlineReads: Promise<unknown> = Promise.resolve();
 let inlineBuffer: Buffer | undefined;
 
-function readInline(path: string, start: number, end: number, hash: Hash): Promise<void> {
+function readInline(
+  file: string | FileHandle,
+  start: number,
+  end: number,
+  hash: Hash,
+): Promise<void> {
   const read = inlineReads.then(async () => {
     if (end <= start) return;
-    const handle = await open(path, 'r');
+    const handle = typeof file === 'string' ? await open(file, 'r') : file;
     try {
       inlineBuffer ??= Buffer.allocUnsafe(256 * 1024);
       for (let pos = start; pos < end;) {
@@ -327,7 +348,7 @@ function readInline(path: string, start: number, end: number, hash: Hash): Promi
         pos += bytesRead;
       }
     } finally {
-      await handle.close();
+      if (typeof file === 'string') await handle.close();
     }
   });
   inlineReads = read.catch(() => undefined);
@@ -359,6 +380,10 @@ class InlineHash implements Sha256 {
 
   updateFromFile(path: string, start: number, end: number): Promise<void> {
     return this.queue((hash) => readInline(path, start, end, hash));
+  }
+
+  updateFromHandle(handle: FileHandle, start: number, end: number): Promise<void> {
+    return this.queue((hash) => readInline(handle, start, end, hash));
   }
 
   useRing(ring: SharedArrayBuffer): void {

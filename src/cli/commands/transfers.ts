@@ -12,6 +12,7 @@ import { shareUrl } from '../../client/refs.js';
 import {
   busyElsewhere,
   DEFAULT_PARALLEL,
+  leftToResume,
   localFileSize,
   refusedForGood,
   replaceFile,
@@ -266,7 +267,8 @@ const upload = (program: Command) =>
                 bar.stop();
                 code ||= exitCodeFor(err);
                 progress.log(errorLine(err));
-                if (interrupted(err) && !refusedForGood(err))
+                // (a 401 on the way, too: signed in again, the same command goes on)
+                if ((interrupted(err) && !refusedForGood(err)) || leftToResume(err))
                   progress.log(
                     spool
                       ? await stdinLeftovers(resume, spool.file)

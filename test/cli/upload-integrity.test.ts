@@ -1,0 +1,356 @@
+// What `fshare upload` promises around its record and its file, found broken from outside: a run
+// killed after the server's 201 made a second share on the next run; a token revoked mid-upload
+// left an empty share no record named; a file moved over the path mid-upload was only caught by
+// the server's digest. The built binary against a real `fshare serve`, through a small proxy.
+import { createHash, randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import {
+  createServer,
+  request,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { execa } from 'execa';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  BIN,
+  cleanEnv,
+  createCli,
+  signIn,
+  startServe,
+  tempDir,
+  type Cli,
+  type Serve,
+} from '../helpers/cli.js';
+
+const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
+
+interface Transfer {
+  share_id: string;
+  url: string;
+  file_name: string;
+  size: number;
+  sha256: string;
+  verified: boolean;
+  resumed_bytes: number;
+}
+
+interface Record {
+  share_id: string;
+  dzuuid: string;
+  path: string;
+}
+
+async function recordsOf(cli: Cli): Promise<Record[]> {
+  const dir = join(cli.configDir, 'uploads');
+  if (!existsSync(dir)) return [];
+  const names = (await readdir(dir)).filter((n) => n.endsWith('.json'));
+  return Promise.all(names.map(async (n) => JSON.parse(await readFile(join(dir, n), 'utf8'))));
+}
+
+/**
+ * A pass-through proxy that can hold a request forever (`hold`), delay chunk requests, and tells
+ * what went through: method, path and status.
+ */
+function proxyTo(target: string) {
+  const upstream = new URL(target);
+  const state = {
+    seen: [] as { method: string; url: string; status?: number }[],
+    hold: (_req: IncomingMessage): boolean => false,
+    held: 0,
+    chunkDelayMs: 0,
+  };
+  const server: Server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    const entry: { method: string; url: string; status?: number } = {
+      method: req.method ?? '',
+      url: req.url ?? '',
+    };
+    state.seen.push(entry);
+    if (state.hold(req)) {
+      state.held++;
+      return; // never answered
+    }
+    const isChunk =
+      /\/content$/.test(entry.url) && entry.method !== 'GET' && entry.method !== 'HEAD';
+    const go = () => {
+      const forward = request(
+        {
+          host: upstream.hostname,
+          port: upstream.port,
+          method: req.method,
+          path: req.url,
+          headers: req.headers,
+        },
+        (up) => {
+          entry.status = up.statusCode;
+          res.writeHead(up.statusCode ?? 502, up.headers);
+          up.pipe(res);
+        },
+      );
+      forward.on('error', () => res.destroy());
+      req.on('error', () => forward.destroy());
+      req.pipe(forward);
+    };
+    if (isChunk && state.chunkDelayMs) setTimeout(go, state.chunkDelayMs);
+    else go();
+  });
+  return {
+    state,
+    async start(): Promise<string> {
+      await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+      return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    },
+    close: () =>
+      new Promise<void>((done) => {
+        server.closeAllConnections();
+        server.close(() => done());
+      }),
+  };
+}
+
+describe('fshare upload: its record and its file', () => {
+  let serve: Serve;
+  let cli: Cli;
+  let work: string;
+  let proxy: ReturnType<typeof proxyTo>;
+  let via: string;
+
+  beforeAll(async () => {
+    serve = await startServe();
+    proxy = proxyTo(serve.url);
+    via = await proxy.start();
+    cli = await createCli();
+    work = await tempDir('upload-integrity');
+    await signIn(cli, via);
+  });
+
+  afterAll(async () => {
+    await proxy?.close();
+    await serve?.stop();
+    for (const dir of [cli?.configDir, work])
+      if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  /** `fshare upload` as a process of its own (to be killed), through the proxy. */
+  const background = (args: string[]) =>
+    execa('node', [BIN, '--server', via, 'upload', ...args], {
+      env: cleanEnv({ FSHARE_CONFIG_DIR: cli.configDir, FSHARE_KEYRING: 'off' }),
+      extendEnv: false,
+      reject: false,
+      stdin: 'ignore',
+    });
+
+  const sharesNamed = async (name: string) =>
+    (
+      await cli.json<{ shares: { share_id: string; file_name: string }[] }>([
+        '--server',
+        via,
+        'ls',
+        '--all',
+      ])
+    ).shares
+      .filter((s) => s.file_name === name)
+      .map((s) => s.share_id);
+
+  /**
+   * Runs `fshare upload path` and SIGKILLs it once the server has answered 201 to its last chunk
+   * and the client asks for the share (its check, before it forgets its record). Returns the
+   * record it left.
+   */
+  const killAfter201 = async (path: string): Promise<Record> => {
+    proxy.state.held = 0;
+    proxy.state.hold = (req) =>
+      req.method === 'GET' &&
+      /^\/files\/[^/]+$/.test(req.url ?? '') &&
+      proxy.state.seen.some((s) => s.url.endsWith('/content') && s.status === 201);
+    proxy.state.seen.length = 0;
+    const child = background([path, '--chunk-size', '64k']);
+    for (let i = 0; i < 600 && proxy.state.held === 0; i++) await sleep(20);
+    child.kill('SIGKILL');
+    await child;
+    proxy.state.hold = () => false;
+    expect(proxy.state.held).toBe(1);
+    const records = (await recordsOf(cli)).filter((r) => r.path === path);
+    expect(records).toHaveLength(1);
+    return records[0]!;
+  };
+
+  // Property: an acknowledged upload is recognised as finished. A SIGKILL after the last chunk's
+  // 201 but before the record was removed made the next `fshare upload FILE` create a second
+  // share; now the share is asked for, its sha256 and size match the file's, and the run reports
+  // it as a finished upload (same stdout and --json), forgets the record and makes no new share.
+  it('a run killed after the last 201: the next run reports that share, and makes no second one', async () => {
+    const name = `killed-after-201-${Date.now()}.bin`;
+    const path = join(work, name);
+    const data = randomBytes(300_000);
+    await writeFile(path, data);
+
+    const first = await killAfter201(path);
+    expect(await sharesNamed(name)).toEqual([first.share_id]);
+    proxy.state.seen.length = 0;
+    const again = await cli.run(['--server', via, '--json', 'upload', path, '--chunk-size', '64k']);
+    expect(again.exitCode, again.stderr).toBe(0);
+    expect(again.stderr).toBe('');
+    const [done] = JSON.parse(again.stdout) as Transfer[];
+    expect(done).toMatchObject({
+      share_id: first.share_id,
+      url: `${via}/files/${first.share_id}`,
+      file_name: name,
+      size: data.length,
+      sha256: sha256(data),
+      verified: true,
+      resumed_bytes: data.length,
+    });
+    expect(await sharesNamed(name)).toEqual([first.share_id]);
+    expect(await recordsOf(cli)).toEqual([]);
+    // Nothing was sent again, and nothing made.
+    expect(proxy.state.seen.filter((s) => s.url.endsWith('/content'))).toEqual([]);
+    expect(proxy.state.seen.filter((s) => s.method === 'POST' && s.url === '/files')).toEqual([]);
+
+    // The human output is that of a finished upload: "id  url  name".
+    const second = await killAfter201(path);
+    const human = await cli.run(['--server', via, 'upload', path]);
+    expect(human.exitCode, human.stderr).toBe(0);
+    expect(human.stdout).toBe(`${second.share_id}  ${via}/files/${second.share_id}  ${name}`);
+    expect((await sharesNamed(name)).sort()).toEqual([first.share_id, second.share_id].sort());
+    expect(await recordsOf(cli)).toEqual([]);
+  });
+
+  // Property: a record whose share now holds other content (replaced since) or is gone is never
+  // taken for a finished upload, nor silently replaced by a duplicate: one line says what was
+  // found, the record goes, the other share is untouched, and the file is uploaded anew.
+  it('a record whose share was replaced or deleted since: said in one line, uploaded anew', async () => {
+    const name = `stale-${Date.now()}.bin`;
+    const path = join(work, name);
+    const data = randomBytes(200_000);
+    await writeFile(path, data);
+    const other = join(work, `${name}.other`);
+    const otherData = randomBytes(200_000);
+    await writeFile(other, otherData);
+
+    const replaced = await killAfter201(path);
+    const put = await cli.run(['--server', via, 'replace', replaced.share_id, other]);
+    expect(put.exitCode, put.stderr).toBe(0);
+    const anew = await cli.run(['--server', via, '--json', 'upload', path]);
+    expect(anew.exitCode, anew.stderr).toBe(0);
+    expect(anew.stderr.trimEnd().split('\n')).toEqual([
+      `fshare: share ${replaced.share_id} of the earlier upload of ${path} holds other content now; uploading it again into a new share`,
+    ]);
+    const [fresh] = JSON.parse(anew.stdout) as Transfer[];
+    expect(fresh).toMatchObject({ sha256: sha256(data), verified: true, resumed_bytes: 0 });
+    expect(fresh!.share_id).not.toBe(replaced.share_id);
+    const kept = await cli.runBinary(['--server', via, 'get', replaced.share_id, '-o', '-']);
+    expect(kept.stdout.equals(otherData)).toBe(true);
+    expect(await recordsOf(cli)).toEqual([]);
+
+    const gone = await killAfter201(path);
+    // Deleted behind this client's back (another machine, the web page): the record stays.
+    const res = await fetch(`${serve.url}/files/${gone.share_id}`, {
+      method: 'DELETE',
+      headers: { authorization: `Bearer ${(await cli.run(['token'])).stdout.trim()}` },
+    });
+    expect(res.status).toBe(200);
+    expect(await recordsOf(cli)).toHaveLength(1);
+    const after = await cli.run(['--server', via, '--json', 'upload', path]);
+    expect(after.exitCode, after.stderr).toBe(0);
+    expect(after.stderr.trimEnd().split('\n')).toEqual([
+      `fshare: share ${gone.share_id} of the earlier upload of ${path} is gone; uploading it again into a new share`,
+    ]);
+    expect(await recordsOf(cli)).toEqual([]);
+  });
+
+  // Property: what the client hashes is what it sends, and it checks that the path still names
+  // the file it read. A file moved over the path mid-upload (`mv other FILE`) was read partly
+  // from each (the path was opened again for the hash and every chunk) and caught only by the
+  // server's digest (exit 7). Now one descriptor reads it all, and the end check sees another
+  // file: "changed while it was uploading", exit 1, and the share it created is deleted.
+  it('a file moved over the path mid-upload: "changed while it was uploading", exit 1, no share left', async () => {
+    const name = `moved-over-${Date.now()}.bin`;
+    const path = join(work, name);
+    await writeFile(path, randomBytes(1024 * 1024));
+    const other = join(work, `${name}.new`);
+    await writeFile(other, randomBytes(1024 * 1024));
+    proxy.state.seen.length = 0;
+    proxy.state.chunkDelayMs = 100;
+    let res;
+    try {
+      const child = background([path, '--chunk-size', '128k', '--parallel', '1']);
+      for (
+        let i = 0;
+        i < 600 && !proxy.state.seen.some((s) => s.url.endsWith('/content') && s.status === 200);
+        i++
+      )
+        await sleep(20);
+      await rename(other, path);
+      res = await child;
+    } finally {
+      proxy.state.chunkDelayMs = 0;
+    }
+    expect(res.stderr.trimEnd().split('\n')).toEqual([
+      `fshare: ${path} changed while it was uploading; run the command again (the share it had created was deleted)`,
+    ]);
+    expect(res.exitCode).toBe(1);
+    // Every chunk came from the one file read: the server took them all, digest included.
+    expect(proxy.state.seen.filter((s) => s.url.endsWith('/content')).map((s) => s.status)).toEqual(
+      [200, 200, 200, 200, 200, 200, 200, 201],
+    );
+    expect(await sharesNamed(name)).toEqual([]);
+    expect(await recordsOf(cli)).toEqual([]);
+  });
+
+  // Property: from the moment a share exists there is a record of it. A 401 mid-upload (the
+  // token revoked by `fshare logout` elsewhere) left an empty share that no record remembered, so
+  // `fshare uploads` did not list it and `uploads clean` could not delete it. Now the line names
+  // the share left, exit 3, the record stays, and once signed in again `uploads clean` deletes it.
+  it('a token revoked mid-upload: exit 3 naming the empty share left, listed, and cleaned after signing in', async () => {
+    const name = `revoked-${Date.now()}.bin`;
+    const path = join(work, name);
+    await writeFile(path, randomBytes(1024 * 1024));
+    proxy.state.seen.length = 0;
+    proxy.state.chunkDelayMs = 150;
+    let child;
+    try {
+      child = background([path, '--chunk-size', '64k', '--parallel', '1']);
+      for (
+        let i = 0;
+        i < 600 && !proxy.state.seen.some((s) => s.url.endsWith('/content') && s.status === 200);
+        i++
+      )
+        await sleep(20);
+      const out = await cli.run(['--server', via, 'logout']);
+      expect(out.exitCode, out.stderr).toBe(0);
+    } finally {
+      proxy.state.chunkDelayMs = 0;
+    }
+    const res = await child;
+    expect(res.exitCode).toBe(3);
+    const records = await recordsOf(cli);
+    expect(records).toHaveLength(1);
+    const id = records[0]!.share_id;
+    const lines = String(res.stderr).trimEnd().split('\n');
+    expect(lines).toEqual([
+      expect.stringMatching(
+        new RegExp(
+          `^fshare: .* \\(the share it had created, ${id}, is left empty\\) \\(HTTP 401\\); run \`fshare login\` \\(or set FSHARE_TOKEN\\)$`,
+        ),
+      ),
+      `fshare: to resume: fshare upload ${path}; to give up: fshare uploads clean`,
+    ]);
+    const listed = await cli.json<{ share_id: string; path: string }[]>(['uploads']);
+    expect(listed).toMatchObject([{ share_id: id, path }]);
+
+    await signIn(cli, via);
+    const info = await cli.json<{ initialized: boolean }>(['--server', via, 'info', id]);
+    expect(info.initialized).toBe(false);
+    const cleaned = await cli.run(['uploads', 'clean']);
+    expect(cleaned.exitCode, cleaned.stderr).toBe(0);
+    expect(cleaned.stdout).toBe(`Deleted share ${id} of the unfinished upload of ${path}`);
+    expect((await cli.run(['--server', via, 'info', id])).exitCode).toBe(4);
+    expect(await recordsOf(cli)).toEqual([]);
+  });
+});
