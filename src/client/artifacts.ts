@@ -361,8 +361,14 @@ export function fileHashCache(file: string): HashCache {
       if (!dirty || !entries) return;
       await mkdir(dirname(file), { recursive: true, mode: 0o700 });
       const tmp = `${file}.${randomBytes(4).toString('hex')}.tmp`;
-      await writeFile(tmp, JSON.stringify(entries), { mode: 0o600 });
-      await rename(tmp, file);
+      try {
+        await writeFile(tmp, JSON.stringify(entries), { mode: 0o600 });
+        await rename(tmp, file);
+      } catch (err) {
+        // A full or read-only disk: the half-written copy must not stay beside the cache.
+        await rm(tmp, { force: true });
+        throw err;
+      }
       dirty = false;
     },
   };

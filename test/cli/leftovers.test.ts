@@ -16,6 +16,7 @@ import {
   type Cli,
   type Serve,
 } from '../helpers/cli.js';
+import { mountSmallDisk } from '../helpers/mount.js';
 
 let serve: Serve;
 let work: string;
@@ -225,4 +226,29 @@ describe('pull temporary files', () => {
     expect((await readFile(join(dest, 'big.bin'))).equals(big)).toBe(true);
     expect((await readdir(dest)).sort()).toEqual(['big.bin', 'small.txt']);
   }, 120_000);
+});
+
+describe('push hash cache', () => {
+  it('a push-hashes.json that cannot be written (a full disk) leaves no .tmp beside it, and the push still succeeds', async (ctx) => {
+    // Guards: a failed write of the push hash cache left push-hashes.json.<hex>.tmp in the config
+    // directory for good. The cache is only a cache: the push's outcome does not change.
+    const disk = await mountSmallDisk(1);
+    if (typeof disk === 'string') return ctx.skip(disk);
+    try {
+      const cli = await createCli(join(disk.dir, 'config'));
+      await signIn(cli, serve.url);
+      const src = join(work, 'hash-src');
+      await mkdir(src, { recursive: true });
+      for (let i = 0; i < 300; i++) await writeFile(join(src, `f${i}.txt`), `file ${i}\n`);
+      // Fill the disk: the cache (some 30 KiB for 300 paths) cannot be written.
+      await writeFile(join(disk.dir, 'filler'), Buffer.alloc(1024 * 1024)).catch(() => undefined);
+      const res = await cli.run(['--server', serve.url, 'push', src, '--name', 'hashcache']);
+      expect(res.exitCode, res.stderr).toBe(0);
+      expect(res.stdout).toMatch(/^Pushed hashcache: 300 files/);
+      const left = (await readdir(cli.configDir)).filter((n) => n.startsWith('push-hashes'));
+      expect(left).toEqual([]);
+    } finally {
+      await disk.unmount();
+    }
+  });
 });
