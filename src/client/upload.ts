@@ -764,7 +764,9 @@ async function uploadOpenFile(
   let fresh: ContentOptions['fresh'];
   if (id === undefined) {
     // From the moment the share exists, a record names it (`fshare uploads` lists it).
-    const made = await createShare(client, fileName, options.expiresIn, async (newId) => {
+    let madeId: string | undefined;
+    id = await createShare(client, fileName, options.expiresIn, async (newId) => {
+      madeId = newId;
       const uploadId = randomUUID();
       const chunkSize = options.chunkSize ?? DEFAULT_CHUNK_SIZE;
       fresh = {
@@ -780,9 +782,10 @@ async function uploadOpenFile(
       // The share was deleted again (a server without expiry): its record goes with it.
       if (err instanceof UnsupportedError && fresh?.record)
         await options.resume?.remove(fresh.record);
+      // The expiry could not be read back (a 401, say): the share made is dealt with as below.
+      else if (madeId !== undefined) await failed(client, madeId, err, options);
       throw err;
     });
-    id = made;
   }
   let result: ContentResult;
   try {
