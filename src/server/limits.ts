@@ -11,6 +11,11 @@ export const LIMITS = {
   maxChunkBytes: Number.POSITIVE_INFINITY,
   /** Free space kept on the data directory's disk (`--min-free`): uploads that need it get 507. */
   minFreeBytes: 256 * 1024 * 1024,
+  /**
+   * The embedded store's `reserve` file: room to record removals (deleting a share, a link or a
+   * user; revoking a token) on a disk something else filled to the last byte.
+   */
+  removalReserveBytes: 256 * 1024,
   /** Chunks of one upload (`--max-chunks`). */
   maxChunksPerUpload: 100_000,
   /** Unfinished uploads of one share (`--max-uploads-per-share`): more get 429. */

@@ -3,10 +3,11 @@ import { open, readFile, rename, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Low, type Adapter } from 'lowdb';
 import { fault } from '../faults.js';
-import { fsyncDir, writeFileDurably } from '../fsutil.js';
+import { fsyncDir, isOutOfSpace, writeFileDurably } from '../fsutil.js';
 import { writeFully } from '../../shared/copy.js';
 import { lockDataDir, type DataDirLock } from './dirlock.js';
 import { KeyedMutex } from '../mutex.js';
+import { RemovalReserve } from './reserve.js';
 import { encodeLine, readJournal, type Entry } from './journal.js';
 import {
   DamagedMetadataError,
@@ -158,7 +159,23 @@ function load(
   };
 }
 
+/** A change refused because the disk is full (answered 507, as ENOSPC is). */
+function outOfSpace(): Error {
+  return Object.assign(new Error('the disk is full (the reserve for removals is spent)'), {
+    code: 'ENOSPC',
+  });
+}
+
+/** Changes that only remove: the reserve keeps room to record them on a full disk. */
+const REMOVALS: ReadonlySet<Op['op']> = new Set([
+  'deleteShare',
+  'deleteLink',
+  'deleteUser',
+  'revoke',
+]);
+
 interface Waiter {
+  op: Op;
   line: string;
   resolve: () => void;
   reject: (err: unknown) => void;
@@ -190,6 +207,8 @@ export class LowdbStore implements MetadataStore {
   private readonly shareLocks = new KeyedMutex();
   /** This process's hold on the data directory, released by close(). */
   private lock: DataDirLock | undefined;
+  /** Room for removals on a full disk (`reserve` in the data directory). */
+  private readonly reserve: RemovalReserve;
 
   private constructor(
     private readonly dataDir: string,
@@ -197,6 +216,7 @@ export class LowdbStore implements MetadataStore {
   ) {
     this.files = { snapshot: join(dataDir, 'db.json'), journal: join(dataDir, 'db.journal') };
     this.db = new Low<string>(new DurableJsonFile(this.files.snapshot), '');
+    this.reserve = new RemovalReserve(join(dataDir, 'reserve'));
   }
 
   static async open(dataDir: string, options: LowdbStoreOptions = {}): Promise<LowdbStore> {
@@ -206,6 +226,11 @@ export class LowdbStore implements MetadataStore {
     try {
       const store = await LowdbStore.load(dataDir, options, log);
       store.lock = lock;
+      await store.reserve.fill().catch(() => undefined);
+      if (store.reserve.short)
+        log(
+          `metadata: no room on the disk for ${join(dataDir, 'reserve')}; changes other than removals are refused until there is`,
+        );
       return store;
     } catch (err) {
       await lock.release();
@@ -396,8 +421,23 @@ export class LowdbStore implements MetadataStore {
     return this.shareLocks.run(id.toLowerCase(), task);
   }
 
-  /** Applies a change now; resolves once it is durable. */
+  /**
+   * Applies a change now; resolves once it is durable. While the reserve for removals is spent
+   * (the disk is full), any other change first waits for it to be made whole again, and is
+   * refused (out of space, 507) when it cannot be: the reserve's room stays for removals.
+   */
   private change(op: Op): Promise<void> {
+    if (!this.reserve.short || REMOVALS.has(op.op)) return this.changeNow(op);
+    return this.reserve
+      .fill()
+      .catch(() => undefined)
+      .then(() => {
+        if (this.reserve.short) throw outOfSpace();
+        return this.changeNow(op);
+      });
+  }
+
+  private changeNow(op: Op): Promise<void> {
     if (this.closed) return Promise.reject(new Error('the metadata store is closed'));
     if (this.broken) return Promise.reject(this.broken);
     // Copied into the line first: the state keeps the op's objects and changes them later.
@@ -410,7 +450,7 @@ export class LowdbStore implements MetadataStore {
     }
     this.state.data.seq = seq;
     return new Promise<void>((resolve, reject) => {
-      this.pending.push({ line, resolve, reject });
+      this.pending.push({ op, line, resolve, reject });
       void this.flush();
     });
   }
@@ -492,7 +532,32 @@ export class LowdbStore implements MetadataStore {
     }
     const undone = [...batch, ...this.pending];
     this.pending = [];
-    for (const w of undone) w.reject(err);
+    // A full disk: removals are applied again (in their order, on the state rebuilt from the
+    // files) and written with the room the reserve gives back; the rest are refused.
+    const retry = isOutOfSpace(err) && !this.broken && !this.reserve.short;
+    for (const w of undone) {
+      if (retry && REMOVALS.has(w.op.op) && this.reapply(w)) continue;
+      w.reject(err);
+    }
+    if (this.pending.length === 0) return;
+    const released = await this.reserve.release().catch(() => false);
+    if (released)
+      this.log(
+        `metadata: the disk is full: removals are recorded in the room of ${join(this.dataDir, 'reserve')}, other changes are refused until it can be made again`,
+      );
+  }
+
+  /** Applies an undone change again, queued with a new sequence number; false if it cannot be. */
+  private reapply(w: Waiter): boolean {
+    const seq = this.state.data.seq + 1;
+    try {
+      this.state.apply(w.op);
+    } catch {
+      return false;
+    }
+    this.state.data.seq = seq;
+    this.pending.push({ ...w, line: encodeLine({ seq, ...w.op } as Entry) });
+    return true;
   }
 
   /** Writes the snapshot (the state as of `text`), then empties the journal. */
