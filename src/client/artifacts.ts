@@ -52,6 +52,7 @@ import { writeFully } from '../shared/copy.js';
 import type { Share } from '../shared/types.js';
 import { deleteFile, findShares, getFile } from './api.js';
 import { download } from './download.js';
+import { partPathOf } from './filename.js';
 import { hashFile } from './hashing.js';
 import {
   ApiError,
@@ -903,6 +904,22 @@ async function alreadyThere(abs: string, f: ManifestFile): Promise<boolean> {
 const tempBeside = (target: string) =>
   join(dirname(target), `${TEMP}${process.pid}-${HOST_TAG}-${randomBytes(6).toString('hex')}`);
 
+/**
+ * A failure about a pull's temporary file names the file of the set it was for (`temps`: each
+ * temporary path and its file), or `fallback` when it names none (a write through a descriptor):
+ * `DIR/.fshare-tmp-…` is nothing the user knows, and is gone by the time the line is read.
+ */
+function namingTarget(err: unknown, temps: Map<string, string>, fallback?: string): unknown {
+  const e = err as { code?: unknown; path?: string; dest?: string } | null;
+  if (!e || typeof e !== 'object' || typeof e.code !== 'string') return err;
+  const path = e.path === undefined ? fallback : temps.get(e.path);
+  if (path !== undefined) {
+    e.path = path;
+    e.dest = undefined;
+  } else if (e.dest !== undefined && temps.has(e.dest)) e.dest = temps.get(e.dest);
+  return err;
+}
+
 /** A verified temporary file becomes the file: its mode, then the rename (atomic). */
 async function finishFile(tmp: string, f: ManifestFile, got: string, target: string) {
   if (got !== f.sha256)
@@ -920,7 +937,7 @@ async function emptyFile(f: ManifestFile, target: string): Promise<void> {
     await finishFile(tmp, f, createHash('sha256').digest('hex'), target);
   } catch (err) {
     await rm(tmp, { force: true });
-    throw err;
+    throw namingTarget(err, new Map([[tmp, target]]));
   }
 }
 
@@ -933,13 +950,24 @@ async function downloadInto(
   signal?: AbortSignal,
 ): Promise<void> {
   const tmp = tempBeside(target);
+  const part = partPathOf(tmp);
   try {
     const r = await download(client, share, { output: tmp, overwrite: true, signal });
     await finishFile(tmp, f, r.sha256 ?? '', target);
   } catch (err) {
     await rm(tmp, { force: true });
-    await rm(`${tmp}.part`, { force: true });
-    throw err;
+    await rm(part, { force: true });
+    // download()'s "N bytes kept in X.part, run again with --continue" is not so here: it is gone.
+    if (err instanceof Error)
+      err.message = err.message.replace(/; \d+ bytes kept in .*, run again with --continue$/, '');
+    throw namingTarget(
+      err,
+      new Map([
+        [tmp, target],
+        [part, target],
+      ]),
+      target,
+    );
   }
 }
 
@@ -954,7 +982,8 @@ class PackSplitter extends Writable {
   private at = 0;
   private next = 0;
   private open: { fd: number; tmp: string; hash: ReturnType<typeof createHash> } | null = null;
-  private readonly temps = new Set<string>();
+  /** Each temporary file still on disk, and the file it is for. */
+  private readonly temps = new Map<string, string>();
   private failure: Error | undefined;
 
   constructor(
@@ -987,8 +1016,9 @@ class PackSplitter extends Writable {
           continue;
         }
         if (!this.open) {
-          const tmp = tempBeside(this.targets.get(range.files[0]!)!);
-          this.temps.add(tmp);
+          const target = this.targets.get(range.files[0]!)!;
+          const tmp = tempBeside(target);
+          this.temps.set(tmp, target);
           this.open = { fd: openSync(tmp, 'wx', 0o600), tmp, hash: createHash('sha256') };
         }
         const take = Math.min(chunk.length - pos, range.end - here);
@@ -1006,7 +1036,9 @@ class PackSplitter extends Writable {
       this.at += chunk.length;
       cb();
     } catch (err) {
-      this.failure = err as Error;
+      const range = this.ranges[Math.min(this.next, this.ranges.length - 1)];
+      const fallback = range ? this.targets.get(range.files[0]!) : undefined;
+      this.failure = namingTarget(err, this.temps, fallback) as Error;
       cb();
     }
   }
@@ -1028,7 +1060,7 @@ class PackSplitter extends Writable {
     }
     for (const f of files.slice(1)) {
       const copy = tempBeside(this.targets.get(f)!);
-      this.temps.add(copy);
+      this.temps.set(copy, this.targets.get(f)!);
       copyFileSync(tmp, copy);
       chmodSync(copy, f.mode);
       renameSync(copy, this.targets.get(f)!);
@@ -1053,7 +1085,7 @@ class PackSplitter extends Writable {
   async abandon(): Promise<void> {
     if (this.open) closeSync(this.open.fd);
     this.open = null;
-    for (const tmp of this.temps) await rm(tmp, { force: true });
+    for (const tmp of this.temps.keys()) await rm(tmp, { force: true });
   }
 }
 

@@ -19,7 +19,7 @@ import {
   describeTransportError,
   isTransportError,
 } from './errors.js';
-import { filenameFromDisposition, sanitizeFileName } from './filename.js';
+import { filenameFromDisposition, nameTooLong, partPathOf, sanitizeFileName } from './filename.js';
 import { backoffDelay, header, send, toApiError, type ApiClient, type Response } from './http.js';
 import type { BodyTarget } from './rawhttp.js';
 import { sharePath } from './refs.js';
@@ -433,6 +433,9 @@ export async function download(
   }
 }
 
+/** Failures to create the .part that are about NAME's place, not the .part itself. */
+const USERS_PATH_CODES = new Set(['ENOENT', 'ENOTDIR', 'EACCES', 'EPERM', 'EROFS', 'ENAMETOOLONG']);
+
 /**
  * Opens `NAME.part` (created when missing; never truncated here) and holds an exclusive kernel
  * lock on it until the download ends, so that two fshares given the same -o cannot both write
@@ -442,7 +445,15 @@ export async function download(
  */
 async function holdPart(state: State, create: boolean): Promise<boolean> {
   if (state.part) return true;
-  const part = `${state.target}.part`;
+  const target = state.target!;
+  const part = partPathOf(target);
+  if (create && nameTooLong(target))
+    // Found before a byte is written (the .part's shortened name would fit, NAME would not).
+    throw Object.assign(new Error(`file name too long: ${target}`), {
+      code: 'ENAMETOOLONG',
+      syscall: 'open',
+      path: target,
+    });
   const busy = () =>
     new PartBusyError(`another fshare is writing ${part}; wait for it or choose another -o`);
   for (let tries = 1; ; tries++) {
@@ -453,7 +464,11 @@ async function holdPart(state: State, create: boolean): Promise<boolean> {
       // lead the write into whatever file it points at.
       handle = await open(part, fs.O_WRONLY | fs.O_NOFOLLOW | (create ? fs.O_CREAT : 0), 0o666);
     } catch (err) {
-      if (!create && (err as NodeJS.ErrnoException).code === 'ENOENT') return false;
+      const code = (err as NodeJS.ErrnoException).code;
+      if (!create && code === 'ENOENT') return false;
+      // Where NAME cannot be made (no such directory, no permission): the user's path, not the
+      // .part's. A planted link keeps naming the .part: that is the file refused.
+      if (code && USERS_PATH_CODES.has(code)) (err as NodeJS.ErrnoException).path = target;
       throw err;
     }
     let held: boolean;
@@ -517,7 +532,7 @@ async function finishOrRestart(
   } catch (err) {
     if (!(err instanceof VerificationError) || !state.tentative) throw err;
     options.onRestart?.(
-      `${state.target}.part did not hold this share's bytes; starting over from byte 0`,
+      `${partPathOf(state.target!)} did not hold this share's bytes; starting over from byte 0`,
     );
     Object.assign(state, { offset: 0, resumedFrom: 0, validator: undefined, hash: undefined });
     state.tentative = false;
@@ -549,7 +564,7 @@ async function planResume(
     state.target = join(state.directory, defaultFileName(head.headers, id, options.nameSuffix));
     state.nameFromServer = true;
   }
-  const part = `${state.target}.part`;
+  const part = partPathOf(state.target);
   // Held before it is read: a second --continue of the same .part waits for nothing and stops.
   const have = (await holdPart(state, false)) ? (await state.part!.stat()).size : 0;
   const now = validatorOf(head.headers);
@@ -807,7 +822,7 @@ async function rememberValidator(
     // Only --continue needs it: a full or read-only disk under the config must not stop the
     // download (without it, a later --continue starts over, as with a server that gives none).
     try {
-      await options.validators?.set(`${state.target}.part`, validator);
+      await options.validators?.set(partPathOf(state.target), validator);
     } catch (err) {
       options.onNotice?.(
         `cannot keep what --continue needs (${systemErrorText(err) ?? (err as Error).message}); ` +
@@ -842,7 +857,7 @@ async function writeBody(
   options: DownloadOptions,
   toStream: boolean,
 ): Promise<unknown> {
-  const part = state.target && !toStream ? `${state.target}.part` : undefined;
+  const part = state.target && !toStream ? partPathOf(state.target) : undefined;
   if (part) {
     await holdPart(state, true);
     if (state.offset === 0) await state.part!.truncate(0);
@@ -896,9 +911,10 @@ async function startHash(state: State, part: string): Promise<void> {
 
 /** A network failure that leaves data in the .part says how to pick it up again. */
 async function resumeHint(state: State, err: unknown): Promise<unknown> {
-  const held = state.target === undefined ? 0 : ((await sizeOf(`${state.target}.part`)) ?? 0);
+  const part = state.target === undefined ? undefined : partPathOf(state.target);
+  const held = part === undefined ? 0 : ((await sizeOf(part)) ?? 0);
   if (err instanceof NetworkError && held > 0)
-    err.message += `; ${held} bytes kept in ${state.target}.part, run again with --continue`;
+    err.message += `; ${held} bytes kept in ${part}, run again with --continue`;
   return err;
 }
 
@@ -910,7 +926,7 @@ async function finish(
   options: DownloadOptions,
 ): Promise<DownloadResult> {
   const target = state.target;
-  const part = target === undefined ? undefined : `${target}.part`;
+  const part = target === undefined ? undefined : partPathOf(target);
   if (part && state.expected !== undefined && state.offset !== state.expected)
     throw new Error(
       `download incomplete: ${state.offset} of ${state.expected} bytes; run again with --continue`,
@@ -949,7 +965,10 @@ async function finish(
   }
   if (!part || !target)
     return { path: null, bytes: state.offset, resumedFrom: state.resumedFrom, sha256, verified };
-  await rename(part, target);
+  await rename(part, target).catch((err: NodeJS.ErrnoException) => {
+    // The bytes are verified and kept in the .part; what failed is putting them at NAME.
+    throw Object.assign(err, { path: target, dest: undefined });
+  });
   // A validator left behind names a .part that is gone, and is never used: no reason to fail.
   try {
     await options.validators?.set(part, undefined);

@@ -1,3 +1,6 @@
+import { createHash } from 'node:crypto';
+import { basename } from 'node:path';
+
 /** Reads the file name from a Content-Disposition header, preferring RFC 5987 `filename*`. */
 export function filenameFromDisposition(header: string | undefined): string | undefined {
   if (!header) return undefined;
@@ -36,6 +39,38 @@ const PART_SUFFIX = '.part';
 /** A name from the server is cut to this, or shorter where a suffix must fit too. */
 const MAX_NAME_BYTES = 240;
 
+/** The longest run of whole characters from the start of `text` that fits in `room` bytes. */
+function cutToBytes(text: string, room: number): string {
+  // In one pass: dropping one character at a time cost seconds to minutes for a 16–64 KB name.
+  let kept = '';
+  let bytes = 0;
+  for (const ch of text) {
+    bytes += Buffer.byteLength(ch);
+    if (bytes > room) break;
+    kept += ch;
+  }
+  return kept;
+}
+
+/** True when a file name is longer than the usual file systems take. */
+export function nameTooLong(path: string): boolean {
+  return Buffer.byteLength(basename(path)) > NAME_MAX;
+}
+
+/**
+ * Where a download to `target` keeps its bytes until they are verified: `NAME.part`. A NAME too
+ * long to take the suffix (251 to 255 bytes) gets NAME cut to fit, `~`, the first 8 hex digits of
+ * NAME's sha256 and `.part`: recognisable, and always the same for the same NAME, so --continue
+ * finds it again.
+ */
+export function partPathOf(target: string): string {
+  const name = basename(target);
+  if (Buffer.byteLength(name) + PART_SUFFIX.length <= NAME_MAX) return `${target}${PART_SUFFIX}`;
+  const tag = `~${createHash('sha256').update(name).digest('hex').slice(0, 8)}${PART_SUFFIX}`;
+  const dir = target.slice(0, target.length - name.length);
+  return `${dir}${cutToBytes(name, NAME_MAX - tag.length)}${tag}`;
+}
+
 /**
  * Characters a name from the server may not bring to a terminal or a file name: C0 and C1
  * controls, and the bidirectional controls that make "invoice\u202Efdp.exe" read as
@@ -62,17 +97,6 @@ export function sanitizeFileName(name: string | undefined, suffix = ''): string 
   );
   // A suffix too long for any name: the name is kept whole, and the file system's refusal
   // (ENAMETOOLONG) is the error.
-  if (room > 0 && Buffer.byteLength(safe) > room) {
-    // The longest run of whole characters from the start that fits, in one pass: dropping one
-    // character at a time cost seconds to minutes for a server's 16–64 KB name.
-    let kept = '';
-    let bytes = 0;
-    for (const ch of safe) {
-      bytes += Buffer.byteLength(ch);
-      if (bytes > room) break;
-      kept += ch;
-    }
-    safe = kept;
-  }
+  if (room > 0 && Buffer.byteLength(safe) > room) safe = cutToBytes(safe, room);
   return safe === '' ? undefined : safe;
 }

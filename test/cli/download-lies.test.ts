@@ -325,7 +325,7 @@ describe('a download from a server that lies is never saved as done', () => {
     const tooLong = join(work, 'z'.repeat(300));
     const bad = await cli.run([...at, 'get', id, '-o', tooLong], { env });
     expect(bad.exitCode, bad.stderr).toBe(1);
-    expectOneLine(bad.stderr, /^fshare: file name too long: .*z{300}\.part$/);
+    expectOneLine(bad.stderr, /^fshare: file name too long: .*z{300}$/);
   });
 
   // Found: a 304 to a GET that asked for no condition was described as a redirect without a

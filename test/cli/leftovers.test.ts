@@ -1,8 +1,11 @@
 // What a failed or killed command leaves behind: nothing that later commands trust or keep
 // forever, and nothing of the user's that the CLI silently ignores.
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, readdirSync } from 'node:fs';
-import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
+import { link, mkdir, open, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { createServer, request as httpRequest } from 'node:http';
+import { createRequire } from 'node:module';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -17,6 +20,10 @@ import {
   type Serve,
 } from '../helpers/cli.js';
 import { mountSmallDisk } from '../helpers/mount.js';
+
+/** The kernel's open-file-description locks, as fshare takes them on a .part. */
+const locks = () =>
+  createRequire(import.meta.url)('fs-native-extensions') as { tryLock(fd: number): boolean };
 
 let serve: Serve;
 let work: string;
@@ -249,6 +256,202 @@ describe('push hash cache', () => {
       expect(left).toEqual([]);
     } finally {
       await disk.unmount();
+    }
+  });
+});
+
+describe('get -o with a long name', () => {
+  it('a NAME of 251-255 bytes downloads through a shortened .part that --continue, the lock and the link refusals all use', async () => {
+    // Guards: `get -o NAME` with a valid 253-byte NAME failed with ENAMETOOLONG, since NAME.part
+    // is 258 bytes. The partial file is now NAME cut to fit + "~" + 8 hex of NAME's sha256 +
+    // ".part" (docs/CLI.md), and everything that guarded NAME.part guards it.
+    const cli = await signedIn();
+    const run = (args: string[]) => cli.run(['--server', serve.url, ...args]);
+    const data = randomBytes(300_000);
+    const src = join(work, 'long-src.bin');
+    await writeFile(src, data);
+    const up = await run(['upload', src]);
+    expect(up.exitCode, up.stderr).toBe(0);
+    const id = up.stdout.split(' ')[0]!;
+    const dir = join(work, 'long');
+    await mkdir(dir);
+    const name = `${'é'.repeat(120)}${'L'.repeat(13)}`; // 253 bytes
+    expect(Buffer.byteLength(name)).toBe(253);
+    const out = join(dir, name);
+    const tag = createHash('sha256').update(name).digest('hex').slice(0, 8);
+    const part = join(dir, `${'é'.repeat(120)}L~${tag}.part`); // 241 bytes of NAME + 14
+    expect(Buffer.byteLength(`${'é'.repeat(120)}L~${tag}.part`)).toBe(255);
+
+    const got = await run(['get', id, '-o', out]);
+    expect(got.exitCode, got.stderr).toBe(0);
+    expect((await readFile(out)).equals(data)).toBe(true);
+    expect(await readdir(dir)).toEqual([name]);
+    await rm(out);
+
+    // --continue finds the shortened .part again, and goes on from its bytes.
+    await writeFile(part, data.subarray(0, 100_000));
+    const resumed = await run(['get', id, '-o', out, '--continue']);
+    expect(resumed.exitCode, resumed.stderr).toBe(0);
+    expect(resumed.stdout).toMatch(/resumed at/);
+    expect((await readFile(out)).equals(data)).toBe(true);
+    expect(await readdir(dir)).toEqual([name]);
+    await rm(out);
+
+    // Another holder of the lock on it: the second download stops at once.
+    await writeFile(part, '');
+    const handle = await open(part, 'r+');
+    try {
+      expect(locks().tryLock(handle.fd)).toBe(true);
+      const busy = await run(['get', id, '-o', out]);
+      expect(busy.exitCode, busy.stderr).toBe(5);
+      expect(busy.stderr.trim()).toBe(
+        `fshare: another fshare is writing ${part}; wait for it or choose another -o`,
+      );
+    } finally {
+      await handle.close();
+    }
+    await rm(part);
+
+    // Planted as a symbolic link, or as a hard link to another file: never written through.
+    const victim = join(work, 'long-victim.txt');
+    await writeFile(victim, 'keep me\n');
+    await symlink(victim, part);
+    const viaSymlink = await run(['get', id, '-o', out]);
+    expect(viaSymlink.exitCode, viaSymlink.stderr).toBe(1);
+    expect(viaSymlink.stderr.trim()).toBe(
+      `fshare: a symbolic link, which fshare never writes through: ${part}`,
+    );
+    await rm(part);
+    await link(victim, part);
+    const viaHardLink = await run(['get', id, '-o', out]);
+    expect(viaHardLink.exitCode, viaHardLink.stderr).toBe(1);
+    expect(viaHardLink.stderr.trim()).toBe(
+      `fshare: a file with other names (a hard link), which fshare never writes through: ${part}`,
+    );
+    expect(await readFile(victim, 'utf8')).toBe('keep me\n');
+    expect(existsSync(out)).toBe(false);
+  });
+});
+
+/**
+ * A proxy in front of the real server that answers GET /files/<id> with another sha256: the
+ * share then seems to hold other bytes than those sent.
+ */
+async function startLyingProxy(target: string): Promise<{ url: string; close(): Promise<void> }> {
+  const upstream = new URL(target);
+  const server = createServer((req, res) => {
+    const lie = req.method === 'GET' && /^\/files\/[0-9a-f-]{36}$/.test(req.url ?? '');
+    const forward = httpRequest(
+      {
+        host: upstream.hostname,
+        port: upstream.port,
+        method: req.method,
+        path: req.url,
+        headers: req.headers,
+      },
+      (up) => {
+        if (!lie) {
+          res.writeHead(up.statusCode ?? 502, up.headers);
+          up.pipe(res);
+          return;
+        }
+        const parts: Buffer[] = [];
+        up.on('data', (d: Buffer) => parts.push(d));
+        up.on('end', () => {
+          const body = Buffer.from(
+            Buffer.concat(parts)
+              .toString()
+              .replace(/"sha256":"[0-9a-f]{64}"/, `"sha256":"${'0'.repeat(64)}"`),
+          );
+          res.writeHead(up.statusCode ?? 502, { ...up.headers, 'content-length': body.length });
+          res.end(body);
+        });
+      },
+    );
+    req.pipe(forward);
+  });
+  await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    close: () => new Promise<void>((done) => server.close(() => done())),
+  };
+}
+
+describe('error lines name the path the user gave', () => {
+  it('get names NAME, not NAME.part, when NAME cannot be made', async () => {
+    // Guards: `get -o missing/x.bin` said "no such file or directory: missing/x.bin.part", and a
+    // name too long for the file system named a NAME.part the user never typed.
+    const cli = await signedIn();
+    const run = (args: string[]) => cli.run(['--server', serve.url, ...args]);
+    const src = join(work, 'naming-src.bin');
+    await writeFile(src, randomBytes(2000));
+    const up = await run(['upload', src]);
+    expect(up.exitCode, up.stderr).toBe(0);
+    const id = up.stdout.split(' ')[0]!;
+    const missing = join(work, 'no-such-dir', 'x.bin');
+    const res = await run(['get', id, '-o', missing]);
+    expect(res.exitCode, res.stderr).toBe(1);
+    expect(res.stderr.trim()).toBe(`fshare: no such file or directory: ${missing}`);
+    const tooLong = join(work, 'z'.repeat(300));
+    const long = await run(['get', id, '-o', tooLong]);
+    expect(long.exitCode, long.stderr).toBe(1);
+    expect(long.stderr.trim()).toBe(`fshare: file name too long: ${tooLong}`);
+    expect(readdirSync(work).filter((n) => n.startsWith('zzz'))).toEqual([]);
+  });
+
+  it("pull names the set's file, not its .fshare-tmp-* file, when the disk is full", async (ctx) => {
+    // Guards: a pull onto a full disk said "no space left on the device: DIR/.fshare-tmp-….part",
+    // a file it had already removed, for a file of the set (whether a share of its own or in a
+    // pack).
+    const disk = await mountSmallDisk(1);
+    if (typeof disk === 'string') return ctx.skip(disk);
+    try {
+      const cli = await signedIn();
+      const run = (args: string[]) => cli.run(['--server', serve.url, ...args]);
+      const src = join(work, 'full-src');
+      await mkdir(join(src, 'packed'), { recursive: true });
+      await writeFile(join(src, 'big.bin'), randomBytes(3 * 1024 * 1024));
+      const pushed = await run(['push', src, '--name', 'fullset']);
+      expect(pushed.exitCode, pushed.stderr).toBe(0);
+      const big = await run(['pull', 'fullset', join(disk.dir, 'a')]);
+      expect(big.exitCode, big.stderr).toBe(1);
+      expect(big.stderr.trim()).toBe(
+        `fshare: no space left on the device: ${join(disk.dir, 'a', 'big.bin')}`,
+      );
+      await rm(join(src, 'big.bin'));
+      for (let i = 0; i < 4; i++)
+        await writeFile(join(src, 'packed', `s${i}.bin`), randomBytes(400_000));
+      const repushed = await run(['push', src, '--name', 'fullset', '--delete']);
+      expect(repushed.exitCode, repushed.stderr).toBe(0);
+      await rm(join(disk.dir, 'a'), { recursive: true, force: true });
+      const packed = await run(['pull', 'fullset', join(disk.dir, 'b')]);
+      expect(packed.exitCode, packed.stderr).toBe(1);
+      expect(packed.stderr.trim()).toMatch(
+        new RegExp(
+          `^fshare: no space left on the device: ${join(disk.dir, 'b', 'packed')}/s\\d\\.bin$`,
+        ),
+      );
+    } finally {
+      await disk.unmount();
+    }
+  });
+
+  it('upload - names standard input, not its spool file', async () => {
+    // Guards: an upload of stdin that failed said "… than /tmp/fshare-stdin-…/stdin …", a file
+    // the user never named and the command had already removed.
+    const cli = await createCli();
+    const proxy = await startLyingProxy(serve.url);
+    try {
+      await signIn(cli, proxy.url);
+      const res = await cli.run(['--server', proxy.url, 'upload', '-'], { input: 'piped bytes\n' });
+      expect(res.exitCode, res.stderr).toBe(7);
+      expect(res.stderr).toMatch(
+        /^fshare: the server stored other bytes than standard input \(sha256 0{64}/,
+      );
+      expect(res.stderr).not.toContain('fshare-stdin-');
+    } finally {
+      await proxy.close();
     }
   });
 });

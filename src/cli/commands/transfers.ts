@@ -226,6 +226,9 @@ const upload = (program: Command) =>
           onDamaged: (d) => progress.log(damagedNotice(d)),
         });
         const stop = interruptible();
+        // The user gave `-`: a line about the spool file is about standard input.
+        const asGiven = (line: string) =>
+          spool ? line.replaceAll(spool.file, 'standard input') : line;
         const results: (TransferShape | undefined)[] = [];
         let code = 0;
         await Promise.all(
@@ -243,7 +246,7 @@ const upload = (program: Command) =>
                   expiresIn,
                   signal: stop.signal,
                   onProgress: (sent, total) => bar.update(sent, total),
-                  onNotice: (line) => progress.log(`fshare: ${line}`),
+                  onNotice: (line) => progress.log(asGiven(`fshare: ${line}`)),
                 });
                 bar.stop();
                 const link = wantLink
@@ -266,7 +269,7 @@ const upload = (program: Command) =>
               } catch (err) {
                 bar.stop();
                 code ||= exitCodeFor(err);
-                progress.log(errorLine(err));
+                progress.log(asGiven(errorLine(err)));
                 // (a 401 on the way, too: signed in again, the same command goes on)
                 if ((interrupted(err) && !refusedForGood(err)) || leftToResume(err))
                   progress.log(
