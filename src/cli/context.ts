@@ -117,7 +117,10 @@ export function openSession(cmd: Command, { savesLogin = false } = {}): Session 
  * download ends. Parallel downloads never write the same file, so none can lose another's entry
  * (they shared one map in config.json, where fshare 0.1 and earlier versions kept it: still read).
  */
-export function partialValidators(config: Config): ValidatorStore {
+export function partialValidators(
+  config: Config,
+  options: { onDamaged?: (file: string, reason: string) => void } = {},
+): ValidatorStore {
   const dir = join(configDir(config), 'partials');
   const fileOf = (part: string) =>
     join(dir, `${createHash('sha256').update(resolve(part)).digest('hex').slice(0, 32)}.json`);
@@ -127,14 +130,30 @@ export function partialValidators(config: Config): ValidatorStore {
   };
   return {
     get: (part) => {
+      const file = fileOf(part);
+      let text: string | undefined;
       try {
-        const record = JSON.parse(readFileSync(fileOf(part), 'utf8')) as {
-          part?: unknown;
-          validator?: Validator;
-        };
-        if (record.part === resolve(part) && record.validator) return record.validator;
+        text = readFileSync(file, 'utf8');
       } catch {
-        // none, or unreadable: the older place, else none (--continue then starts over)
+        // none: the older place, else none (--continue then decides without one)
+      }
+      if (text !== undefined) {
+        // A damaged record is never skipped in silence (the download then records its own).
+        let record: { part?: unknown; validator?: Validator } | null | undefined;
+        try {
+          record = JSON.parse(text) as typeof record;
+        } catch {
+          options.onDamaged?.(file, text === '' ? 'empty' : 'not JSON, or cut short');
+        }
+        if (record?.part === resolve(part) && record.validator) return record.validator;
+        if (
+          record !== undefined &&
+          (typeof record !== 'object' ||
+            record === null ||
+            typeof record.part !== 'string' ||
+            typeof record.validator !== 'object')
+        )
+          options.onDamaged?.(file, 'not a download record');
       }
       return legacy(part);
     },

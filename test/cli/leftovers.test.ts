@@ -93,6 +93,37 @@ describe('damaged upload records', () => {
   });
 });
 
+describe('damaged download records', () => {
+  it('get --continue names a damaged partials/ record it does not use, and the download replaces it', async () => {
+    // Guards: a partials/ record cut short was skipped in silence by get --continue (read in
+    // src/cli/context.ts), which then went on as if the .part had no record.
+    const cli = await signedIn();
+    const run = (args: string[]) => cli.run(['--server', serve.url, ...args]);
+    const data = randomBytes(200_000);
+    const src = join(work, 'partial-src.bin');
+    await writeFile(src, data);
+    const up = await run(['upload', src]);
+    expect(up.exitCode, up.stderr).toBe(0);
+    const id = up.stdout.split(' ')[0]!;
+    const out = join(work, 'partial-out.bin');
+    await writeFile(`${out}.part`, data.subarray(0, 50_000));
+    const record = join(
+      cli.configDir,
+      'partials',
+      `${createHash('sha256').update(`${out}.part`).digest('hex').slice(0, 32)}.json`,
+    );
+    await mkdir(join(cli.configDir, 'partials'), { recursive: true });
+    await writeFile(record, '{"part": "/tmp/x.part", "valid');
+    const res = await run(['get', id, '-o', out, '--continue']);
+    expect(res.exitCode, res.stderr).toBe(0);
+    expect(res.stderr.split('\n')).toContain(
+      `fshare: damaged download record (not JSON, or cut short), not used: ${record}`,
+    );
+    expect((await readFile(out)).equals(data)).toBe(true);
+    expect(existsSync(record)).toBe(false);
+  });
+});
+
 /** Runs `fshare upload -` with TMPDIR of its own, stdin a pipe the test writes and keeps open. */
 function uploadStdin(cli: Cli, tmp: string, extra: string[] = []) {
   return execa('node', [BIN, '--server', serve.url, 'upload', '-', ...extra], {

@@ -409,7 +409,11 @@ const get = (program: Command) =>
             range,
             resume: options.continue,
             overwrite: options.clobber,
-            validators: partialValidators(session.config),
+            // A damaged record is replaced when the download records its own; until then, said.
+            validators: partialValidators(session.config, {
+              onDamaged: (file, reason) =>
+                progress.log(`fshare: damaged download record (${reason}), not used: ${file}`),
+            }),
             signal: stop.signal,
             onStart: (info) => {
               bar = progress.bar(info.path ? basename(info.path) : id, info.totalBytes ?? 0);
