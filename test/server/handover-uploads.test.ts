@@ -13,6 +13,7 @@ import {
   patch,
   put,
   sendChunk,
+  stalledChunk,
   upload,
 } from '../helpers/http.js';
 import { ADMIN, login, startServer, storedUploads, type TestServer } from '../helpers/server.js';
@@ -101,6 +102,25 @@ describe('a share handed over in the middle of an upload', () => {
       403,
     );
     expect(await storedUploads(srv, id)).toEqual([]);
+    expect((await get(base, `/files/${id}`, { token: bob.token })).body).toMatchObject({
+      initialized: false,
+    });
+  });
+
+  it('a chunk of the old owner still arriving at the handover is refused and stores nothing', async () => {
+    const id = await createShare(base, alice.token, 'racing.bin');
+    const dzuuid = randomUUID();
+    const fields = { dzuuid, dzchunkindex: 0, dztotalchunks: 2 };
+    const late = await stalledChunk(base, alice.token, id, fields, A, 500);
+    expectStatus(
+      await patch(base, `/files/${id}`, { token: alice.token, json: { owner_name: bob.username } }),
+      200,
+    );
+    expectFail(await late.finish(), 403);
+    expect(await storedUploads(srv, id)).toEqual([]);
+    // Bob sending the other chunk under that dzuuid can never complete it with alice's bytes.
+    const res = await sendChunk(base, bob.token, id, { dzuuid, index: 1, total: 2, data: B });
+    expect([200, 409]).toContain(res.status);
     expect((await get(base, `/files/${id}`, { token: bob.token })).body).toMatchObject({
       initialized: false,
     });

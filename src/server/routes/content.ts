@@ -242,7 +242,15 @@ export function contentRoutes(ctx: Context): Router {
           if (!current) throw Errors.shareNotFound();
           checkOwner(req, current);
           await checkNewUpload(req, share, chunkFields, quota, chunk.received.bytes);
-          return commitChunk(req, share, chunkFields, chunk.received, allowed);
+          const stored = await commitChunk(req, share, chunkFields, chunk.received, allowed);
+          // A handover (or DELETE) in the middle of this commit may have looked for the share's
+          // uploads before this chunk started one: it goes now, as theirs did.
+          const after = await store.getShare(share.share_id);
+          if (stored === 'stored' && after?.owner_id !== req.caller.userId) {
+            await storage.removeUpload(share.share_id, chunkFields.uploadId);
+            throw after ? Errors.notOwner() : Errors.shareNotFound();
+          }
+          return stored;
         };
         outcome = guarded
           ? await store.withShareLock(

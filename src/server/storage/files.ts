@@ -1013,31 +1013,38 @@ export class FileStorage implements ContentStorage {
   }
 
   async removeUploads(shareId: string): Promise<void> {
-    for (const name of await readdir(this.uploadsDir)) {
-      if (!name.startsWith(`${shareId}.`)) continue;
-      await this.locks.run(name, async () => {
-        const upload = this.uploads.get(name);
-        if (upload) {
-          upload.state = 'done';
-          upload.hash.dispose();
-          for (const writer of upload.writers.values()) writer.aborted = true;
-          this.uploads.delete(name);
-        }
-        const dir = join(this.uploadsDir, name);
-        try {
-          // A `done` record, as `finish` leaves: a chunk that passed its checks before the share
-          // was handed over (or deleted) is refused, rather than starting the upload afresh.
-          await (await open(join(dir, 'done'), 'w', 0o600)).close();
-          await fsyncDir(dir);
-          for (const entry of await readdir(dir))
-            if (entry !== 'done') await rm(join(dir, entry), { force: true, recursive: true });
-        } catch {
-          // No room even for that (a full disk): all of it goes; the share's owner check
-          // refuses such a chunk anyway.
-          await rm(dir, { recursive: true, force: true });
-        }
-      });
-    }
+    for (const name of await readdir(this.uploadsDir))
+      if (name.startsWith(`${shareId}.`)) await this.end(name);
+  }
+
+  async removeUpload(shareId: string, uploadId: string): Promise<void> {
+    await this.end(this.uploadName(shareId, uploadId));
+  }
+
+  /** Ends an upload, whatever its state, leaving only its `done` record. */
+  private async end(name: string): Promise<void> {
+    await this.locks.run(name, async () => {
+      const upload = this.uploads.get(name);
+      if (upload) {
+        upload.state = 'done';
+        upload.hash.dispose();
+        for (const writer of upload.writers.values()) writer.aborted = true;
+        this.uploads.delete(name);
+      }
+      const dir = join(this.uploadsDir, name);
+      try {
+        // A `done` record, as `finish` leaves: a chunk that passed its checks before the share
+        // was handed over (or deleted) is refused, rather than starting the upload afresh.
+        await (await open(join(dir, 'done'), 'w', 0o600)).close();
+        await fsyncDir(dir);
+        for (const entry of await readdir(dir))
+          if (entry !== 'done') await rm(join(dir, entry), { force: true, recursive: true });
+      } catch {
+        // No room even for that (a full disk): all of it goes; the share's owner check
+        // refuses such a chunk anyway.
+        await rm(dir, { recursive: true, force: true });
+      }
+    });
   }
 
   async sweep(maxIdleMs: number): Promise<void> {

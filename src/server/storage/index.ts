@@ -87,6 +87,9 @@ export interface ContentStorage {
   /** Removes every unfinished upload of a share; late chunks of them are refused. */
   removeUploads(shareId: string): Promise<void>;
 
+  /** Removes one unfinished upload of a share (if it has stored chunks); late chunks are refused. */
+  removeUpload(shareId: string, uploadId: string): Promise<void>;
+
   /** Removes uploads idle for longer than `maxIdleMs`, and old records of finished ones. */
   sweep(maxIdleMs: number): Promise<void>;
 

@@ -691,6 +691,12 @@ export class S3Storage implements ContentStorage {
       await this.options.lock(upload.lockKey, () => this.end(upload));
   }
 
+  async removeUpload(shareId: string, uploadId: string): Promise<void> {
+    checkName(shareId, 'share id');
+    const upload = this.upload(shareId, uploadKeyOf(uploadId));
+    await this.options.lock(upload.lockKey, () => this.end(upload));
+  }
+
   /**
    * Under its lock: finishes an upload (only if idle for `maxIdleMs`, when given), or clears what
    * a crash left beside its tombstone.
