@@ -12,6 +12,7 @@ import {
   chunkMultipart,
   content,
   createShare,
+  createUser,
   del,
   expectFail,
   expectStatus,
@@ -279,6 +280,7 @@ describe.skipIf(typeof disk === 'string')('removals on a full disk', () => {
     let srv = await startServer({ dataDir: dir, minFreeBytes: 0 });
     const token = await login(srv.url, ADMIN.username, ADMIN.password);
     const other = await login(srv.url, ADMIN.username, ADMIN.password);
+    const user = await createUser(srv.url, token, ['READ', 'LIST']);
     const ids: string[] = [];
     for (let i = 0; i < 3; i++) {
       const id = await createShare(srv.url, token, `full-${i}.txt`);
@@ -314,6 +316,8 @@ describe.skipIf(typeof disk === 'string')('removals on a full disk', () => {
       acked.delete(ids[0]!);
       expectStatus(await del(srv.url, `/links/${link.body.id}`, { token }), 200);
       expectStatus(await post(srv.url, '/users/logout', { token, json: { token: other } }), 200);
+      expectStatus(await del(srv.url, `/users/${user.username}/tokens`, { token }), 200);
+      expectFail(await get(srv.url, '/files', { token: user.token }), 401);
       expectFail(await get(srv.url, `/files/${ids[0]}`, { token }), 404);
       expectFail(await get(srv.url, '/files', { token: other }), 401);
       // Anything but a removal still gets 507 on a full disk, and changes nothing (filled
@@ -340,6 +344,7 @@ describe.skipIf(typeof disk === 'string')('removals on a full disk', () => {
       expectFail(await get(srv.url, `/files/${ids[0]}`, { token }), 404);
       expectFail(await get(srv.url, `/links/${link.body.id}`, { token }), 404);
       expectFail(await get(srv.url, '/files', { token: other }), 401);
+      expectFail(await get(srv.url, '/files', { token: user.token }), 401);
       const shares = await verifyAllContent(srv.url, token);
       expect([...shares.keys()].sort()).toEqual([...acked].sort());
       expect(shares.get(ids[2]!)).toMatchObject({ file_name: 'full-2.txt' });

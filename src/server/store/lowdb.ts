@@ -174,6 +174,12 @@ const REMOVALS: ReadonlySet<Op['op']> = new Set([
   'revoke',
 ]);
 
+/** A removal, or the end of every token of a user (`DELETE /users/<name>/tokens`). */
+function isRemoval(op: Op): boolean {
+  if (op.op === 'updateUser') return Object.keys(op.changes).every((k) => k === 'token_gen');
+  return REMOVALS.has(op.op);
+}
+
 interface Waiter {
   op: Op;
   line: string;
@@ -427,7 +433,7 @@ export class LowdbStore implements MetadataStore {
    * refused (out of space, 507) when it cannot be: the reserve's room stays for removals.
    */
   private change(op: Op): Promise<void> {
-    if (!this.reserve.short || REMOVALS.has(op.op)) return this.changeNow(op);
+    if (!this.reserve.short || isRemoval(op)) return this.changeNow(op);
     return this.reserve
       .fill()
       .catch(() => undefined)
@@ -536,7 +542,7 @@ export class LowdbStore implements MetadataStore {
     // files) and written with the room the reserve gives back; the rest are refused.
     const retry = isOutOfSpace(err) && !this.broken && !this.reserve.short;
     for (const w of undone) {
-      if (retry && REMOVALS.has(w.op.op) && this.reapply(w)) continue;
+      if (retry && isRemoval(w.op) && this.reapply(w)) continue;
       w.reject(err);
     }
     if (this.pending.length === 0) return;
