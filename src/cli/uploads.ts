@@ -29,10 +29,16 @@ export function damagedNotice(d: DamagedRecord): string {
 function asRecord(value: unknown): UploadRecord | string {
   const r = value as Partial<Record<keyof UploadRecord, unknown>> | null;
   if (typeof r !== 'object' || r === null || Array.isArray(r)) return 'not an upload record';
-  const strings = ['server', 'share_id', 'dzuuid', 'path', 'file_name', 'started'] as const;
+  const strings = ['server', 'dzuuid', 'path', 'file_name', 'started'] as const;
   const numbers = ['size', 'mtimeMs', 'ino', 'chunk_size'] as const;
   if (
     strings.some((k) => typeof r[k] !== 'string') ||
+    // No share id yet: written before the create, which its key finds again.
+    !(
+      typeof r.share_id === 'string' ||
+      (r.share_id === null && typeof r.create_key === 'string')
+    ) ||
+    (r.create_key !== undefined && typeof r.create_key !== 'string') ||
     numbers.some((k) => typeof r[k] !== 'number') ||
     (r.mode !== 'create' && r.mode !== 'replace')
   )
@@ -51,10 +57,14 @@ export function uploadRecords(
   options: { onDamaged?: (record: DamagedRecord) => void } = {},
 ): UploadRecordStore {
   const dir = join(configDir, 'uploads');
+  // Named by the create's key when it has one: the same file before and after the share id is known.
   const fileOf = (r: UploadRecord) =>
     join(
       dir,
-      `${createHash('sha256').update(`${r.server}\0${r.share_id}\0${r.path}\0${r.mode}`).digest('hex').slice(0, 32)}.json`,
+      `${createHash('sha256')
+        .update(`${r.server}\0${r.create_key ?? r.share_id}\0${r.path}\0${r.mode}`)
+        .digest('hex')
+        .slice(0, 32)}.json`,
     );
   const told = new Set<string>();
   const scan = async () => {

@@ -11,7 +11,7 @@ import type {
   User,
   Whoami,
 } from '../shared/types.js';
-import { callJson, isRecord, type AnswerShape, type ApiClient } from './http.js';
+import { callJson, header, isRecord, type AnswerShape, type ApiClient } from './http.js';
 import { sharePath } from './refs.js';
 
 export interface PageQuery {
@@ -205,21 +205,30 @@ export interface ExpiryRequest {
   expires_in?: number | null;
 }
 
-export function createFile(
+/** A share made by POST /files; `replayed`: fshare serve answered an earlier create with this key. */
+export interface CreatedShare extends CreatedResponse {
+  replayed: boolean;
+}
+
+export async function createFile(
   client: ApiClient,
   fileName?: string,
   extra: ExpiryRequest = {},
-): Promise<CreatedResponse> {
-  return callJson(client, {
+  key: string = randomUUID(),
+): Promise<CreatedShare> {
+  let replayed = false;
+  const created = await callJson<CreatedResponse>(client, {
     method: 'POST',
     path: '/files',
     json: { ...(fileName === undefined ? {} : { file_name: fileName }), ...extra },
     // A create whose answer is lost is sent again with the same key: fshare serve then answers
     // with the share the first one made. (A server without the extension may make a second,
     // empty share, as running the command again would.)
-    idempotencyKey: randomUUID(),
+    idempotencyKey: key,
     expect: CREATED,
+    onHeaders: (headers) => (replayed = header(headers, 'idempotent-replayed') === 'true'),
   });
+  return { ...created, replayed };
 }
 
 /**

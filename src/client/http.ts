@@ -353,6 +353,8 @@ export interface JsonRequest {
    * attempt (or by someone else meanwhile): the thing is gone, as asked.
    */
   repeatable?: boolean;
+  /** Told the headers of the answer (before its body is read). */
+  onHeaders?: (headers: IncomingHttpHeaders) => void;
 }
 
 /** The shape of the answer a request asks for: a JSON object that `ok` accepts. */
@@ -396,6 +398,7 @@ export async function callJson<T>(client: ApiClient, req: JsonRequest): Promise<
     return { status: 'success', message: 'Already gone' } as T;
   }
   if (res.statusCode >= 400) throw await toApiError(res);
+  req.onHeaders?.(res.headers);
   const text = await res.text();
   let body: unknown;
   try {

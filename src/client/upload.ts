@@ -52,7 +52,13 @@ export interface ChunkOptions {
 /** An upload that did not finish, remembered so that the same command can resume it. */
 export interface UploadRecord {
   server: string;
-  share_id: string;
+  /**
+   * null until the create is answered: the record is written first, with `create_key`, so a run
+   * killed before the answer came finds that share again by sending the same key.
+   */
+  share_id: string | null;
+  /** The Idempotency-Key of the create that makes (or made) the share. */
+  create_key?: string;
   dzuuid: string;
   /** Absolute path of the file, and what identified its content when the upload began. */
   path: string;
@@ -354,7 +360,7 @@ async function plan(
 
 function newRecord(
   client: ApiClient,
-  id: string,
+  id: string | null,
   file: LocalFile,
   mode: 'create' | 'replace',
   p: { uploadId: string; chunkSize: number },
@@ -761,32 +767,8 @@ async function uploadOpenFile(
       resumedBytes: file.size,
     });
   let id = earlier?.shareId;
-  let fresh: ContentOptions['fresh'];
-  if (id === undefined) {
-    // From the moment the share exists, a record names it (`fshare uploads` lists it).
-    let madeId: string | undefined;
-    id = await createShare(client, fileName, options.expiresIn, async (newId) => {
-      madeId = newId;
-      const uploadId = randomUUID();
-      const chunkSize = options.chunkSize ?? DEFAULT_CHUNK_SIZE;
-      fresh = {
-        uploadId,
-        record: options.resume
-          ? await keepRecord(
-              newRecord(client, newId, file, 'create', { uploadId, chunkSize }, fileName),
-              options,
-            )
-          : undefined,
-      };
-    }).catch(async (err: unknown) => {
-      // The share was deleted again (a server without expiry): its record goes with it.
-      if (err instanceof UnsupportedError && fresh?.record)
-        await options.resume?.remove(fresh.record);
-      // The expiry could not be read back (a 401, say): the share made is dealt with as below.
-      else if (madeId !== undefined) await failed(client, madeId, err, options);
-      throw err;
-    });
-  }
+  let fresh = earlier?.fresh;
+  if (id === undefined) ({ id, fresh } = await createAndRecord(client, file, fileName, options));
   let result: ContentResult;
   try {
     result = await uploadContent(client, id, path, {
@@ -874,6 +856,57 @@ async function finished(
 }
 
 /**
+ * Creates the share of a fresh upload. Its record is written first, with the Idempotency-Key the
+ * create sends and no share id yet, then again with the share's id: a run killed in between (its
+ * share made, the answer not yet read) left a record by which the next run asks for that same
+ * share again (pendingShare), instead of a share no record names.
+ */
+async function createAndRecord(
+  client: ApiClient,
+  file: OpenFile,
+  fileName: string,
+  options: UploadFileOptions,
+): Promise<{ id: string; fresh: NonNullable<ContentOptions['fresh']> }> {
+  const uploadId = randomUUID();
+  const key = randomUUID();
+  const chunkSize = options.chunkSize ?? DEFAULT_CHUNK_SIZE;
+  let record = options.resume
+    ? await keepRecord(
+        {
+          ...newRecord(client, null, file, 'create', { uploadId, chunkSize }, fileName),
+          create_key: key,
+        },
+        options,
+      )
+    : undefined;
+  let madeId: string | undefined;
+  try {
+    const id = await createShare(client, fileName, options.expiresIn, key, async (newId) => {
+      madeId = newId;
+      // The same record file (it is named by the key): if it cannot be written now, the one
+      // without the id still finds the share again.
+      if (record) {
+        record = { ...record, share_id: newId };
+        await options.resume!.save(record).catch(() => undefined);
+      }
+    });
+    return { id, fresh: { uploadId, record } };
+  } catch (err) {
+    // The share was deleted again (a server without expiry), or the create was refused: nothing
+    // is left to find. (A create whose answer did not come keeps its record: the next run asks
+    // for the share by its key.)
+    if (
+      record &&
+      (err instanceof UnsupportedError || (madeId === undefined && refusedForGood(err)))
+    )
+      await options.resume?.remove(record);
+    // The expiry could not be read back (a 401, say): the share made is dealt with as below.
+    else if (madeId !== undefined) await failed(client, madeId, err, options);
+    throw err;
+  }
+}
+
+/**
  * Creates the share (`made` is told its id at once); with an expiry, checks that the server took
  * it before any byte is sent (a server without expiry may ignore the field: its share would never
  * be deleted).
@@ -882,10 +915,11 @@ async function createShare(
   client: ApiClient,
   fileName: string,
   expiresIn: number | undefined,
+  key: string,
   made: (id: string) => Promise<void>,
 ): Promise<string> {
   const fields = expiresIn === undefined ? undefined : { expires_in: expiresIn };
-  const id = idFromUrl((await createFile(client, fileName, fields)).url);
+  const id = idFromUrl((await createFile(client, fileName, fields, key)).url);
   await made(id);
   if (expiresIn === undefined) return id;
   const share = await getFile(client, id);
@@ -898,6 +932,30 @@ async function createShare(
   return id;
 }
 
+/**
+ * The share a record written before its create names: the create is sent again with the same
+ * Idempotency-Key (and name). `replayed`: the server said it is the share the earlier create
+ * made (fshare serve). Otherwise this create made it now, and a server that ignores the key may
+ * also have made one for the earlier create, which nothing names: `unknown` says so in a line.
+ */
+export async function pendingShare(
+  client: ApiClient,
+  record: UploadRecord,
+  expiresIn?: number,
+): Promise<{ id: string; replayed: boolean; unknown?: string }> {
+  const fields = expiresIn === undefined ? undefined : { expires_in: expiresIn };
+  const created = await createFile(client, record.file_name, fields, record.create_key);
+  return {
+    id: idFromUrl(created.url),
+    replayed: created.replayed,
+    unknown: created.replayed
+      ? undefined
+      : `the earlier upload of ${record.path} was stopped while its share was being created; ` +
+        `a server that does not take Idempotency-Key (the reference server) may have left an ` +
+        `empty share named ${record.file_name} then, which fshare cannot tell from others: fshare ls shows it`,
+  };
+}
+
 /** --restart: the earlier, unfinished upload of this file is given up, its empty share deleted. */
 async function abandonEarlier(
   client: ApiClient,
@@ -907,8 +965,15 @@ async function abandonEarlier(
   const records = (await options.resume?.list()) ?? [];
   for (const r of records) {
     if (r.server !== client.server || r.path !== file.path || r.mode !== 'create') continue;
-    const share = await getFile(client, r.share_id).catch(() => undefined);
-    if (share && !share.initialized) await deleteFile(client, r.share_id).catch(() => undefined);
+    let id = r.share_id;
+    if (id === null) {
+      const pending = await pendingShare(client, r).catch(() => undefined);
+      if (pending?.unknown) options.onNotice?.(pending.unknown);
+      id = pending?.id ?? null;
+    }
+    const share = id === null ? undefined : await getFile(client, id).catch(() => undefined);
+    if (id !== null && share && !share.initialized)
+      await deleteFile(client, id).catch(() => undefined);
     await options.resume?.remove(r);
   }
 }
@@ -920,6 +985,8 @@ interface Earlier {
   finished?: Share;
   /** The file's sha256, when it had to be computed to tell. */
   sha256?: string;
+  /** The earlier run was stopped before it sent a chunk: its record, to go on as a fresh upload. */
+  fresh?: ContentOptions['fresh'];
 }
 
 /**
@@ -943,15 +1010,38 @@ async function earlierUpload(
       !busyElsewhere(r),
   );
   if (!record) return undefined;
+  let what = 'is gone';
+  let fresh: ContentOptions['fresh'];
+  if (record.share_id === null) {
+    // Stopped between its record and its create's answer: the create again, with its key.
+    const pending = await pendingShare(client, record, options.expiresIn).catch((err: unknown) => {
+      // 409: the share that key made was handed to another owner since.
+      if (err instanceof ApiError && err.status === 409) return undefined;
+      throw err;
+    });
+    if (!pending) {
+      options.onNotice?.(
+        `the share of the earlier upload of ${file.path} is not open to you any more; uploading it again into a new share`,
+      );
+      await options.resume?.remove(record);
+      return {};
+    }
+    record.share_id = pending.id;
+    fresh = { uploadId: record.dzuuid, record: { ...record, pid: process.pid, host: hostname() } };
+    await options.resume?.save(fresh.record!).catch(() => undefined);
+    options.onNotice?.(
+      pending.unknown ??
+        `the earlier upload of ${file.path} was stopped while its share was being created; it goes on in that share, ${pending.id}`,
+    );
+  }
   // Only "not found" (or no longer the caller's) means gone: any other failure stops here, the
   // record kept, no new share.
-  let what = 'is gone';
   const share = await getFile(client, record.share_id).catch((err: unknown) => {
     if (err instanceof ApiError && err.status === 403) what = 'is not open to you any more';
     if (err instanceof ApiError && (err.status === 404 || err.status === 403)) return undefined;
     throw err;
   });
-  if (share && !share.initialized) return { shareId: record.share_id };
+  if (share && !share.initialized) return { shareId: record.share_id, fresh };
   let sha256: string | undefined;
   if (share && typeof share.sha256 === 'string') {
     what = 'holds other content now';

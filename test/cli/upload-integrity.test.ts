@@ -4,7 +4,7 @@
 // the server's digest. The built binary against a real `fshare serve`, through a small proxy.
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import {
   createServer,
   request,
@@ -27,6 +27,7 @@ import {
   type Cli,
   type Serve,
 } from '../helpers/cli.js';
+import { startStandIn } from '../helpers/standin.js';
 
 const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
 
@@ -41,7 +42,9 @@ interface Transfer {
 }
 
 interface Record {
+  /** null in a record written before its create was answered */
   share_id: string;
+  create_key?: string;
   dzuuid: string;
   path: string;
 }
@@ -63,6 +66,8 @@ function proxyTo(target: string) {
     seen: [] as { method: string; url: string; status?: number }[],
     hold: (_req: IncomingMessage): boolean => false,
     held: 0,
+    /** Forwarded, but the answer never given back (the server acts, the client never hears). */
+    swallow: (_req: IncomingMessage): boolean => false,
     chunkDelayMs: 0,
   };
   const server: Server = createServer((req: IncomingMessage, res: ServerResponse) => {
@@ -88,6 +93,7 @@ function proxyTo(target: string) {
         },
         (up) => {
           entry.status = up.statusCode;
+          if (state.swallow(req)) return void up.resume();
           res.writeHead(up.statusCode ?? 502, up.headers);
           up.pipe(res);
         },
@@ -352,5 +358,128 @@ describe('fshare upload: its record and its file', () => {
     expect(cleaned.stdout).toBe(`Deleted share ${id} of the unfinished upload of ${path}`);
     expect((await cli.run(['--server', via, 'info', id])).exitCode).toBe(4);
     expect(await recordsOf(cli)).toEqual([]);
+  });
+
+  /**
+   * Runs `fshare upload path` and SIGKILLs it once the server has answered its create (POST
+   * /files), an answer the client never gets. Returns the share the server made.
+   */
+  const killAtCreate = async (path: string, name: string): Promise<string> => {
+    proxy.state.seen.length = 0;
+    proxy.state.swallow = (req) => req.method === 'POST' && req.url === '/files';
+    try {
+      const child = background([path]);
+      for (
+        let i = 0;
+        i < 600 && !proxy.state.seen.some((s) => s.url === '/files' && s.status === 201);
+        i++
+      )
+        await sleep(20);
+      child.kill('SIGKILL');
+      await child;
+    } finally {
+      proxy.state.swallow = () => false;
+    }
+    const made = await sharesNamed(name);
+    expect(made).toHaveLength(1);
+    return made[0]!;
+  };
+
+  // Property: from the moment a share exists, a record names it. A SIGKILL between the server
+  // making the share (POST /files) and the client writing its record left a share no record
+  // named: `fshare uploads` and `uploads clean` never saw it, and the next run made a second one.
+  // Now the record (with the Idempotency-Key the create sends) is written first; the next run
+  // sends the create again with that key, gets the same share and goes on in it; `uploads clean`
+  // finds it the same way and deletes it.
+  it('a run killed between the create and its answer: the next run goes on in that share, and uploads clean deletes it', async () => {
+    const name = `killed-at-create-${Date.now()}.bin`;
+    const path = join(work, name);
+    const data = randomBytes(200_000);
+    await writeFile(path, data);
+
+    const id = await killAtCreate(path, name);
+    const [record, ...others] = (await recordsOf(cli)).filter((r) => r.path === path);
+    expect(others).toEqual([]);
+    expect(record).toMatchObject({ share_id: null, create_key: expect.any(String) });
+    const listed = await cli.json<{ share_id: string | null; url: string | null; path: string }[]>([
+      'uploads',
+    ]);
+    expect(listed).toMatchObject([{ share_id: null, url: null, path }]);
+
+    const again = await cli.run(['--server', via, '--json', 'upload', path]);
+    expect(again.exitCode, again.stderr).toBe(0);
+    expect(again.stderr.trimEnd().split('\n')).toEqual([
+      `fshare: the earlier upload of ${path} was stopped while its share was being created; it goes on in that share, ${id}`,
+    ]);
+    const [done] = JSON.parse(again.stdout) as Transfer[];
+    expect(done).toMatchObject({ share_id: id, sha256: sha256(data), verified: true });
+    expect(await sharesNamed(name)).toEqual([id]);
+    expect(await recordsOf(cli)).toEqual([]);
+
+    // Given up instead: uploads clean finds the share by the key, and deletes it.
+    const name2 = `${name}.2`;
+    const path2 = join(work, name2);
+    await writeFile(path2, data);
+    const id2 = await killAtCreate(path2, name2);
+    const cleaned = await cli.run(['--server', via, 'uploads', 'clean']);
+    expect(cleaned.exitCode, cleaned.stderr).toBe(0);
+    expect(cleaned.stderr).toBe('');
+    expect(cleaned.stdout).toBe(`Deleted share ${id2} of the unfinished upload of ${path2}`);
+    expect(await sharesNamed(name2)).toEqual([]);
+    expect(await recordsOf(cli)).toEqual([]);
+  });
+});
+
+describe('fshare upload against a server without Idempotency-Key (the reference stand-in)', () => {
+  // Property: a record written before its create still works where the key is ignored: the next
+  // run cannot get the earlier share back, says so in one line naming what to look for, and
+  // uploads into a new share (never worse than before: the share the kill left is the only one
+  // not named, as it always was there).
+  it('a record without a share id: one line says a share may be left, and the upload goes on', async () => {
+    const standIn = await startStandIn();
+    const cli = await createCli();
+    const work = await tempDir('standin-pending');
+    try {
+      const path = join(work, 'pending.txt');
+      await writeFile(path, 'pending bytes\n');
+      const dir = join(cli.configDir, 'uploads');
+      await mkdir(dir, { recursive: true });
+      const info = await stat(path);
+      const key = 'a3c1e8f0-0b1e-4a57-9d1c-5b8f4c2e7a10';
+      // Where fshare keeps it: named by server, key, path and mode.
+      const named = sha256(Buffer.from(`${standIn.url}\0${key}\0${path}\0create`)).slice(0, 32);
+      await writeFile(
+        join(dir, `${named}.json`),
+        JSON.stringify({
+          server: standIn.url,
+          share_id: null,
+          create_key: key,
+          dzuuid: 'f1d2c3b4-0000-4000-8000-000000000001',
+          path,
+          size: info.size,
+          mtimeMs: info.mtimeMs,
+          ino: info.ino,
+          chunk_size: 8 * 1024 * 1024,
+          mode: 'create',
+          file_name: 'pending.txt',
+          started: new Date().toISOString(),
+          pid: 999_999_999,
+        }),
+      );
+      const res = await cli.run(['--server', standIn.url, '--json', 'upload', path], {
+        env: { FSHARE_TOKEN: 'any-token' },
+      });
+      expect(res.exitCode, res.stderr).toBe(0);
+      expect(res.stderr.trimEnd().split('\n')).toEqual([
+        `fshare: the earlier upload of ${path} was stopped while its share was being created; a server that does not take Idempotency-Key (the reference server) may have left an empty share named pending.txt then, which fshare cannot tell from others: fshare ls shows it`,
+        `fshare: ${path}: uploaded, but not verified (the server gives no sha256); the file's is ${createHash('sha256').update('pending bytes\n').digest('hex')}`,
+      ]);
+      const [done] = JSON.parse(res.stdout) as Transfer[];
+      expect(standIn.shares.get(done!.share_id)?.content.toString()).toBe('pending bytes\n');
+      expect(await readdir(dir)).toEqual([]);
+    } finally {
+      await standIn.close();
+      await rm(work, { recursive: true, force: true });
+    }
   });
 });

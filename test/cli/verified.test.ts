@@ -50,6 +50,11 @@ async function recordsOf(cli: Cli): Promise<{ share_id: string; dzuuid: string }
   return Promise.all(names.map(async (n) => JSON.parse(await readFile(join(dir, n), 'utf8'))));
 }
 
+/** The first record that names its share (one is written before its share's create is answered). */
+async function recordWithShare(cli: Cli) {
+  return (await recordsOf(cli)).find((r) => typeof r.share_id === 'string');
+}
+
 describe('verified transfers against fshare serve', () => {
   let serve: Serve;
   let admin: Cli;
@@ -247,7 +252,7 @@ describe('verified transfers against fshare serve', () => {
       let held: number[] = [];
       for (let i = 0; i < 600 && held.length < 4; i++) {
         await sleep(50);
-        record ??= (await recordsOf(admin))[0];
+        record ??= await recordWithShare(admin);
         if (record) held = (await state(record.share_id, record.dzuuid)).body.received ?? [];
       }
       child.kill('SIGKILL');
@@ -313,7 +318,7 @@ describe('verified transfers against fshare serve', () => {
       let record: { share_id: string } | undefined;
       for (let i = 0; i < 200 && !record; i++) {
         await sleep(50);
-        record = (await recordsOf(admin))[0];
+        record = await recordWithShare(admin);
       }
       expect(record).toBeDefined();
       const second = await admin.run(
@@ -349,7 +354,7 @@ describe('verified transfers against fshare serve', () => {
       let record: { share_id: string; dzuuid: string } | undefined;
       for (let i = 0; i < 400; i++) {
         await sleep(25);
-        record ??= (await recordsOf(admin)).find((r) => r.share_id !== undefined);
+        record ??= await recordWithShare(admin);
         if (
           record &&
           ((await state(record.share_id, record.dzuuid)).body.received ?? []).length > 0
@@ -587,9 +592,9 @@ describe('verified transfers against fshare serve', () => {
         ],
         { env: { FSHARE_TOKEN: token } },
       );
-      for (let i = 0; i < 200 && (await recordsOf(admin)).length === 0; i++)
+      for (let i = 0; i < 200 && !(await recordWithShare(admin)); i++)
         await new Promise((r) => setTimeout(r, 25));
-      const [record] = await recordsOf(admin);
+      const record = await recordWithShare(admin);
       expect(record).toBeDefined();
       const listed = await admin.json<{ running: boolean }[]>(['uploads']);
       expect(listed).toMatchObject([{ running: true }]);

@@ -14,6 +14,7 @@ import {
   DEFAULT_PARALLEL,
   leftToResume,
   localFileSize,
+  pendingShare,
   refusedForGood,
   replaceFile,
   uploadFile,
@@ -102,6 +103,9 @@ async function stdinLeftovers(resume: UploadRecordStore, spool: string): Promise
   const left = (await resume.list()).find((r) => r.mode === 'create' && r.path === resolve(spool));
   if (!left)
     return 'fshare: an upload from standard input cannot be resumed; nothing of it was left on the server';
+  // Its create was not answered: the share it may have made is found by the record's key.
+  if (left.share_id === null)
+    return 'fshare: an upload from standard input cannot be resumed; its share may have been created without an answer: fshare uploads clean deletes it';
   return `fshare: an upload from standard input cannot be resumed; it left the share ${left.share_id} without content: fshare uploads clean (or fshare rm ${left.share_id}) deletes it`;
 }
 
@@ -473,7 +477,7 @@ const uploads = (program: Command) => {
         ['SHARE', 'FILE', 'SIZE', 'KIND', 'STARTED', 'SERVER'],
         [
           ...records.map((r) => [
-            r.share_id,
+            r.share_id ?? '-',
             r.path,
             process.stdout.isTTY ? formatSize(r.size) : String(r.size),
             r.mode === 'create' ? 'upload' : 'replace',
@@ -511,7 +515,7 @@ const uploads = (program: Command) => {
 function recordShape(r: UploadRecord, store: UploadRecordStore) {
   return {
     share_id: r.share_id as string | null,
-    url: shareUrl(r.server, r.share_id) as string | null,
+    url: r.share_id === null ? null : shareUrl(r.server, r.share_id),
     path: r.path as string | null,
     size: r.size as number | null,
     kind: r.mode === 'create' ? 'upload' : 'replace',
@@ -552,24 +556,37 @@ async function clean(session: Session, record: UploadRecord, store: UploadRecord
     };
   const client = await session.client(record.server);
   let deleted = false;
-  if (record.mode === 'create') {
+  let id = record.share_id;
+  if (id === null) {
+    // Stopped before its create was answered: the create again with its key names the share.
+    const pending = await pendingShare(client, record).catch((err: unknown) => {
+      if (err instanceof ApiError && err.status === 409) return undefined; // handed over since
+      throw err;
+    });
+    if (pending?.unknown) warn(pending.unknown.replace(/^the earlier upload/, 'the upload'));
+    // Made just now (nothing earlier to give back): deleted again, and not the upload's share.
+    if (pending && !pending.replayed) await deleteFile(client, pending.id);
+    else id = pending?.id ?? null;
+  }
+  if (record.mode === 'create' && id !== null) {
     // Gone already (404) is fine; any other failure keeps the record, to try again later.
-    const share = await getFile(client, record.share_id).catch((err: unknown) => {
+    const share = await getFile(client, id).catch((err: unknown) => {
       if (err instanceof ApiError && err.status === 404) return undefined;
       throw err;
     });
     if (share && !share.initialized) {
-      await deleteFile(client, record.share_id);
+      await deleteFile(client, id);
       deleted = true;
     }
   }
   await store.remove(record);
+  record = { ...record, share_id: id };
   return {
     ...recordShape(record, store),
     share_deleted: deleted,
     running: false,
     message: deleted
-      ? `Deleted share ${record.share_id} of the unfinished upload of ${record.path}`
+      ? `Deleted share ${id} of the unfinished upload of ${record.path}`
       : `Forgot the unfinished ${record.mode === 'create' ? 'upload' : 'replacement'} of ${record.path}`,
   };
 }
