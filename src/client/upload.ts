@@ -556,6 +556,8 @@ async function sendChunks(
   const abort = new AbortController();
   const onOuterAbort = () => abort.abort(options.signal?.reason);
   options.signal?.addEventListener('abort', onOuterAbort, { once: true });
+  // Stopped already (Ctrl-C while the share was being created): no abort event will come.
+  if (options.signal?.aborted) onOuterAbort();
   const toSend = [...Array(p.total).keys()].filter((i) => !p.held.has(i));
   const last = toSend[toSend.length - 1];
   const sent: Sent = { completed: false };
@@ -602,9 +604,10 @@ async function sendChunks(
     options.onProgress?.(bytes, file.size);
   };
 
+  let skipped = false;
   const run = (index: number) =>
     limit(async () => {
-      if (abort.signal.aborted) return;
+      if (abort.signal.aborted) return void (skipped = true);
       try {
         await sendChunk(index);
       } catch (err) {
@@ -624,6 +627,7 @@ async function sendChunks(
   options.signal?.removeEventListener('abort', onOuterAbort);
   const failure = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
   if (failure) throw abort.signal.reason ?? failure.reason;
+  if (skipped) throw abort.signal.reason;
   return sent;
 }
 
