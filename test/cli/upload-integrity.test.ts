@@ -66,6 +66,8 @@ function proxyTo(target: string) {
     seen: [] as { method: string; url: string; status?: number }[],
     hold: (_req: IncomingMessage): boolean => false,
     held: 0,
+    /** Answered 403 by the proxy, as the reference server answers for a share of another. */
+    forbid: (_req: IncomingMessage): boolean => false,
     /** Forwarded, but the answer never given back (the server acts, the client never hears). */
     swallow: (_req: IncomingMessage): boolean => false,
     chunkDelayMs: 0,
@@ -79,6 +81,11 @@ function proxyTo(target: string) {
     if (state.hold(req)) {
       state.held++;
       return; // never answered
+    }
+    if (state.forbid(req)) {
+      entry.status = 403;
+      res.writeHead(403, { 'content-type': 'application/json' });
+      return void res.end('{"status":"fail","message":"Only the owner of the share may do this"}');
     }
     const isChunk =
       /\/content$/.test(entry.url) && entry.method !== 'GET' && entry.method !== 'HEAD';
@@ -427,6 +434,76 @@ describe('fshare upload: its record and its file', () => {
     expect(cleaned.stdout).toBe(`Deleted share ${id2} of the unfinished upload of ${path2}`);
     expect(await sharesNamed(name2)).toEqual([]);
     expect(await recordsOf(cli)).toEqual([]);
+  });
+
+  /** Runs `fshare upload path` and SIGKILLs it mid-upload (a chunk taken); returns its record. */
+  const killMidUpload = async (path: string): Promise<Record> => {
+    proxy.state.seen.length = 0;
+    proxy.state.chunkDelayMs = 100;
+    try {
+      const child = background([path, '--chunk-size', '64k', '--parallel', '1']);
+      for (
+        let i = 0;
+        i < 600 && !proxy.state.seen.some((s) => s.url.endsWith('/content') && s.status === 200);
+        i++
+      )
+        await sleep(20);
+      child.kill('SIGKILL');
+      await child;
+    } finally {
+      proxy.state.chunkDelayMs = 0;
+    }
+    const [record] = (await recordsOf(cli)).filter((r) => r.path === path);
+    expect(record?.share_id).toEqual(expect.any(String));
+    return record!;
+  };
+
+  // Property: uploads clean deletes only the user's own shares, and a share that is not the
+  // user's any more never stops it. A share handed to another user since (fshare serve shows it
+  // to anyone with READ) was deleted under its new owner; one the server answers 403 for (the
+  // reference, for another's share) stopped the command there, exit 3, that record kept forever
+  // and the records after it never handled. Now each such record is forgotten with one line saying
+  // the share is no longer the user's (not deleted), the others are cleaned, and the exit is 0.
+  it('uploads clean forgets, without deleting, a share handed to another user or answered 403, and cleans the rest', async () => {
+    const stamp = Date.now();
+    const paths = ['given', 'mine', 'forbidden'].map((n) => join(work, `clean-${n}-${stamp}.bin`));
+    for (const p of paths) await writeFile(p, randomBytes(1024 * 1024));
+    const records: Record[] = [];
+    for (const p of paths) records.push(await killMidUpload(p));
+    const bob = await cli.run(
+      ['--server', via, 'users', 'add', `bob${stamp}`, '--perms', 'READ', '--password-stdin'],
+      {
+        input: 'bob-password-123\n',
+      },
+    );
+    expect(bob.exitCode, bob.stderr).toBe(0);
+    const chown = await cli.run(['--server', via, 'chown', records[0]!.share_id, `bob${stamp}`]);
+    expect(chown.exitCode, chown.stderr).toBe(0);
+    proxy.state.forbid = (req) =>
+      req.method === 'GET' && req.url === `/files/${records[2]!.share_id}`;
+    let cleaned;
+    try {
+      cleaned = await cli.run(['--server', via, 'uploads', 'clean']);
+    } finally {
+      proxy.state.forbid = () => false;
+    }
+    expect(cleaned.exitCode, cleaned.stderr).toBe(0);
+    expect(cleaned.stderr).toBe('');
+    expect(cleaned.stdout.split('\n')).toEqual([
+      `Forgot the unfinished upload of ${paths[0]}: share ${records[0]!.share_id} is no longer yours (not deleted)`,
+      `Deleted share ${records[1]!.share_id} of the unfinished upload of ${paths[1]}`,
+      `Forgot the unfinished upload of ${paths[2]}: share ${records[2]!.share_id} is no longer yours (not deleted)`,
+    ]);
+    expect(await recordsOf(cli)).toEqual([]);
+    const info = await cli.json<{ owner_name: string }>([
+      '--server',
+      via,
+      'info',
+      records[0]!.share_id,
+    ]);
+    expect(info.owner_name).toBe(`bob${stamp}`);
+    expect((await cli.run(['--server', via, 'info', records[1]!.share_id])).exitCode).toBe(4);
+    expect((await cli.run(['--server', via, 'info', records[2]!.share_id])).exitCode).toBe(0);
   });
 });
 

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { Command } from 'commander';
-import { createLink, deleteFile, getFile } from '../../client/api.js';
+import { createLink, deleteFile, getFile, whoami } from '../../client/api.js';
 import { download, parseByteRange, type ByteRange } from '../../client/download.js';
 import { ApiError, NetworkError } from '../../client/errors.js';
 import { createLimiter } from '../../client/limit.js';
@@ -22,6 +22,7 @@ import {
   type UploadRecord,
 } from '../../client/upload.js';
 import { formatSize } from '../../shared/size.js';
+import type { Whoami } from '../../shared/types.js';
 import { parseChunkSize, parseDuration, parsePositiveInt } from '../args.js';
 import { configDir } from '../config.js';
 import { openSession, partialValidators, type Session } from '../context.js';
@@ -498,7 +499,8 @@ const uploads = (program: Command) => {
       const store = uploadRecords(configDir(session.config));
       const cleaned = [];
       const { records, damaged } = await store.scan();
-      for (const record of records) cleaned.push(await clean(session, record, store));
+      const users = new Map<string, Promise<Whoami | undefined>>();
+      for (const record of records) cleaned.push(await clean(session, record, store, users));
       for (const d of damaged) {
         await store.removeDamaged(d);
         cleaned.push({
@@ -543,8 +545,16 @@ function damagedShape(d: DamagedRecord): ReturnType<typeof recordShape> {
   };
 }
 
-/** Forgets one interrupted upload; deletes the share it made if that share is still empty. */
-async function clean(session: Session, record: UploadRecord, store: UploadRecordStore) {
+/**
+ * Forgets one interrupted upload; deletes the share it made if that share is still empty and
+ * still the user's. `users`: who is signed in, per server (undefined: the server did not say).
+ */
+async function clean(
+  session: Session,
+  record: UploadRecord,
+  store: UploadRecordStore,
+  users: Map<string, Promise<Whoami | undefined>>,
+) {
   // A record whose process is still running belongs to an upload in progress (another
   // terminal, another CI step): cleaning it used to delete that upload's share under it.
   if (busyElsewhere(record))
@@ -555,12 +565,23 @@ async function clean(session: Session, record: UploadRecord, store: UploadRecord
       message: `Left the upload of ${record.path} alone: fshare process ${record.pid} is still running it`,
     };
   const client = await session.client(record.server);
+  const me = () => {
+    if (!users.has(record.server))
+      users.set(
+        record.server,
+        whoami(client).catch(() => undefined),
+      );
+    return users.get(record.server)!;
+  };
   let deleted = false;
   let id = record.share_id;
+  // Handed to another user since (or no longer open to this one): not this user's to delete, and
+  // never will be; its record goes, said in its line, and the others are cleaned as usual.
+  let notYours = false;
   if (id === null) {
     // Stopped before its create was answered: the create again with its key names the share.
     const pending = await pendingShare(client, record).catch((err: unknown) => {
-      if (err instanceof ApiError && err.status === 409) return undefined; // handed over since
+      if (err instanceof ApiError && err.status === 409) return void (notYours = true);
       throw err;
     });
     if (pending?.unknown) warn(pending.unknown.replace(/^the earlier upload/, 'the upload'));
@@ -570,11 +591,21 @@ async function clean(session: Session, record: UploadRecord, store: UploadRecord
   }
   if (record.mode === 'create' && id !== null) {
     // Gone already (404) is fine; any other failure keeps the record, to try again later.
-    const share = await getFile(client, id).catch((err: unknown) => {
+    const share = await getFile(client, id).catch(async (err: unknown) => {
       if (err instanceof ApiError && err.status === 404) return undefined;
+      // A 403 for a user who lacks READ is about the user, not the share: a failure as before.
+      if (
+        err instanceof ApiError &&
+        err.status === 403 &&
+        (await me())?.permissions.includes('READ') !== false
+      )
+        return void (notYours = true);
       throw err;
     });
-    if (share && !share.initialized) {
+    // Anyone with READ may see a share (fshare serve): whose it is now, its owner's name says.
+    const user = share ? await me() : undefined;
+    if (share && user && share.owner_name !== user.username) notYours = true;
+    else if (share && !share.initialized) {
       await deleteFile(client, id);
       deleted = true;
     }
@@ -585,9 +616,11 @@ async function clean(session: Session, record: UploadRecord, store: UploadRecord
     ...recordShape(record, store),
     share_deleted: deleted,
     running: false,
-    message: deleted
-      ? `Deleted share ${id} of the unfinished upload of ${record.path}`
-      : `Forgot the unfinished ${record.mode === 'create' ? 'upload' : 'replacement'} of ${record.path}`,
+    message: notYours
+      ? `Forgot the unfinished upload of ${record.path}: ${id === null ? 'the share made for it' : `share ${id}`} is no longer yours (not deleted)`
+      : deleted
+        ? `Deleted share ${id} of the unfinished upload of ${record.path}`
+        : `Forgot the unfinished ${record.mode === 'create' ? 'upload' : 'replacement'} of ${record.path}`,
   };
 }
 
