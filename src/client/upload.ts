@@ -76,6 +76,13 @@ export interface UploadRecord {
    */
   pid?: number;
   host?: string;
+  /** The file was a private copy of standard input (`upload -`), gone once the command ends. */
+  stdin?: boolean;
+}
+
+/** Whether a record is of an upload of standard input (older fshares: by its copy's path). */
+export function fromStdin(r: UploadRecord): boolean {
+  return r.stdin === true || /[/\\]fshare-stdin-[^/\\]+[/\\]stdin$/.test(r.path);
 }
 
 /** True when another live process on this host is running the upload of this record. */
@@ -706,6 +713,8 @@ export interface UploadFileOptions extends ChunkOptions {
   lock?: boolean;
   /** fshare extension: the share is deleted this many seconds after its creation. */
   expiresIn?: number;
+  /** The file is a private copy of standard input: its record says so (it cannot be resumed). */
+  stdin?: boolean;
 }
 
 /** What `fshare upload --json` prints per file. */
@@ -879,6 +888,7 @@ async function createAndRecord(
         {
           ...newRecord(client, null, file, 'create', { uploadId, chunkSize }, fileName),
           create_key: key,
+          ...(options.stdin ? { stdin: true } : {}),
         },
         options,
       )

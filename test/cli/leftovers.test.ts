@@ -209,6 +209,51 @@ describe('upload - (standard input)', () => {
     const cleaned = await cli.run(['--server', serve.url, 'uploads', 'clean']);
     expect(cleaned.stdout).toContain(`Deleted share ${id}`);
   });
+  it('uploads lists an interrupted upload of stdin as standard input, never its deleted copy, and uploads clean names it so', async () => {
+    // Guards: after an interrupted `upload -`, `fshare uploads` showed the deleted spool file
+    // /tmp/fshare-stdin-…/stdin as FILE (and --json as path), as if it could be resumed from there.
+    const cli = await signedIn();
+    const tmp = await tempDir('stdin-tmp');
+    const input = join(work, 'stdin-listed.bin');
+    await writeFile(input, Buffer.alloc(64 * 1024 * 1024, 9));
+    const child = execa(
+      'node',
+      [BIN, '--server', serve.url, 'upload', '-', '--chunk-size', '64k', '-p', '1'],
+      {
+        env: cleanEnv({ FSHARE_CONFIG_DIR: cli.configDir, FSHARE_KEYRING: 'off', TMPDIR: tmp }),
+        extendEnv: false,
+        inputFile: input,
+        reject: false,
+        timeout: 60_000,
+      },
+    );
+    const records = join(cli.configDir, 'uploads');
+    const shareOf = async () => {
+      const [name] = await readdir(records).catch(() => [] as string[]);
+      if (!name) return null;
+      const text = await readFile(join(records, name), 'utf8').catch(() => '{}');
+      return ((JSON.parse(text) as { share_id?: string | null }).share_id ?? null) as string | null;
+    };
+    await until('the upload record with its share', async () => (await shareOf()) !== null);
+    const id = (await shareOf())!;
+    child.kill('SIGINT');
+    expect((await child).exitCode).toBe(130);
+
+    const listed = await cli.run(['--server', serve.url, 'uploads']);
+    expect(listed.exitCode, listed.stderr).toBe(0);
+    expect(listed.stdout.split('\t').slice(0, 2)).toEqual([id, 'standard input']);
+    expect(listed.stdout).not.toContain('fshare-stdin-');
+    const json = await cli.json<{ share_id: string; path: unknown; stdin: unknown }[]>([
+      '--server',
+      serve.url,
+      'uploads',
+    ]);
+    expect(json).toMatchObject([{ share_id: id, path: null, stdin: true }]);
+
+    const cleaned = await cli.run(['--server', serve.url, 'uploads', 'clean']);
+    expect(cleaned.exitCode, cleaned.stderr).toBe(0);
+    expect(cleaned.stdout).toBe(`Deleted share ${id} of the unfinished upload of standard input`);
+  });
 });
 
 describe('pull temporary files', () => {

@@ -12,6 +12,7 @@ import { shareUrl } from '../../client/refs.js';
 import {
   busyElsewhere,
   DEFAULT_PARALLEL,
+  fromStdin,
   leftToResume,
   localFileSize,
   pendingShare,
@@ -249,6 +250,7 @@ const upload = (program: Command) =>
                   resume,
                   restart: options.restart,
                   expiresIn,
+                  stdin: spool !== undefined,
                   signal: stop.signal,
                   onProgress: (sent, total) => bar.update(sent, total),
                   onNotice: (line) => progress.log(asGiven(`fshare: ${line}`)),
@@ -479,7 +481,7 @@ const uploads = (program: Command) => {
         [
           ...records.map((r) => [
             r.share_id ?? '-',
-            r.path,
+            uploadedFile(r),
             process.stdout.isTTY ? formatSize(r.size) : String(r.size),
             r.mode === 'create' ? 'upload' : 'replace',
             process.stdout.isTTY ? shortDate(r.started) : localIso(r.started),
@@ -518,7 +520,9 @@ function recordShape(r: UploadRecord, store: UploadRecordStore) {
   return {
     share_id: r.share_id as string | null,
     url: r.share_id === null ? null : shareUrl(r.server, r.share_id),
-    path: r.path as string | null,
+    path: fromStdin(r) ? null : (r.path as string | null),
+    // (additive) the upload read standard input: there is no file to name, nor to resume from
+    stdin: fromStdin(r),
     size: r.size as number | null,
     kind: r.mode === 'create' ? 'upload' : 'replace',
     started: r.started as string | null,
@@ -529,12 +533,16 @@ function recordShape(r: UploadRecord, store: UploadRecordStore) {
   };
 }
 
+/** What an upload record uploaded, in lines and tables: its file, or standard input. */
+const uploadedFile = (r: UploadRecord) => (fromStdin(r) ? 'standard input' : r.path);
+
 /** A record file that cannot be used: listed (never skipped in silence) with why. */
 function damagedShape(d: DamagedRecord): ReturnType<typeof recordShape> {
   return {
     share_id: null,
     url: null,
     path: null,
+    stdin: false,
     size: null,
     kind: 'damaged',
     started: null,
@@ -562,7 +570,7 @@ async function clean(
       ...recordShape(record, store),
       share_deleted: false,
       running: true,
-      message: `Left the upload of ${record.path} alone: fshare process ${record.pid} is still running it`,
+      message: `Left the upload of ${uploadedFile(record)} alone: fshare process ${record.pid} is still running it`,
     };
   const client = await session.client(record.server);
   const me = () => {
@@ -584,7 +592,12 @@ async function clean(
       if (err instanceof ApiError && err.status === 409) return void (notYours = true);
       throw err;
     });
-    if (pending?.unknown) warn(pending.unknown.replace(/^the earlier upload/, 'the upload'));
+    if (pending?.unknown)
+      warn(
+        pending.unknown
+          .replace(/^the earlier upload/, 'the upload')
+          .replace(record.path, uploadedFile(record)),
+      );
     // Made just now (nothing earlier to give back): deleted again, and not the upload's share.
     if (pending && !pending.replayed) await deleteFile(client, pending.id);
     else id = pending?.id ?? null;
@@ -617,10 +630,10 @@ async function clean(
     share_deleted: deleted,
     running: false,
     message: notYours
-      ? `Forgot the unfinished upload of ${record.path}: ${id === null ? 'the share made for it' : `share ${id}`} is no longer yours (not deleted)`
+      ? `Forgot the unfinished upload of ${uploadedFile(record)}: ${id === null ? 'the share made for it' : `share ${id}`} is no longer yours (not deleted)`
       : deleted
-        ? `Deleted share ${id} of the unfinished upload of ${record.path}`
-        : `Forgot the unfinished ${record.mode === 'create' ? 'upload' : 'replacement'} of ${record.path}`,
+        ? `Deleted share ${id} of the unfinished upload of ${uploadedFile(record)}`
+        : `Forgot the unfinished ${record.mode === 'create' ? 'upload' : 'replacement'} of ${uploadedFile(record)}`,
   };
 }
 
