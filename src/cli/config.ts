@@ -1,8 +1,8 @@
-import { randomBytes } from 'node:crypto';
 import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { withFileLockSync } from '../shared/filelock.js';
+import { ownedTempName } from '../shared/owned-temp.js';
 import { naming } from '../shared/syserr.js';
 
 /** Non-secret settings: where the last login went. Tokens live in credentials.ts. */
@@ -164,7 +164,7 @@ export function configDir(config: Config): string {
  * it, renamed over it (its directory made 0700 first). Errors name the file.
  */
 export function writeWholeSync(path: string, text: string): void {
-  const tmp = `${path}.${randomBytes(6).toString('hex')}.tmp`;
+  const tmp = ownedTempName(path);
   try {
     mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
     writeFileSync(tmp, text, { mode: 0o600 });

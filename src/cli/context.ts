@@ -5,6 +5,7 @@ import type { Command } from 'commander';
 import { createClient, normalizeServer, type ApiClient } from '../client/http.js';
 import type { Validator, ValidatorStore } from '../client/download.js';
 import { parseShareRef } from '../client/refs.js';
+import { removeStaleTemps } from '../shared/owned-temp.js';
 import {
   ConfigDamagedError,
   openConfig,
@@ -122,6 +123,12 @@ export function partialValidators(
   options: { onDamaged?: (file: string, reason: string) => void } = {},
 ): ValidatorStore {
   const dir = join(configDir(config), 'partials');
+  // A record write killed before its rename left NAME.json.<pid>-….tmp: nothing else removes it.
+  let swept = false;
+  const sweep = () => {
+    if (!swept) removeStaleTemps(dir);
+    swept = true;
+  };
   const fileOf = (part: string) =>
     join(dir, `${createHash('sha256').update(resolve(part)).digest('hex').slice(0, 32)}.json`);
   const legacy = (part: string) => {
@@ -130,6 +137,7 @@ export function partialValidators(
   };
   return {
     get: (part) => {
+      sweep();
       const file = fileOf(part);
       let text: string | undefined;
       try {
@@ -158,6 +166,7 @@ export function partialValidators(
       return legacy(part);
     },
     set: (part, validator) => {
+      sweep();
       const file = fileOf(part);
       if (validator === undefined) {
         rmSync(file, { force: true });

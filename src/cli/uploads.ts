@@ -1,7 +1,8 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { mkdir, open, readdir, readFile, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ResumeStore, UploadRecord } from '../client/upload.js';
+import { ownedTempName, removeStaleTemps } from '../shared/owned-temp.js';
 import { naming, systemErrorText } from '../shared/syserr.js';
 
 /** A record file that cannot be used: cut short by a crash, not JSON, or not an upload record. */
@@ -68,6 +69,8 @@ export function uploadRecords(
     );
   const told = new Set<string>();
   const scan = async () => {
+    // A record write killed before its rename left NAME.json.<pid>-….tmp: nothing else removes it.
+    removeStaleTemps(dir);
     let names: string[];
     try {
       names = await readdir(dir);
@@ -120,7 +123,7 @@ export function uploadRecords(
     },
     async save(record) {
       const target = fileOf(record);
-      const tmp = `${target}.${randomBytes(6).toString('hex')}.tmp`;
+      const tmp = ownedTempName(target);
       try {
         await mkdir(dir, { recursive: true, mode: 0o700 });
         const handle = await open(tmp, 'wx', 0o600);

@@ -2,10 +2,21 @@
 // forever, and nothing of the user's that the CLI silently ignores.
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, readdirSync } from 'node:fs';
-import { link, mkdir, open, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import {
+  link,
+  mkdir,
+  open,
+  readdir,
+  readFile,
+  rm,
+  symlink,
+  utimes,
+  writeFile,
+} from 'node:fs/promises';
 import { createServer, request as httpRequest } from 'node:http';
 import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
+import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -90,6 +101,56 @@ describe('damaged upload records', () => {
     expect(await readdir(dir)).toEqual([]);
     const after = await run(['--json', 'uploads']);
     expect(JSON.parse(after.stdout)).toEqual([]);
+  });
+});
+
+describe('temporary record files', () => {
+  it("a killed record write's .tmp in uploads/ and partials/ is removed by the next uploads or get --continue; a live writer's is kept", async () => {
+    // Guards: a record write killed before its rename left NAME.json.<hex>.tmp in uploads/ or
+    // partials/ that nothing ever removed. Temporary names now carry the writer's pid and host:
+    // a dead writer's goes at once, an unowned one (older fshares) once a day old, a live
+    // writer's never.
+    const cli = await signedIn();
+    const run = (args: string[]) => cli.run(['--server', serve.url, ...args]);
+    const host = createHash('sha256').update(hostname()).digest('hex').slice(0, 8);
+    const gone = execa('node', ['-e', '']);
+    const dead = gone.pid!;
+    await gone;
+    const old = new Date(Date.now() - 2 * 24 * 3600 * 1000);
+    const plant = async (dir: string) => {
+      await mkdir(dir, { recursive: true });
+      const names = {
+        dead: `${'d'.repeat(32)}.json.${dead}-${host}-${'1'.repeat(12)}.tmp`,
+        live: `${'e'.repeat(32)}.json.${process.pid}-${host}-${'2'.repeat(12)}.tmp`,
+        oldUnowned: `${'f'.repeat(32)}.json.${'3'.repeat(12)}.tmp`,
+        newUnowned: `${'a'.repeat(32)}.json.${'4'.repeat(12)}.tmp`,
+      };
+      for (const name of Object.values(names)) await writeFile(join(dir, name), '{"cut');
+      await utimes(join(dir, names.oldUnowned), old, old);
+      return names;
+    };
+    const uploads = await plant(join(cli.configDir, 'uploads'));
+    const listed = await run(['uploads']);
+    expect(listed.exitCode, listed.stderr).toBe(0);
+    expect(listed.stdout).toBe('');
+    expect((await readdir(join(cli.configDir, 'uploads'))).sort()).toEqual(
+      [uploads.live, uploads.newUnowned].sort(),
+    );
+
+    const src = join(work, 'temps-src.bin');
+    const data = randomBytes(100_000);
+    await writeFile(src, data);
+    const up = await run(['upload', src]);
+    expect(up.exitCode, up.stderr).toBe(0);
+    const id = up.stdout.split(' ')[0]!;
+    const partials = await plant(join(cli.configDir, 'partials'));
+    const out = join(work, 'temps-out.bin');
+    const got = await run(['get', id, '-o', out, '--continue']);
+    expect(got.exitCode, got.stderr).toBe(0);
+    expect((await readFile(out)).equals(data)).toBe(true);
+    expect((await readdir(join(cli.configDir, 'partials'))).sort()).toEqual(
+      [partials.live, partials.newUnowned].sort(),
+    );
   });
 });
 
