@@ -32,7 +32,6 @@ import {
   chmod,
   lstat,
   mkdir,
-  mkdtemp,
   open,
   readdir,
   readFile,
@@ -44,10 +43,11 @@ import {
   writeFile,
 } from 'node:fs/promises';
 import type { FileHandle } from 'node:fs/promises';
-import { hostname, tmpdir } from 'node:os';
+import { hostname } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import { ownedTempDir, removeOwnedTempDir } from '../shared/owned-temp.js';
 import { writeFully } from '../shared/copy.js';
 import type { Share } from '../shared/types.js';
 import { deleteFile, findShares, getFile } from './api.js';
@@ -290,13 +290,13 @@ async function checkDataShares(
 
 /** A small share's content as text, through a verified download into a temporary file. */
 async function readShareText(client: ApiClient, id: string, signal?: AbortSignal): Promise<string> {
-  const dir = await mkdtemp(join(tmpdir(), 'fshare-manifest-'));
+  const dir = await ownedTempDir('fshare-manifest-');
   try {
     const out = join(dir, 'manifest.json');
     await download(client, id, { output: out, overwrite: true, signal });
     return await readFile(out, 'utf8');
   } finally {
-    await rm(dir, { recursive: true, force: true });
+    await removeOwnedTempDir(dir);
   }
 }
 
@@ -543,7 +543,7 @@ export async function push(
   };
   const chunks = createLimiter(options.parallel ?? 4);
   const jobs = createLimiter(options.parallel ?? 4);
-  const work = await mkdtemp(join(tmpdir(), 'fshare-push-'));
+  const work = await ownedTempDir('fshare-push-');
   try {
     const { places, bySha } = await settleAll('hashes and uploads', [
       // Large files: each its own share.
@@ -737,7 +737,7 @@ export async function push(
       changed: !same,
     };
   } finally {
-    await rm(work, { recursive: true, force: true });
+    await removeOwnedTempDir(work);
   }
 }
 

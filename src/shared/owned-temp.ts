@@ -1,6 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { lstatSync, readdirSync, rmSync } from 'node:fs';
-import { hostname } from 'node:os';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 /** This host, in temporary names: a pid says nothing about a process of another host. */
@@ -56,5 +57,70 @@ export function removeStaleTemps(dir: string): void {
       stale = st !== undefined && st.isFile() && Date.now() - st.mtimeMs > UNOWNED_AGE_MS;
     }
     if (stale) rmSync(file, { force: true });
+  }
+}
+
+/** The private temporary directories fshare makes; a stale one of each kind is removed. */
+const TEMP_DIR_KINDS = ['fshare-stdin-', 'fshare-push-', 'fshare-manifest-'];
+
+/** The directories made by ownedTempDir and not yet removed: gone on exit, or on a signal. */
+const liveTempDirs = new Set<string>();
+let exitHooked = false;
+
+/**
+ * A new private directory under the system's temporary directory, `<prefix><pid>-<host>-XXXXXX`,
+ * removed by removeOwnedTempDir, or at the latest when the process exits (removeLiveTempDirs on a
+ * signal). Those a killed fshare of this user left (its pid no longer runs on this host; an
+ * unowned older name once a day old) are removed first: nothing else ever would.
+ */
+export async function ownedTempDir(prefix: string): Promise<string> {
+  removeStaleTempDirs();
+  const dir = await mkdtemp(join(tmpdir(), `${prefix}${process.pid}-${HOST_TAG}-`));
+  if (!exitHooked) process.on('exit', removeLiveTempDirs);
+  exitHooked = true;
+  liveTempDirs.add(dir);
+  return dir;
+}
+
+export async function removeOwnedTempDir(dir: string): Promise<void> {
+  await rm(dir, { recursive: true, force: true });
+  liveTempDirs.delete(dir);
+}
+
+/** Removes every directory of ownedTempDir still there (on exit, or a signal that ends fshare). */
+export function removeLiveTempDirs(): void {
+  for (const dir of liveTempDirs) rmSync(dir, { recursive: true, force: true });
+  liveTempDirs.clear();
+}
+
+const OWNED_DIR = /^(\d+)-([0-9a-f]{8})-[A-Za-z0-9]{6}$/;
+
+/** Removes this user's fshare temporary directories whose process is dead (see ownedTempDir). */
+function removeStaleTempDirs(): void {
+  const root = tmpdir();
+  let names: string[];
+  try {
+    names = readdirSync(root);
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    const prefix = TEMP_DIR_KINDS.find((p) => name.startsWith(p));
+    if (!prefix) continue;
+    const dir = join(root, name);
+    let st;
+    try {
+      st = lstatSync(dir);
+    } catch {
+      continue;
+    }
+    // Only a real directory of this user: never another user's, never through a link.
+    if (!st.isDirectory() || (process.getuid && st.uid !== process.getuid())) continue;
+    const owner = OWNED_DIR.exec(name.slice(prefix.length));
+    const stale =
+      owner && owner[2] === HOST_TAG
+        ? !processAlive(Number(owner[1]))
+        : Date.now() - st.mtimeMs > UNOWNED_AGE_MS;
+    if (stale) rmSync(dir, { recursive: true, force: true });
   }
 }

@@ -317,6 +317,93 @@ describe('upload - (standard input)', () => {
   });
 });
 
+describe('temporary directories of push and upload -', () => {
+  /** `fshare push SRC --name NAME` with TMPDIR of its own, as a process to signal. */
+  const pushIn = (cli: Cli, tmp: string, src: string, name: string) =>
+    execa('node', [BIN, '--server', serve.url, 'push', src, '--name', name], {
+      env: cleanEnv({ FSHARE_CONFIG_DIR: cli.configDir, FSHARE_KEYRING: 'off', TMPDIR: tmp }),
+      extendEnv: false,
+      stdin: 'ignore',
+      reject: false,
+      timeout: 60_000,
+    });
+  const pushDirs = (tmp: string) => readdirSync(tmp).filter((n) => n.startsWith('fshare-push-'));
+
+  /** A folder whose push takes a while: one large file (a share of its own) and a small one. */
+  async function bigTree(name: string): Promise<string> {
+    const src = join(work, name);
+    await mkdir(src, { recursive: true });
+    await writeFile(join(src, 'big.bin'), randomBytes(48 * 1024 * 1024));
+    await writeFile(join(src, 'small.txt'), 'small\n');
+    return src;
+  }
+
+  it.each([
+    ['SIGINT', { exitCode: 130 }],
+    ['SIGTERM', { signal: 'SIGTERM' }],
+    ['SIGHUP', { signal: 'SIGHUP' }],
+  ] as const)('a %s during push removes its fshare-push-* directory', async (signal, ending) => {
+    // Guards: push's /tmp/fshare-push-* (its packs and manifest) stayed for good when SIGINT,
+    // SIGTERM or SIGHUP ended it: the signal ended the process before its cleanup ran.
+    const cli = await signedIn();
+    const tmp = await tempDir('push-tmp');
+    const src = await bigTree(`sig-${signal}`);
+    const child = pushIn(cli, tmp, src, `sig-${signal.toLowerCase()}`);
+    await until('the push directory', () => pushDirs(tmp).length > 0);
+    child.kill('SIGSTOP');
+    expect(pushDirs(tmp)).toHaveLength(1);
+    child.kill(signal);
+    child.kill('SIGCONT');
+    const res = await child;
+    if ('exitCode' in ending) expect(res.exitCode, res.stderr).toBe(ending.exitCode);
+    else expect(res.signal, res.stderr).toBe(ending.signal);
+    expect(await readdir(tmp)).toEqual([]);
+  });
+
+  it("a SIGKILLed push's or upload -'s directory is removed by the next such command; a live one's is kept", async () => {
+    // Guards: a SIGKILL (or a crash) of push or `upload -` left /tmp/fshare-push-* or
+    // /tmp/fshare-stdin-* for good. Their names now carry the pid and host: the next push or
+    // upload removes those of dead processes of this user, never one a running fshare still uses.
+    const cli = await signedIn();
+    const tmp = await tempDir('killed-tmp');
+    const src = await bigTree('killed-push');
+    const killed = pushIn(cli, tmp, src, 'killed-push');
+    await until('the push directory', () => pushDirs(tmp).length > 0);
+    killed.kill('SIGKILL');
+    await killed;
+    const [pushLeft, ...more] = await readdir(tmp);
+    expect(more).toEqual([]);
+    expect(pushLeft).toMatch(/^fshare-push-/);
+
+    // The next one (a live `upload -`, still reading its stdin) removes it, and keeps its own.
+    const stdinDirs = () => readdirSync(tmp).filter((n) => n.startsWith('fshare-stdin-'));
+    const live = uploadStdin(cli, tmp);
+    try {
+      live.stdin!.write(randomBytes(1000));
+      await until('the live spool', () => stdinDirs().length === 1);
+      const [liveDir] = stdinDirs();
+      expect(await readdir(tmp)).toEqual([liveDir]);
+      // An `upload -` killed while it reads: its directory stays, until the next upload.
+      const spool = uploadStdin(cli, tmp);
+      spool.stdin!.write(randomBytes(1000));
+      await until('the spool file', () => stdinDirs().length === 2);
+      spool.kill('SIGKILL');
+      await spool;
+      expect(stdinDirs()).toHaveLength(2);
+      const next = await cli.run(['--server', serve.url, 'upload', '-', '--name', 'next'], {
+        input: 'next\n',
+        env: { TMPDIR: tmp },
+      });
+      expect(next.exitCode, next.stderr).toBe(0);
+      expect(await readdir(tmp)).toEqual([liveDir]);
+    } finally {
+      live.kill('SIGTERM');
+      await live;
+    }
+    expect(await readdir(tmp)).toEqual([]);
+  }, 120_000);
+});
+
 describe('pull temporary files', () => {
   it("a killed pull's .fshare-tmp-* files are removed by the next pull; a live pull's are neither removed nor counted by pull --delete", async () => {
     // Guards: a pull killed on the way left .fshare-tmp-* files in DIR that every later pull

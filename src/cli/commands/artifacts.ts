@@ -17,6 +17,7 @@ import { configDir } from '../config.js';
 import { openSession } from '../context.js';
 import { AuthError, examples, printJson, printLine, printTable } from '../output.js';
 import { createProgress, progressEnabled, type ProgressBar } from '../progress.js';
+import { removingTempsOnSignals } from '../signals.js';
 import { damagedNotice, uploadRecords } from '../uploads.js';
 
 const collect = (value: string, previous: string[] = []) => [...previous, value];
@@ -92,45 +93,47 @@ export function registerArtifacts(program: Command): void {
       ]),
     )
     .action(
-      async (
-        dir: string,
-        options: {
-          name: string;
-          include?: string[];
-          exclude?: string[];
-          delete?: boolean;
-          parallel: string;
+      removingTempsOnSignals(
+        async (
+          dir: string,
+          options: {
+            name: string;
+            include?: string[];
+            exclude?: string[];
+            delete?: boolean;
+            parallel: string;
+          },
+          cmd: Command,
+        ) => {
+          const session = openSession(cmd);
+          const parallel = parsePositiveInt(options.parallel, '--parallel', 64);
+          const client = await session.client();
+          const owner = await artifactOwner(client);
+          const display = overallBar(progressEnabled(session.opts.progress), 'push', options.name);
+          try {
+            const result = await push(client, dir, {
+              name: options.name,
+              owner,
+              include: options.include,
+              exclude: options.exclude,
+              delete: options.delete,
+              parallel,
+              resume: uploadRecords(configDir(session.config), {
+                onDamaged: (d) => display.progress.log(damagedNotice(d)),
+              }),
+              hashCache: fileHashCache(join(configDir(session.config), 'push-hashes.json')),
+              onStart: display.onStart,
+              onProgress: display.onProgress,
+              onNotice: (line) => display.progress.log(`fshare: ${line}`),
+            });
+            display.stop();
+            if (session.opts.json) printJson(result);
+            else printLine(pushLine(result));
+          } finally {
+            display.stop();
+          }
         },
-        cmd: Command,
-      ) => {
-        const session = openSession(cmd);
-        const parallel = parsePositiveInt(options.parallel, '--parallel', 64);
-        const client = await session.client();
-        const owner = await artifactOwner(client);
-        const display = overallBar(progressEnabled(session.opts.progress), 'push', options.name);
-        try {
-          const result = await push(client, dir, {
-            name: options.name,
-            owner,
-            include: options.include,
-            exclude: options.exclude,
-            delete: options.delete,
-            parallel,
-            resume: uploadRecords(configDir(session.config), {
-              onDamaged: (d) => display.progress.log(damagedNotice(d)),
-            }),
-            hashCache: fileHashCache(join(configDir(session.config), 'push-hashes.json')),
-            onStart: display.onStart,
-            onProgress: display.onProgress,
-            onNotice: (line) => display.progress.log(`fshare: ${line}`),
-          });
-          display.stop();
-          if (session.opts.json) printJson(result);
-          else printLine(pushLine(result));
-        } finally {
-          display.stop();
-        }
-      },
+      ),
     );
 
   program
@@ -149,58 +152,62 @@ export function registerArtifacts(program: Command): void {
       ]),
     )
     .action(
-      async (
-        name: string,
-        dir: string,
-        options: { delete?: boolean; parallel: string },
-        cmd: Command,
-      ) => {
-        const session = openSession(cmd);
-        const parallel = parsePositiveInt(options.parallel, '--parallel', 64);
-        const client = await session.client();
-        const owner = await artifactOwner(client);
-        const display = overallBar(progressEnabled(session.opts.progress), 'pull', name);
-        try {
-          const result = await pull(client, name, dir, {
-            owner,
-            delete: options.delete,
-            parallel,
-            onStart: display.onStart,
-            onProgress: display.onProgress,
-            onNotice: (line) => display.progress.log(`fshare: ${line}`),
-          });
-          display.stop();
-          if (session.opts.json) printJson(result);
-          else printLine(pullLine(result));
-        } finally {
-          display.stop();
-        }
-      },
+      removingTempsOnSignals(
+        async (
+          name: string,
+          dir: string,
+          options: { delete?: boolean; parallel: string },
+          cmd: Command,
+        ) => {
+          const session = openSession(cmd);
+          const parallel = parsePositiveInt(options.parallel, '--parallel', 64);
+          const client = await session.client();
+          const owner = await artifactOwner(client);
+          const display = overallBar(progressEnabled(session.opts.progress), 'pull', name);
+          try {
+            const result = await pull(client, name, dir, {
+              owner,
+              delete: options.delete,
+              parallel,
+              onStart: display.onStart,
+              onProgress: display.onProgress,
+              onNotice: (line) => display.progress.log(`fshare: ${line}`),
+            });
+            display.stop();
+            if (session.opts.json) printJson(result);
+            else printLine(pullLine(result));
+          } finally {
+            display.stop();
+          }
+        },
+      ),
     );
 
   const artifacts = program
     .command('artifacts')
     .description('list your named sets on the server')
     .addHelpText('after', examples(['fshare artifacts', 'fshare artifacts rm build-1234']))
-    .action(async (_options: object, cmd: Command) => {
-      const session = openSession(cmd);
-      const client = await session.client();
-      const list = await listArtifacts(client, await artifactOwner(client));
-      if (session.opts.json) return printJson(list);
-      if (list.length === 0) {
-        if (process.stdout.isTTY) printLine('No artifacts.');
-        return;
-      }
-      printTable(
-        ['NAME', 'FILES', 'SIZE', 'PUSHED'],
-        list.map((a) => [
-          a.name,
-          n(a.files),
-          formatSize(a.bytes),
-          a.created.slice(0, 16).replace('T', ' '),
-        ]),
-      );
-    });
+    .action(
+      removingTempsOnSignals(async (_options: object, cmd: Command) => {
+        const session = openSession(cmd);
+        const client = await session.client();
+        const list = await listArtifacts(client, await artifactOwner(client));
+        if (session.opts.json) return printJson(list);
+        if (list.length === 0) {
+          if (process.stdout.isTTY) printLine('No artifacts.');
+          return;
+        }
+        printTable(
+          ['NAME', 'FILES', 'SIZE', 'PUSHED'],
+          list.map((a) => [
+            a.name,
+            n(a.files),
+            formatSize(a.bytes),
+            a.created.slice(0, 16).replace('T', ' '),
+          ]),
+        );
+      }),
+    );
 
   artifacts
     .command('rm')
@@ -210,16 +217,18 @@ export function registerArtifacts(program: Command): void {
       'after',
       examples(['fshare artifacts rm build-1234', 'fshare artifacts rm nightly-1 nightly-2']),
     )
-    .action(async (names: string[], _options: object, cmd: Command) => {
-      const session = openSession(cmd);
-      const client = await session.client();
-      const owner = await artifactOwner(client);
-      const done: { name: string; deleted: true; shares: number }[] = [];
-      for (const name of names) {
-        const { shares } = await removeArtifact(client, name, owner);
-        done.push({ name, deleted: true, shares });
-        if (!session.opts.json) printLine(`Deleted artifact ${name} (${shares} shares)`);
-      }
-      if (session.opts.json) printJson(done);
-    });
+    .action(
+      removingTempsOnSignals(async (names: string[], _options: object, cmd: Command) => {
+        const session = openSession(cmd);
+        const client = await session.client();
+        const owner = await artifactOwner(client);
+        const done: { name: string; deleted: true; shares: number }[] = [];
+        for (const name of names) {
+          const { shares } = await removeArtifact(client, name, owner);
+          done.push({ name, deleted: true, shares });
+          if (!session.opts.json) printLine(`Deleted artifact ${name} (${shares} shares)`);
+        }
+        if (session.opts.json) printJson(done);
+      }),
+    );
 }

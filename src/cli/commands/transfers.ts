@@ -1,6 +1,4 @@
 import { createWriteStream, rmSync } from 'node:fs';
-import { mkdtemp } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { Command } from 'commander';
@@ -22,6 +20,7 @@ import {
   type UploadedShare,
   type UploadRecord,
 } from '../../client/upload.js';
+import { ownedTempDir } from '../../shared/owned-temp.js';
 import { formatSize } from '../../shared/size.js';
 import type { Whoami } from '../../shared/types.js';
 import { parseChunkSize, parseDuration, parsePositiveInt } from '../args.js';
@@ -64,7 +63,8 @@ interface Spool {
 async function spoolStdin(): Promise<Spool> {
   if (process.stdin.isTTY)
     throw new UsageError('- reads standard input, which is a terminal here; pipe something in');
-  const dir = await mkdtemp(join(tmpdir(), 'fshare-stdin-'));
+  // Named with this process: one a SIGKILL left is removed by the next fshare that makes one.
+  const dir = await ownedTempDir('fshare-stdin-');
   const removeDir = () => rmSync(dir, { recursive: true, force: true });
   const onSignal = (signal: NodeJS.Signals) => {
     // Once a transfer runs, its own Ctrl-C handler stops it cleanly; the exit hook removes it.
