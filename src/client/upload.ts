@@ -5,7 +5,15 @@ import { access, open, stat, type FileHandle } from 'node:fs/promises';
 import { basename, resolve } from 'node:path';
 import type { Writable } from 'node:stream';
 import type { Share } from '../shared/types.js';
-import { createFile, deleteFile, getFile, idFromUrl, lockFile, uploadState } from './api.js';
+import {
+  createFile,
+  deleteFile,
+  getFile,
+  idFromUrl,
+  lockFile,
+  uploadState,
+  whoami,
+} from './api.js';
 import { ApiError, ClientInputError, UnsupportedError, VerificationError } from './errors.js';
 import { send, toApiError, type ApiClient, type Body } from './http.js';
 import { UNSAFE_CHARACTERS } from './filename.js';
@@ -488,7 +496,8 @@ async function uploadOpen(
     // Refused or disproved: nothing to resume. (An interruption keeps its record, and so does
     // a token ended under an upload: its share is still there, to finish or clean up.)
     const over =
-      (refusedForGood(err) && !(options.mode === 'create' && unauthorized(err))) ||
+      (refusedForGood(err) &&
+        !(options.mode === 'create' && (unauthorized(err) || forbidden(err)))) ||
       err instanceof VerificationError ||
       err instanceof FileChangedError;
     if (over && p.record) await options.resume?.remove(p.record);
@@ -543,6 +552,10 @@ const recordKept = new WeakSet<Error>();
  */
 export function leftToResume(err: unknown): boolean {
   return err instanceof Error && recordKept.has(err);
+}
+
+function forbidden(err: unknown): boolean {
+  return err instanceof ApiError && err.status === 403;
 }
 
 function unauthorized(err: unknown): boolean {
@@ -820,6 +833,11 @@ async function failed(
     err.message += afterLastChunk.has(err)
       ? ` (the share it had created, ${id}, is left with its content unchecked)`
       : ` (the share it had created, ${id}, is left empty)`;
+  } else if (forbidden(err)) {
+    // Refused to this user: the share may have been handed to another since (its chunks are
+    // then refused with 403), whose share this is not to delete. It and its record stay; `uploads
+    // clean` deletes it only if it is still this user's.
+    err.message += ` (the share it had created, ${id}, is left as it is: fshare uploads clean deletes it if it is still yours)`;
   } else if (sharesWithContent.has(err)) {
     // Content that may be this upload's (a lost 201) or another's is never deleted.
     await forget();
@@ -1050,11 +1068,16 @@ async function earlierUpload(
   }
   // Only "not found" (or no longer the caller's) means gone: any other failure stops here, the
   // record kept, no new share.
-  const share = await getFile(client, record.share_id).catch((err: unknown) => {
+  const found = await getFile(client, record.share_id).catch((err: unknown) => {
     if (err instanceof ApiError && err.status === 403) what = 'is not open to you any more';
     if (err instanceof ApiError && (err.status === 404 || err.status === 403)) return undefined;
     throw err;
   });
+  // Handed to another user since (fshare serve shows any share to a user with READ): going on
+  // there was refused with 403, and the failure then deleted the new owner's share.
+  const me = found ? await whoami(client).catch(() => undefined) : undefined;
+  const share = me && found?.owner_name !== me.username ? undefined : found;
+  if (found && !share) what = 'is not yours any more';
   if (share && !share.initialized) return { shareId: record.share_id, fresh };
   let sha256: string | undefined;
   if (share && typeof share.sha256 === 'string') {

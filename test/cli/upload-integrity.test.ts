@@ -505,6 +505,65 @@ describe('fshare upload: its record and its file', () => {
     expect((await cli.run(['--server', via, 'info', records[1]!.share_id])).exitCode).toBe(4);
     expect((await cli.run(['--server', via, 'info', records[2]!.share_id])).exitCode).toBe(0);
   });
+
+  // Property: an upload never deletes a share that is not the user's. A share handed to another
+  // user after a run was killed was taken up by the next run (fshare serve shows it to anyone
+  // with READ); its chunks got 403, and the failure deleted the new owner's share. Now the run
+  // sees the owner, says the share is not the user's any more and uploads into a new share; and
+  // a chunk refused with 403 (a handover while it runs) leaves the share and its record, for
+  // uploads clean to judge, instead of deleting it.
+  it('an upload whose share was handed to another user since: a new share, the other untouched; a 403 on a chunk deletes nothing', async () => {
+    const stamp = Date.now();
+    const path = join(work, `handed-${stamp}.bin`);
+    const data = randomBytes(1024 * 1024);
+    await writeFile(path, data);
+    const record = await killMidUpload(path);
+    const user = `carol${stamp}`;
+    const added = await cli.run(
+      ['--server', via, 'users', 'add', user, '--perms', 'READ', '--password-stdin'],
+      { input: 'carol-password-123\n' },
+    );
+    expect(added.exitCode, added.stderr).toBe(0);
+    const chown = await cli.run(['--server', via, 'chown', record.share_id, user]);
+    expect(chown.exitCode, chown.stderr).toBe(0);
+    const again = await cli.run(['--server', via, '--json', 'upload', path]);
+    expect(again.exitCode, again.stderr).toBe(0);
+    expect(again.stderr.trimEnd().split('\n')).toEqual([
+      `fshare: share ${record.share_id} of the earlier upload of ${path} is not yours any more; uploading it again into a new share`,
+    ]);
+    const [done] = JSON.parse(again.stdout) as Transfer[];
+    expect(done).toMatchObject({ sha256: sha256(data), verified: true });
+    expect(done!.share_id).not.toBe(record.share_id);
+    const kept = await cli.json<{ owner_name: string; initialized: boolean }>([
+      '--server',
+      via,
+      'info',
+      record.share_id,
+    ]);
+    expect(kept).toMatchObject({ owner_name: user, initialized: false });
+    expect(await recordsOf(cli)).toEqual([]);
+
+    // Refused with 403 on the way: nothing deleted, the record kept for uploads clean.
+    const other = join(work, `forbidden-${stamp}.bin`);
+    await writeFile(other, data);
+    proxy.state.forbid = (req) => req.method === 'POST' && /\/content$/.test(req.url ?? '');
+    let res;
+    try {
+      res = await cli.run(['--server', via, 'upload', other]);
+    } finally {
+      proxy.state.forbid = () => false;
+    }
+    expect(res.exitCode).toBe(3);
+    const [left] = (await recordsOf(cli)).filter((r) => r.path === other);
+    expect(res.stderr.trim()).toBe(
+      `fshare: Only the owner of the share may do this (the share it had created, ${left!.share_id}, is left as it is: fshare uploads clean deletes it if it is still yours) (HTTP 403)`,
+    );
+    expect((await cli.run(['--server', via, 'info', left!.share_id])).exitCode).toBe(0);
+    const cleaned = await cli.run(['--server', via, 'uploads', 'clean']);
+    expect(cleaned.stdout).toBe(
+      `Deleted share ${left!.share_id} of the unfinished upload of ${other}`,
+    );
+  });
 });
 
 describe('fshare upload against a server without Idempotency-Key (the reference stand-in)', () => {
