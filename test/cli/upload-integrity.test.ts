@@ -68,6 +68,8 @@ function proxyTo(target: string) {
     held: 0,
     /** Answered 403 by the proxy, as the reference server answers for a share of another. */
     forbid: (_req: IncomingMessage): boolean => false,
+    /** The status `forbid` answers with. */
+    forbidStatus: 403,
     /** Forwarded, but the answer never given back (the server acts, the client never hears). */
     swallow: (_req: IncomingMessage): boolean => false,
     chunkDelayMs: 0,
@@ -83,8 +85,8 @@ function proxyTo(target: string) {
       return; // never answered
     }
     if (state.forbid(req)) {
-      entry.status = 403;
-      res.writeHead(403, { 'content-type': 'application/json' });
+      entry.status = state.forbidStatus;
+      res.writeHead(state.forbidStatus, { 'content-type': 'application/json' });
       return void res.end('{"status":"fail","message":"Only the owner of the share may do this"}');
     }
     const isChunk =
@@ -562,6 +564,37 @@ describe('fshare upload: its record and its file', () => {
     const cleaned = await cli.run(['--server', via, 'uploads', 'clean']);
     expect(cleaned.stdout).toBe(
       `Deleted share ${left!.share_id} of the unfinished upload of ${other}`,
+    );
+  });
+
+  // Property: what uploads clean did is said, even when a later record stops it. A failure (here
+  // a 401 asking for the second share) ended the command before any line was printed, so the
+  // share it had already deleted, and the record it had already removed, went unsaid.
+  it('uploads clean stopped by a failure still says what it did before it', async () => {
+    const stamp = Date.now();
+    const paths = ['first', 'second'].map((n) => join(work, `partial-clean-${n}-${stamp}.bin`));
+    for (const p of paths) await writeFile(p, randomBytes(1024 * 1024));
+    const records: Record[] = [];
+    for (const p of paths) records.push(await killMidUpload(p));
+    proxy.state.forbidStatus = 401;
+    proxy.state.forbid = (req) =>
+      req.method === 'GET' && req.url === `/files/${records[1]!.share_id}`;
+    let cleaned;
+    try {
+      cleaned = await cli.run(['--server', via, 'uploads', 'clean']);
+    } finally {
+      proxy.state.forbid = () => false;
+      proxy.state.forbidStatus = 403;
+    }
+    expect(cleaned.exitCode).toBe(3);
+    expect(cleaned.stdout).toBe(
+      `Deleted share ${records[0]!.share_id} of the unfinished upload of ${paths[0]}`,
+    );
+    expect((await recordsOf(cli)).map((r) => r.path)).toEqual([paths[1]]);
+    const again = await cli.run(['--server', via, 'uploads', 'clean']);
+    expect(again.exitCode, again.stderr).toBe(0);
+    expect(again.stdout).toBe(
+      `Deleted share ${records[1]!.share_id} of the unfinished upload of ${paths[1]}`,
     );
   });
 });

@@ -499,22 +499,33 @@ const uploads = (program: Command) => {
     .action(async (_options: object, c: Command) => {
       const session = openSession(c);
       const store = uploadRecords(configDir(session.config));
-      const cleaned = [];
+      const cleaned: Cleaned[] = [];
       const { records, damaged } = await store.scan();
       const users = new Map<string, Promise<Whoami | undefined>>();
-      for (const record of records) cleaned.push(await clean(session, record, store, users));
-      for (const d of damaged) {
-        await store.removeDamaged(d);
-        cleaned.push({
-          ...damagedShape(d),
-          share_deleted: false,
-          message: `Removed the damaged upload record ${d.file} (${d.reason}; no share to delete)`,
-        });
+      // Each line as its record goes: a failure that stops the command (below) used to hide what
+      // it had already deleted and forgotten. --json: the array of those, then the error.
+      const done = (item: Cleaned) => {
+        cleaned.push(item);
+        if (!session.opts.json) printLine(item.message);
+      };
+      try {
+        for (const record of records) done(await clean(session, record, store, users));
+        for (const d of damaged) {
+          await store.removeDamaged(d);
+          done({
+            ...damagedShape(d),
+            share_deleted: false,
+            message: `Removed the damaged upload record ${d.file} (${d.reason}; no share to delete)`,
+          });
+        }
+      } finally {
+        if (session.opts.json) printJson(cleaned);
       }
-      if (session.opts.json) printJson(cleaned);
-      else for (const c of cleaned) printLine(c.message);
     });
 };
+
+/** One item of `uploads clean`: the record, what became of its share, and the line said. */
+type Cleaned = ReturnType<typeof recordShape> & { share_deleted: boolean; message: string };
 
 function recordShape(r: UploadRecord, store: UploadRecordStore) {
   return {
