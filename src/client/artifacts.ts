@@ -43,11 +43,10 @@ import {
   writeFile,
 } from 'node:fs/promises';
 import type { FileHandle } from 'node:fs/promises';
-import { hostname } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { ownedTempDir, removeOwnedTempDir } from '../shared/owned-temp.js';
+import { HOST_TAG, ownedTempDir, processAlive, removeOwnedTempDir } from '../shared/owned-temp.js';
 import { writeFully } from '../shared/copy.js';
 import type { Share } from '../shared/types.js';
 import { deleteFile, findShares, getFile } from './api.js';
@@ -803,21 +802,9 @@ export interface PullResult {
 }
 
 const TEMP = '.fshare-tmp-';
-/** This host, in temporary names: a pid says nothing about a process of another host. */
-const HOST_TAG = createHash('sha256').update(hostname()).digest('hex').slice(0, 8);
 /** `<pid>-<host tag>-<random>`, and `.part` while download() writes it; older fshares: `<random>`. */
 const TEMP_OWNED = /^(\d+)-([0-9a-f]{8})-[0-9a-f]{12}(\.part)?$/;
 const TEMP_OLD = /^[0-9a-f]{12}(\.part)?$/;
-
-/** Whether a process with this id runs here (EPERM: it does, as another user). */
-function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
 
 /**
  * For a file named `name` in a pulled tree: 'no' when it is not a pull's temporary file (the
