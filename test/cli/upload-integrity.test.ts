@@ -5,14 +5,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
-import {
-  createServer,
-  request,
-  type IncomingMessage,
-  type Server,
-  type ServerResponse,
-} from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
@@ -27,6 +19,7 @@ import {
   type Cli,
   type Serve,
 } from '../helpers/cli.js';
+import { chunkCounter } from '../helpers/chunk-proxy.js';
 import { startStandIn } from '../helpers/standin.js';
 
 const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
@@ -56,88 +49,16 @@ async function recordsOf(cli: Cli): Promise<Record[]> {
   return Promise.all(names.map(async (n) => JSON.parse(await readFile(join(dir, n), 'utf8'))));
 }
 
-/**
- * A pass-through proxy that can hold a request forever (`hold`), delay chunk requests, and tells
- * what went through: method, path and status.
- */
-function proxyTo(target: string) {
-  const upstream = new URL(target);
-  const state = {
-    seen: [] as { method: string; url: string; status?: number }[],
-    hold: (_req: IncomingMessage): boolean => false,
-    held: 0,
-    /** Answered 403 by the proxy, as the reference server answers for a share of another. */
-    forbid: (_req: IncomingMessage): boolean => false,
-    /** The status `forbid` answers with. */
-    forbidStatus: 403,
-    /** Forwarded, but the answer never given back (the server acts, the client never hears). */
-    swallow: (_req: IncomingMessage): boolean => false,
-    chunkDelayMs: 0,
-  };
-  const server: Server = createServer((req: IncomingMessage, res: ServerResponse) => {
-    const entry: { method: string; url: string; status?: number } = {
-      method: req.method ?? '',
-      url: req.url ?? '',
-    };
-    state.seen.push(entry);
-    if (state.hold(req)) {
-      state.held++;
-      return; // never answered
-    }
-    if (state.forbid(req)) {
-      entry.status = state.forbidStatus;
-      res.writeHead(state.forbidStatus, { 'content-type': 'application/json' });
-      return void res.end('{"status":"fail","message":"Only the owner of the share may do this"}');
-    }
-    const isChunk =
-      /\/content$/.test(entry.url) && entry.method !== 'GET' && entry.method !== 'HEAD';
-    const go = () => {
-      const forward = request(
-        {
-          host: upstream.hostname,
-          port: upstream.port,
-          method: req.method,
-          path: req.url,
-          headers: req.headers,
-        },
-        (up) => {
-          entry.status = up.statusCode;
-          if (state.swallow(req)) return void up.resume();
-          res.writeHead(up.statusCode ?? 502, up.headers);
-          up.pipe(res);
-        },
-      );
-      forward.on('error', () => res.destroy());
-      req.on('error', () => forward.destroy());
-      req.pipe(forward);
-    };
-    if (isChunk && state.chunkDelayMs) setTimeout(go, state.chunkDelayMs);
-    else go();
-  });
-  return {
-    state,
-    async start(): Promise<string> {
-      await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
-      return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-    },
-    close: () =>
-      new Promise<void>((done) => {
-        server.closeAllConnections();
-        server.close(() => done());
-      }),
-  };
-}
-
 describe('fshare upload: its record and its file', () => {
   let serve: Serve;
   let cli: Cli;
   let work: string;
-  let proxy: ReturnType<typeof proxyTo>;
+  let proxy: ReturnType<typeof chunkCounter>;
   let via: string;
 
   beforeAll(async () => {
     serve = await startServe();
-    proxy = proxyTo(serve.url);
+    proxy = chunkCounter(serve.url);
     via = await proxy.start();
     cli = await createCli();
     work = await tempDir('upload-integrity');
@@ -291,7 +212,7 @@ describe('fshare upload: its record and its file', () => {
     const other = join(work, `${name}.new`);
     await writeFile(other, randomBytes(1024 * 1024));
     proxy.state.seen.length = 0;
-    proxy.state.chunkDelayMs = 100;
+    proxy.state.delayMs = 100;
     let res;
     try {
       const child = background([path, '--chunk-size', '128k', '--parallel', '1']);
@@ -304,7 +225,7 @@ describe('fshare upload: its record and its file', () => {
       await rename(other, path);
       res = await child;
     } finally {
-      proxy.state.chunkDelayMs = 0;
+      proxy.state.delayMs = 0;
     }
     expect(res.stderr.trimEnd().split('\n')).toEqual([
       `fshare: ${path} changed while it was uploading; run the command again (the share it had created was deleted)`,
@@ -327,7 +248,7 @@ describe('fshare upload: its record and its file', () => {
     const path = join(work, name);
     await writeFile(path, randomBytes(1024 * 1024));
     proxy.state.seen.length = 0;
-    proxy.state.chunkDelayMs = 150;
+    proxy.state.delayMs = 150;
     let child;
     try {
       child = background([path, '--chunk-size', '64k', '--parallel', '1']);
@@ -340,7 +261,7 @@ describe('fshare upload: its record and its file', () => {
       const out = await cli.run(['--server', via, 'logout']);
       expect(out.exitCode, out.stderr).toBe(0);
     } finally {
-      proxy.state.chunkDelayMs = 0;
+      proxy.state.delayMs = 0;
     }
     const res = await child;
     expect(res.exitCode).toBe(3);
@@ -441,7 +362,7 @@ describe('fshare upload: its record and its file', () => {
   /** Runs `fshare upload path` and SIGKILLs it mid-upload (a chunk taken); returns its record. */
   const killMidUpload = async (path: string): Promise<Record> => {
     proxy.state.seen.length = 0;
-    proxy.state.chunkDelayMs = 100;
+    proxy.state.delayMs = 100;
     try {
       const child = background([path, '--chunk-size', '64k', '--parallel', '1']);
       for (
@@ -453,7 +374,7 @@ describe('fshare upload: its record and its file', () => {
       child.kill('SIGKILL');
       await child;
     } finally {
-      proxy.state.chunkDelayMs = 0;
+      proxy.state.delayMs = 0;
     }
     const [record] = (await recordsOf(cli)).filter((r) => r.path === path);
     expect(record?.share_id).toEqual(expect.any(String));

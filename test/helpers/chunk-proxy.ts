@@ -1,6 +1,7 @@
-// A pass-through proxy in front of `fshare serve` that sees each chunk request (a non-GET on
-// /files/<id>/content): it counts them, can hold them back (delayMs) so that a transfer is still
-// running when a test stops it, and can answer them 503 instead (refuseAfter).
+// A pass-through proxy in front of `fshare serve` that sees each request and each chunk request
+// (a non-GET on /files/<id>/content): it counts chunks, can hold them back (delayMs) so that a
+// transfer is still running when a test stops it, can answer them 503 instead (refuseAfter), and
+// can hold any request forever, answer it 403 itself, or forward it and never give back the answer.
 import {
   createServer,
   request,
@@ -10,7 +11,7 @@ import {
 } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
-export /** A pass-through proxy that counts chunk requests (and can answer them 503 instead). */
+export /** A pass-through proxy that counts chunk requests and can hold, refuse or swallow any. */
 function chunkCounter(target: string) {
   const upstream = new URL(target);
   const state = {
@@ -18,13 +19,38 @@ function chunkCounter(target: string) {
     chunkBytes: 0,
     refuseAfter: Infinity,
     delayMs: 0,
+    /** The statuses of chunk requests, as the server answered them. */
     statuses: [] as (number | undefined)[],
+    /** Every request: method, path and the status it was answered with. */
+    seen: [] as { method: string; url: string; status?: number }[],
+    /** Held forever (never forwarded, never answered); `held` counts them. */
+    hold: (_req: IncomingMessage): boolean => false,
+    held: 0,
+    /** Answered by the proxy with `forbidStatus`, as the reference answers for another's share. */
+    forbid: (_req: IncomingMessage): boolean => false,
+    forbidStatus: 403,
+    /** Forwarded, but the answer never given back (the server acts, the client never hears). */
+    swallow: (_req: IncomingMessage): boolean => false,
   };
   const server: Server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    const entry: { method: string; url: string; status?: number } = {
+      method: req.method ?? '',
+      url: req.url ?? '',
+    };
+    state.seen.push(entry);
+    if (state.hold(req)) {
+      state.held++;
+      return; // never answered
+    }
+    if (state.forbid(req)) {
+      entry.status = state.forbidStatus;
+      res.writeHead(state.forbidStatus, { 'content-type': 'application/json' });
+      return void res.end('{"status":"fail","message":"Only the owner of the share may do this"}');
+    }
     const isChunk =
-      /^\/files\/[^/]+\/content$/.test(req.url ?? '') &&
-      req.method !== 'GET' &&
-      req.method !== 'HEAD';
+      /^\/files\/[^/]+\/content$/.test(entry.url) &&
+      entry.method !== 'GET' &&
+      entry.method !== 'HEAD';
     const go = () => {
       if (isChunk) {
         state.chunks++;
@@ -47,7 +73,9 @@ function chunkCounter(target: string) {
           headers: req.headers,
         },
         (up) => {
+          entry.status = up.statusCode;
           if (isChunk) state.statuses.push(up.statusCode);
+          if (state.swallow(req)) return void up.resume();
           res.writeHead(up.statusCode ?? 502, up.headers);
           up.pipe(res);
         },
