@@ -493,251 +493,318 @@ export async function push(
     options.exclude ?? [],
     notice,
   );
-  const totalBytes = files.reduce((n, f) => n + f.size, 0);
-  options.onStart?.(files.length, totalBytes);
+  options.onStart?.(
+    files.length,
+    files.reduce((n, f) => n + f.size, 0),
+  );
 
   // Hash what the cache does not know: large files on the hashing thread, small ones here, while
   // the stored manifest and the set's data shares are fetched. A large file goes up as soon as
   // its digest and the stored set are known; the small ones, packed, once all are hashed.
-  const hashOne = async (f: LocalFile) => {
-    const cached = options.hashCache?.get(f.abs, f);
-    f.sha256 = cached ?? (await hashFile(f.abs, 0, f.size));
-    if (!cached) options.hashCache?.set(f.abs, f, f.sha256);
-  };
-  const known = Promise.all([
-    readManifest(client, name, options.owner, options.signal),
-    ownDataShares(client, name, options.owner),
-  ]).then(([stored, data]) => {
-    // Content already on the server: every place the old manifest names, and whole data shares
-    // (of this push's earlier, interrupted run too) by their sha256.
-    const places = new Map<string, Promise<Place>>();
-    const shareIds = new Set(data.map((s) => s.share_id));
-    for (const f of stored?.manifest.files ?? [])
-      if (f.share !== null && shareIds.has(f.share))
-        places.set(f.sha256, Promise.resolve({ share: f.share, offset: f.offset }));
-    const bySha = new Map<string, Share>();
-    for (const s of data) {
-      const sha = s.file_name.slice(dataPrefix(name).length);
-      if (s.initialized && s.sha256 === sha) bySha.set(sha, s);
-    }
-    for (const [sha, s] of bySha)
-      if (!places.has(sha)) places.set(sha, Promise.resolve({ share: s.share_id, offset: 0 }));
-    return { stored, data, places, bySha };
-  });
+  const known = knownContent(client, name, options);
   known.catch(() => undefined);
-
-  let doneFiles = 0;
-  let doneBytes = 0;
-  const progress = (f: number, b: number) => {
-    doneFiles += f;
-    doneBytes += b;
-    options.onProgress?.(doneFiles, doneBytes);
-  };
-  const uploaded: TransferCounts = { files: 0, bytes: 0 };
-  const skipped: TransferCounts = { files: 0, bytes: 0 };
-  const count = (into: TransferCounts, f: LocalFile) => {
-    into.files++;
-    into.bytes += f.size;
-    progress(1, f.size);
-  };
-  const chunks = createLimiter(options.parallel ?? 4);
-  const jobs = createLimiter(options.parallel ?? 4);
   const work = await ownedTempDir('fshare-push-');
   try {
-    const { places, bySha } = await settleAll('hashes and uploads', [
-      // Large files: each its own share.
-      ...files
-        .filter((f) => f.size >= PACK_FILE_LIMIT)
-        .map(async (f) => {
-          await hashOne(f);
-          const { places: at } = await known;
-          const sha = f.sha256!;
-          const there = at.get(sha);
-          if (there) {
-            await there;
-            return count(skipped, f);
-          }
-          const place = jobs(async () => {
-            const r = await uploadFile(client, f.abs, {
-              name: `${dataPrefix(name)}${sha}`,
-              limiter: chunks,
-              chunkSize: options.chunkSize,
-              resume: options.resume,
-              knownSha256: sha,
-              signal: options.signal,
-              onNotice: (line) => notice(line),
-            });
-            if (r.sha256 !== sha)
-              throw new VerificationError(`${f.path} changed while it was pushed; push again`);
-            return { share: r.share_id, offset: 0 };
-          });
-          at.set(sha, place);
-          await place;
-          count(uploaded, f);
-        }),
-      // Small files, one read each, in the walk's (sorted) order: hashed, and what the set lacks
-      // appended to a pack at once; a full pack goes up while the next fills. The same folder
-      // makes the same packs again, so an interrupted push finds them by their sha256.
-      (async () => {
-        const { places: at, bySha: whole } = await known;
-        const packJobs: Promise<unknown>[] = [];
-        /** sha256 → the files of this push with those bytes, waiting for their pack. */
-        const waiting = new Map<string, LocalFile[]>();
-        type Pack = {
-          handle: FileHandle;
-          file: string;
-          hash: ReturnType<typeof createHash>;
-          bytes: number;
-          members: { sha: string; offset: number }[];
-        };
-        let pack: Pack | null = null;
-        const openPack = async (): Promise<Pack> => {
-          const file = join(work, `${randomBytes(8).toString('hex')}.pack`);
-          return {
-            handle: await open(file, 'wx', 0o600),
-            file,
-            hash: createHash('sha256'),
-            bytes: 0,
-            members: [],
-          };
-        };
-        const seal = (p: Pack) =>
-          packJobs.push(
-            jobs(async () => {
-              await p.handle.close();
-              const sha = p.hash.digest('hex');
-              const shareId =
-                whole.get(sha)?.share_id ??
-                (
-                  await uploadFile(client, p.file, {
-                    name: `${dataPrefix(name)}${sha}`,
-                    limiter: chunks,
-                    chunkSize: options.chunkSize,
-                    knownSha256: sha,
-                    signal: options.signal,
-                  })
-                ).share_id;
-              await rm(p.file, { force: true });
-              for (const m of p.members) {
-                at.set(m.sha, Promise.resolve({ share: shareId, offset: m.offset }));
-                for (const f of waiting.get(m.sha) ?? []) count(uploaded, f);
-              }
-            }),
-          );
-        for (const f of files) {
-          if (f.size >= PACK_FILE_LIMIT) continue;
-          const cached = options.hashCache?.get(f.abs, f);
-          if (f.size === 0 || (cached && at.has(cached))) {
-            f.sha256 = f.size === 0 ? EMPTY_SHA256 : cached;
-            count(skipped, f);
-            continue;
-          }
-          const bytes = await readFile(f.abs);
-          if (bytes.length !== f.size)
-            throw new VerificationError(`${f.path} changed while it was pushed; push again`);
-          const sha = createHash('sha256').update(bytes).digest('hex');
-          f.sha256 = sha;
-          if (sha !== cached) options.hashCache?.set(f.abs, f, sha);
-          const twins = waiting.get(sha);
-          if (twins) twins.push(f);
-          else if (at.has(sha)) count(skipped, f);
-          else {
-            if (pack && pack.bytes + bytes.length > PACK_BYTES) {
-              seal(pack);
-              pack = null;
-            }
-            pack ??= await openPack();
-            await writeFully(pack.handle, bytes, pack.bytes);
-            pack.hash.update(bytes);
-            pack.members.push({ sha, offset: pack.bytes });
-            pack.bytes += bytes.length;
-            waiting.set(sha, [f]);
-          }
-        }
-        if (pack) seal(pack);
-        await settleAll('packs', packJobs);
-      })(),
-    ]).then(() => known);
-    await options.hashCache?.save().catch(() => undefined);
-    const { stored, data } = await known;
-    const resolved = new Map<string, Place>();
-    for (const [sha, place] of places) resolved.set(sha, await place);
-
-    const entries: ManifestFile[] = files.map((f) => {
-      const place = f.size === 0 ? null : resolved.get(f.sha256!)!;
-      return {
-        path: f.path,
-        size: f.size,
-        mode: f.mode,
-        sha256: f.sha256!,
-        share: place ? place.share : null,
-        offset: place ? place.offset : 0,
-      };
-    });
-    let deleted = 0;
-    const local = new Set(files.map((f) => f.path));
-    const keptDirs = new Set(dirs);
-    if (stored) {
-      for (const f of stored.manifest.files) {
-        if (local.has(f.path)) continue;
-        if (options.delete) deleted++;
-        else entries.push(f);
-      }
-      if (!options.delete) for (const d of stored.manifest.dirs) keptDirs.add(d);
-    }
-    entries.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
-    // A kept directory that now holds a file is no longer an empty one.
-    const fileParents = new Set<string>();
-    for (const e of entries) {
-      const parts = e.path.split('/');
-      for (let i = 1; i < parts.length; i++) fileParents.add(parts.slice(0, i).join('/'));
-    }
-    const manifest: Manifest = {
-      format: FORMAT,
+    const run: PushRun = {
+      client,
       name,
-      created: new Date().toISOString(),
-      files: entries,
-      dirs: [...keptDirs].filter((d) => !fileParents.has(d) && !local.has(d)).sort(),
+      options,
+      notice,
+      known,
+      work,
+      tally: pushTally(options.onProgress),
+      chunks: createLimiter(options.parallel ?? 4),
+      jobs: createLimiter(options.parallel ?? 4),
     };
+    await settleAll('hashes and uploads', [
+      ...files.filter((f) => f.size >= PACK_FILE_LIMIT).map((f) => pushLargeFile(run, f)),
+      pushSmallFiles(run, files),
+    ]);
+    await options.hashCache?.save().catch(() => undefined);
+    const { stored, data, places } = await known;
+    const { manifest, deleted } = await nextManifest(name, files, dirs, places, stored, options);
     const same =
       stored !== null &&
       JSON.stringify(stored.manifest.files) === JSON.stringify(manifest.files) &&
       JSON.stringify(stored.manifest.dirs) === JSON.stringify(manifest.dirs);
-    let manifestId = stored?.share.share_id;
-    if (!same) {
-      const file = join(work, 'manifest.json');
-      await writeFile(file, `${JSON.stringify(manifest)}\n`);
-      // The last step, and the one that makes the new set visible: old manifest or new, whole.
-      if (stored)
-        await replaceFile(client, stored.share.share_id, file, { signal: options.signal });
-      else
-        manifestId = (
-          await uploadFile(client, file, { name: manifestName(name), signal: options.signal })
-        ).share_id;
-      await collectGarbage(
-        client,
-        name,
-        options.owner,
-        manifest,
-        stored,
-        data,
-        manifestId!,
-        notice,
-      );
-    }
+    const manifestId = same ? stored.share.share_id : await publishManifest(run, manifest, data);
     return {
       name,
-      manifest_id: manifestId!,
-      files: entries.length,
-      bytes: entries.reduce((n, e) => n + e.size, 0),
-      uploaded,
-      skipped,
+      manifest_id: manifestId,
+      files: manifest.files.length,
+      bytes: manifest.files.reduce((n, e) => n + e.size, 0),
+      uploaded: run.tally.uploaded,
+      skipped: run.tally.skipped,
       deleted: { files: deleted },
       changed: !same,
     };
   } finally {
     await removeOwnedTempDir(work);
   }
+}
+
+/** What the server holds of the set before this push: its manifest, data shares and places. */
+interface Known {
+  stored: StoredManifest | null;
+  data: Share[];
+  /** sha256 → where those bytes are (or will be, once this push's upload of them is done). */
+  places: Map<string, Promise<Place>>;
+  /** sha256 → a whole data share with exactly those bytes. */
+  bySha: Map<string, Share>;
+}
+
+/** One push under way: what its steps share. */
+interface PushRun {
+  client: ApiClient;
+  name: string;
+  options: PushOptions;
+  notice: (line: string) => void;
+  known: Promise<Known>;
+  /** This push's own temporary directory (packs, the manifest). */
+  work: string;
+  tally: ReturnType<typeof pushTally>;
+  /** Chunk requests in flight, and uploads in flight, across the whole push. */
+  chunks: Limiter;
+  jobs: Limiter;
+}
+
+/**
+ * Content already on the server: every place the old manifest names, and whole data shares (of
+ * this push's earlier, interrupted run too) by their sha256.
+ */
+async function knownContent(client: ApiClient, name: string, options: PushOptions) {
+  const [stored, data] = await Promise.all([
+    readManifest(client, name, options.owner, options.signal),
+    ownDataShares(client, name, options.owner),
+  ]);
+  const places = new Map<string, Promise<Place>>();
+  const shareIds = new Set(data.map((s) => s.share_id));
+  for (const f of stored?.manifest.files ?? [])
+    if (f.share !== null && shareIds.has(f.share))
+      places.set(f.sha256, Promise.resolve({ share: f.share, offset: f.offset }));
+  const bySha = new Map<string, Share>();
+  for (const s of data) {
+    const sha = s.file_name.slice(dataPrefix(name).length);
+    if (s.initialized && s.sha256 === sha) bySha.set(sha, s);
+  }
+  for (const [sha, s] of bySha)
+    if (!places.has(sha)) places.set(sha, Promise.resolve({ share: s.share_id, offset: 0 }));
+  return { stored, data, places, bySha } satisfies Known;
+}
+
+/** Files and bytes uploaded and skipped, reported as each file is settled. */
+function pushTally(onProgress: PushOptions['onProgress']) {
+  let doneFiles = 0;
+  let doneBytes = 0;
+  const uploaded: TransferCounts = { files: 0, bytes: 0 };
+  const skipped: TransferCounts = { files: 0, bytes: 0 };
+  const count = (into: TransferCounts, f: LocalFile) => {
+    into.files++;
+    into.bytes += f.size;
+    doneFiles += 1;
+    doneBytes += f.size;
+    onProgress?.(doneFiles, doneBytes);
+  };
+  return { uploaded, skipped, count };
+}
+
+/** A large file: hashed on the hashing thread, and its own data share unless the set has it. */
+async function pushLargeFile(run: PushRun, f: LocalFile): Promise<void> {
+  const { options, tally } = run;
+  const cached = options.hashCache?.get(f.abs, f);
+  f.sha256 = cached ?? (await hashFile(f.abs, 0, f.size));
+  if (!cached) options.hashCache?.set(f.abs, f, f.sha256);
+  const { places: at } = await run.known;
+  const sha = f.sha256;
+  const there = at.get(sha);
+  if (there) {
+    await there;
+    return tally.count(tally.skipped, f);
+  }
+  const place = run.jobs(async () => {
+    const r = await uploadFile(run.client, f.abs, {
+      name: `${dataPrefix(run.name)}${sha}`,
+      limiter: run.chunks,
+      chunkSize: options.chunkSize,
+      resume: options.resume,
+      knownSha256: sha,
+      signal: options.signal,
+      onNotice: (line) => run.notice(line),
+    });
+    if (r.sha256 !== sha)
+      throw new VerificationError(`${f.path} changed while it was pushed; push again`);
+    return { share: r.share_id, offset: 0 };
+  });
+  at.set(sha, place);
+  await place;
+  tally.count(tally.uploaded, f);
+}
+
+/** A pack being filled: small files' bytes, one after another, in a file of this push's own. */
+interface Pack {
+  handle: FileHandle;
+  file: string;
+  hash: ReturnType<typeof createHash>;
+  bytes: number;
+  members: { sha: string; offset: number }[];
+}
+
+/**
+ * Small files, one read each, in the walk's (sorted) order: hashed, and what the set lacks
+ * appended to a pack at once; a full pack goes up while the next fills. The same folder makes
+ * the same packs again, so an interrupted push finds them by their sha256.
+ */
+async function pushSmallFiles(run: PushRun, files: LocalFile[]): Promise<void> {
+  const { options, tally } = run;
+  const { places: at } = await run.known;
+  const packJobs: Promise<unknown>[] = [];
+  /** sha256 → the files of this push with those bytes, waiting for their pack. */
+  const waiting = new Map<string, LocalFile[]>();
+  let pack: Pack | null = null;
+  for (const f of files) {
+    if (f.size >= PACK_FILE_LIMIT) continue;
+    const cached = options.hashCache?.get(f.abs, f);
+    if (f.size === 0 || (cached && at.has(cached))) {
+      f.sha256 = f.size === 0 ? EMPTY_SHA256 : cached;
+      tally.count(tally.skipped, f);
+      continue;
+    }
+    const bytes = await readFile(f.abs);
+    if (bytes.length !== f.size)
+      throw new VerificationError(`${f.path} changed while it was pushed; push again`);
+    const sha = createHash('sha256').update(bytes).digest('hex');
+    f.sha256 = sha;
+    if (sha !== cached) options.hashCache?.set(f.abs, f, sha);
+    const twins = waiting.get(sha);
+    if (twins) twins.push(f);
+    else if (at.has(sha)) tally.count(tally.skipped, f);
+    else {
+      if (pack && pack.bytes + bytes.length > PACK_BYTES) {
+        packJobs.push(sealPack(run, pack, waiting));
+        pack = null;
+      }
+      pack ??= await openPack(run.work);
+      await writeFully(pack.handle, bytes, pack.bytes);
+      pack.hash.update(bytes);
+      pack.members.push({ sha, offset: pack.bytes });
+      pack.bytes += bytes.length;
+      waiting.set(sha, [f]);
+    }
+  }
+  if (pack) packJobs.push(sealPack(run, pack, waiting));
+  await settleAll('packs', packJobs);
+}
+
+async function openPack(work: string): Promise<Pack> {
+  const file = join(work, `${randomBytes(8).toString('hex')}.pack`);
+  return {
+    handle: await open(file, 'wx', 0o600),
+    file,
+    hash: createHash('sha256'),
+    bytes: 0,
+    members: [],
+  };
+}
+
+/** Uploads a full pack (unless the set holds one with its bytes) and places its members. */
+function sealPack(run: PushRun, p: Pack, waiting: Map<string, LocalFile[]>): Promise<void> {
+  const { tally } = run;
+  return run.jobs(async () => {
+    await p.handle.close();
+    const { places: at, bySha: whole } = await run.known;
+    const sha = p.hash.digest('hex');
+    const shareId =
+      whole.get(sha)?.share_id ??
+      (
+        await uploadFile(run.client, p.file, {
+          name: `${dataPrefix(run.name)}${sha}`,
+          limiter: run.chunks,
+          chunkSize: run.options.chunkSize,
+          knownSha256: sha,
+          signal: run.options.signal,
+        })
+      ).share_id;
+    await rm(p.file, { force: true });
+    for (const m of p.members) {
+      at.set(m.sha, Promise.resolve({ share: shareId, offset: m.offset }));
+      for (const f of waiting.get(m.sha) ?? []) tally.count(tally.uploaded, f);
+    }
+  });
+}
+
+/**
+ * The manifest this push makes: the folder's files where their bytes now are, and (without
+ * --delete) the stored set's files and empty directories the folder lacks; `deleted` counts
+ * those --delete drops.
+ */
+async function nextManifest(
+  name: string,
+  files: LocalFile[],
+  dirs: string[],
+  places: Map<string, Promise<Place>>,
+  stored: StoredManifest | null,
+  options: PushOptions,
+): Promise<{ manifest: Manifest; deleted: number }> {
+  const resolved = new Map<string, Place>();
+  for (const [sha, place] of places) resolved.set(sha, await place);
+  const entries: ManifestFile[] = files.map((f) => {
+    const place = f.size === 0 ? null : resolved.get(f.sha256!)!;
+    return {
+      path: f.path,
+      size: f.size,
+      mode: f.mode,
+      sha256: f.sha256!,
+      share: place ? place.share : null,
+      offset: place ? place.offset : 0,
+    };
+  });
+  let deleted = 0;
+  const local = new Set(files.map((f) => f.path));
+  const keptDirs = new Set(dirs);
+  if (stored) {
+    for (const f of stored.manifest.files) {
+      if (local.has(f.path)) continue;
+      if (options.delete) deleted++;
+      else entries.push(f);
+    }
+    if (!options.delete) for (const d of stored.manifest.dirs) keptDirs.add(d);
+  }
+  entries.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+  // A kept directory that now holds a file is no longer an empty one.
+  const fileParents = new Set<string>();
+  for (const e of entries) {
+    const parts = e.path.split('/');
+    for (let i = 1; i < parts.length; i++) fileParents.add(parts.slice(0, i).join('/'));
+  }
+  const manifest: Manifest = {
+    format: FORMAT,
+    name,
+    created: new Date().toISOString(),
+    files: entries,
+    dirs: [...keptDirs].filter((d) => !fileParents.has(d) && !local.has(d)).sort(),
+  };
+  return { manifest, deleted };
+}
+
+/**
+ * Writes the new manifest, the last step and the one that makes the new set visible (old
+ * manifest or new, whole), then removes what the set no longer uses. Returns its share.
+ */
+async function publishManifest(run: PushRun, manifest: Manifest, data: Share[]): Promise<string> {
+  const { client, name, options } = run;
+  const { stored } = await run.known;
+  const file = join(run.work, 'manifest.json');
+  await writeFile(file, `${JSON.stringify(manifest)}\n`);
+  let manifestId: string;
+  if (stored) {
+    await replaceFile(client, stored.share.share_id, file, { signal: options.signal });
+    manifestId = stored.share.share_id;
+  } else
+    manifestId = (
+      await uploadFile(client, file, { name: manifestName(name), signal: options.signal })
+    ).share_id;
+  await collectGarbage(client, name, options.owner, manifest, stored, data, manifestId, run.notice);
+  return manifestId;
 }
 
 /**
