@@ -30,6 +30,7 @@ import {
   type Cli,
   type Serve,
 } from '../helpers/cli.js';
+import { until } from '../helpers/http.js';
 import { mountSmallDisk } from '../helpers/mount.js';
 
 /** The kernel's open-file-description locks, as fshare takes them on a .part. */
@@ -185,24 +186,23 @@ describe('damaged download records', () => {
   });
 });
 
-/** Runs `fshare upload -` with TMPDIR of its own, stdin a pipe the test writes and keeps open. */
-function uploadStdin(cli: Cli, tmp: string, extra: string[] = []) {
+/**
+ * Runs `fshare upload -` with TMPDIR of its own; stdin is `inputFile`, else a pipe the test
+ * writes and keeps open.
+ */
+function uploadStdin(cli: Cli, tmp: string, extra: string[] = [], inputFile?: string) {
   return execa('node', [BIN, '--server', serve.url, 'upload', '-', ...extra], {
     env: cleanEnv({ FSHARE_CONFIG_DIR: cli.configDir, FSHARE_KEYRING: 'off', TMPDIR: tmp }),
     extendEnv: false,
-    stdin: 'pipe',
+    ...(inputFile ? { inputFile } : { stdin: 'pipe' as const }),
     reject: false,
     timeout: 60_000,
   });
 }
 
-async function until(what: string, test: () => Promise<boolean> | boolean): Promise<void> {
-  const deadline = Date.now() + 20_000;
-  while (!(await test())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((done) => setTimeout(done, 25));
-  }
-}
+/** Waits for `test` to hold: every 25 ms, at most 20 s (CLI processes start slowly in CI). */
+const waitFor = (what: string, test: () => Promise<boolean> | boolean) =>
+  until(test, what, 25, 20_000);
 
 describe('upload - (standard input)', () => {
   it.each([
@@ -219,7 +219,7 @@ describe('upload - (standard input)', () => {
       const tmp = await tempDir('stdin-tmp');
       const child = uploadStdin(cli, tmp);
       child.stdin!.write(randomBytes(1000));
-      await until('the spool file', () =>
+      await waitFor('the spool file', () =>
         existsSync(join(tmp, readdirSync(tmp)[0] ?? '-', 'stdin')),
       );
       await new Promise((done) => setTimeout(done, 200));
@@ -238,19 +238,9 @@ describe('upload - (standard input)', () => {
     const tmp = await tempDir('stdin-tmp');
     const input = join(work, 'stdin-big.bin');
     await writeFile(input, Buffer.alloc(64 * 1024 * 1024, 7));
-    const child = execa(
-      'node',
-      [BIN, '--server', serve.url, 'upload', '-', '--chunk-size', '64k', '-p', '1'],
-      {
-        env: cleanEnv({ FSHARE_CONFIG_DIR: cli.configDir, FSHARE_KEYRING: 'off', TMPDIR: tmp }),
-        extendEnv: false,
-        inputFile: input,
-        reject: false,
-        timeout: 60_000,
-      },
-    );
+    const child = uploadStdin(cli, tmp, ['--chunk-size', '64k', '-p', '1'], input);
     const records = join(cli.configDir, 'uploads');
-    await until(
+    await waitFor(
       'the upload record',
       async () => (await readdir(records).catch(() => [])).length > 0,
     );
@@ -277,17 +267,7 @@ describe('upload - (standard input)', () => {
     const tmp = await tempDir('stdin-tmp');
     const input = join(work, 'stdin-listed.bin');
     await writeFile(input, Buffer.alloc(64 * 1024 * 1024, 9));
-    const child = execa(
-      'node',
-      [BIN, '--server', serve.url, 'upload', '-', '--chunk-size', '64k', '-p', '1'],
-      {
-        env: cleanEnv({ FSHARE_CONFIG_DIR: cli.configDir, FSHARE_KEYRING: 'off', TMPDIR: tmp }),
-        extendEnv: false,
-        inputFile: input,
-        reject: false,
-        timeout: 60_000,
-      },
-    );
+    const child = uploadStdin(cli, tmp, ['--chunk-size', '64k', '-p', '1'], input);
     const records = join(cli.configDir, 'uploads');
     const shareOf = async () => {
       const [name] = await readdir(records).catch(() => [] as string[]);
@@ -295,7 +275,7 @@ describe('upload - (standard input)', () => {
       const text = await readFile(join(records, name), 'utf8').catch(() => '{}');
       return ((JSON.parse(text) as { share_id?: string | null }).share_id ?? null) as string | null;
     };
-    await until('the upload record with its share', async () => (await shareOf()) !== null);
+    await waitFor('the upload record with its share', async () => (await shareOf()) !== null);
     const id = (await shareOf())!;
     child.kill('SIGINT');
     expect((await child).exitCode).toBe(130);
@@ -349,7 +329,7 @@ describe('temporary directories of push and upload -', () => {
     const tmp = await tempDir('push-tmp');
     const src = await bigTree(`sig-${signal}`);
     const child = pushIn(cli, tmp, src, `sig-${signal.toLowerCase()}`);
-    await until('the push directory', () => pushDirs(tmp).length > 0);
+    await waitFor('the push directory', () => pushDirs(tmp).length > 0);
     child.kill('SIGSTOP');
     expect(pushDirs(tmp)).toHaveLength(1);
     child.kill(signal);
@@ -368,7 +348,7 @@ describe('temporary directories of push and upload -', () => {
     const tmp = await tempDir('killed-tmp');
     const src = await bigTree('killed-push');
     const killed = pushIn(cli, tmp, src, 'killed-push');
-    await until('the push directory', () => pushDirs(tmp).length > 0);
+    await waitFor('the push directory', () => pushDirs(tmp).length > 0);
     killed.kill('SIGKILL');
     await killed;
     const [pushLeft, ...more] = await readdir(tmp);
@@ -380,13 +360,13 @@ describe('temporary directories of push and upload -', () => {
     const live = uploadStdin(cli, tmp);
     try {
       live.stdin!.write(randomBytes(1000));
-      await until('the live spool', () => stdinDirs().length === 1);
+      await waitFor('the live spool', () => stdinDirs().length === 1);
       const [liveDir] = stdinDirs();
       expect(await readdir(tmp)).toEqual([liveDir]);
       // An `upload -` killed while it reads: its directory stays, until the next upload.
       const spool = uploadStdin(cli, tmp);
       spool.stdin!.write(randomBytes(1000));
-      await until('the spool file', () => stdinDirs().length === 2);
+      await waitFor('the spool file', () => stdinDirs().length === 2);
       spool.kill('SIGKILL');
       await spool;
       expect(stdinDirs()).toHaveLength(2);
@@ -428,7 +408,7 @@ describe('pull temporary files', () => {
       reject: false,
       timeout: 60_000,
     });
-    await until('a temporary file of the first pull', () => temps().length > 0);
+    await waitFor('a temporary file of the first pull', () => temps().length > 0);
     first.kill('SIGSTOP');
     const live = temps();
     try {

@@ -2,7 +2,7 @@
 // killed after the server's 201 made a second share on the next run; a token revoked mid-upload
 // left an empty share no record named; a file moved over the path mid-upload was only caught by
 // the server's digest. The built binary against a real `fshare serve`, through a small proxy.
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -20,9 +20,8 @@ import {
   type Serve,
 } from '../helpers/cli.js';
 import { chunkCounter } from '../helpers/chunk-proxy.js';
+import { sha256hex } from '../helpers/http.js';
 import { startStandIn } from '../helpers/standin.js';
-
-const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
 
 interface Transfer {
   share_id: string;
@@ -138,7 +137,7 @@ describe('fshare upload: its record and its file', () => {
       url: `${via}/files/${first.share_id}`,
       file_name: name,
       size: data.length,
-      sha256: sha256(data),
+      sha256: sha256hex(data),
       verified: true,
       resumed_bytes: data.length,
     });
@@ -178,7 +177,7 @@ describe('fshare upload: its record and its file', () => {
       `fshare: share ${replaced.share_id} of the earlier upload of ${path} holds other content now; uploading it again into a new share`,
     ]);
     const [fresh] = JSON.parse(anew.stdout) as Transfer[];
-    expect(fresh).toMatchObject({ sha256: sha256(data), verified: true, resumed_bytes: 0 });
+    expect(fresh).toMatchObject({ sha256: sha256hex(data), verified: true, resumed_bytes: 0 });
     expect(fresh!.share_id).not.toBe(replaced.share_id);
     const kept = await cli.runBinary(['--server', via, 'get', replaced.share_id, '-o', '-']);
     expect(kept.stdout.equals(otherData)).toBe(true);
@@ -342,7 +341,7 @@ describe('fshare upload: its record and its file', () => {
       `fshare: the earlier upload of ${path} was stopped while its share was being created; it goes on in that share, ${id}`,
     ]);
     const [done] = JSON.parse(again.stdout) as Transfer[];
-    expect(done).toMatchObject({ share_id: id, sha256: sha256(data), verified: true });
+    expect(done).toMatchObject({ share_id: id, sha256: sha256hex(data), verified: true });
     expect(await sharesNamed(name)).toEqual([id]);
     expect(await recordsOf(cli)).toEqual([]);
 
@@ -455,7 +454,7 @@ describe('fshare upload: its record and its file', () => {
       `fshare: share ${record.share_id} of the earlier upload of ${path} is not yours any more; uploading it again into a new share`,
     ]);
     const [done] = JSON.parse(again.stdout) as Transfer[];
-    expect(done).toMatchObject({ sha256: sha256(data), verified: true });
+    expect(done).toMatchObject({ sha256: sha256hex(data), verified: true });
     expect(done!.share_id).not.toBe(record.share_id);
     const kept = await cli.json<{ owner_name: string; initialized: boolean }>([
       '--server',
@@ -537,7 +536,7 @@ describe('fshare upload against a server without Idempotency-Key (the reference 
       const info = await stat(path);
       const key = 'a3c1e8f0-0b1e-4a57-9d1c-5b8f4c2e7a10';
       // Where fshare keeps it: named by server, key, path and mode.
-      const named = sha256(Buffer.from(`${standIn.url}\0${key}\0${path}\0create`)).slice(0, 32);
+      const named = sha256hex(Buffer.from(`${standIn.url}\0${key}\0${path}\0create`)).slice(0, 32);
       await writeFile(
         join(dir, `${named}.json`),
         JSON.stringify({
@@ -562,7 +561,7 @@ describe('fshare upload against a server without Idempotency-Key (the reference 
       expect(res.exitCode, res.stderr).toBe(0);
       expect(res.stderr.trimEnd().split('\n')).toEqual([
         `fshare: the earlier upload of ${path} was stopped while its share was being created; a server that does not take Idempotency-Key (the reference server) may have left an empty share named pending.txt then, which fshare cannot tell from others: fshare ls shows it`,
-        `fshare: ${path}: uploaded, but not verified (the server gives no sha256); the file's is ${createHash('sha256').update('pending bytes\n').digest('hex')}`,
+        `fshare: ${path}: uploaded, but not verified (the server gives no sha256); the file's is ${sha256hex(Buffer.from('pending bytes\n'))}`,
       ]);
       const [done] = JSON.parse(res.stdout) as Transfer[];
       expect(standIn.shares.get(done!.share_id)?.content.toString()).toBe('pending bytes\n');

@@ -497,11 +497,12 @@ export async function stalledChunk(
 
 /** Polls every `stepMs` until `check` holds (a state the server reaches on its own), for at most 10 s. */
 export async function until(
-  check: () => Promise<boolean>,
+  check: () => Promise<boolean> | boolean,
   what: string,
   stepMs = 50,
+  timeoutMs = 10_000,
 ): Promise<void> {
-  const deadline = Date.now() + 10_000;
+  const deadline = Date.now() + timeoutMs;
   while (!(await check())) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, stepMs));
