@@ -127,7 +127,16 @@ export interface ContentResult {
 
 /** Size of a local regular file, with a clear error for a missing path or a directory. */
 export async function localFileSize(path: string): Promise<number> {
-  return (await localFile(path)).size;
+  try {
+    const info = await stat(path);
+    if (!info.isFile()) throw new ClientInputError(`not a regular file: ${path}`);
+    // Readable, before any share is made for it (an unreadable file used to make an empty
+    // share first, then fail as "changed while it was uploading").
+    await access(path, fsConstants.R_OK);
+    return info.size;
+  } catch (err) {
+    throw localFileError(err, path);
+  }
 }
 
 interface LocalFile {
@@ -144,25 +153,6 @@ interface LocalFile {
  */
 interface OpenFile extends LocalFile {
   handle: FileHandle;
-}
-
-async function localFile(path: string): Promise<LocalFile> {
-  try {
-    const info = await stat(path);
-    if (!info.isFile()) throw new ClientInputError(`not a regular file: ${path}`);
-    // Readable, before any share is made for it (an unreadable file used to make an empty
-    // share first, then fail as "changed while it was uploading").
-    await access(path, fsConstants.R_OK);
-    return {
-      path: resolve(path),
-      size: info.size,
-      mtimeMs: info.mtimeMs,
-      ino: info.ino,
-      dev: info.dev,
-    };
-  } catch (err) {
-    throw localFileError(err, path);
-  }
 }
 
 function localFileError(err: unknown, path: string): unknown {
