@@ -205,9 +205,15 @@ export interface ExpiryRequest {
   expires_in?: number | null;
 }
 
-/** A share made by POST /files; `replayed`: fshare serve answered an earlier create with this key. */
+/**
+ * A share made by POST /files; `replayed`: fshare serve answered an earlier create with this key.
+ * `keyTaken`: the server said whether it was a repeat (`Idempotent-Replayed`, true or false), so
+ * when it was not, no earlier create with this key made anything; a server that ignores the key
+ * (the reference server) says nothing.
+ */
 export interface CreatedShare extends CreatedResponse {
   replayed: boolean;
+  keyTaken: boolean;
 }
 
 export async function createFile(
@@ -216,7 +222,7 @@ export async function createFile(
   extra: ExpiryRequest = {},
   key: string = randomUUID(),
 ): Promise<CreatedShare> {
-  let replayed = false;
+  let said: string | undefined;
   const created = await callJson<CreatedResponse>(client, {
     method: 'POST',
     path: '/files',
@@ -226,9 +232,9 @@ export async function createFile(
     // empty share, as running the command again would.)
     idempotencyKey: key,
     expect: CREATED,
-    onHeaders: (headers) => (replayed = header(headers, 'idempotent-replayed') === 'true'),
+    onHeaders: (headers) => (said = header(headers, 'idempotent-replayed')?.trim().toLowerCase()),
   });
-  return { ...created, replayed };
+  return { ...created, replayed: said === 'true', keyTaken: said === 'true' || said === 'false' };
 }
 
 /**

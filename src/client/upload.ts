@@ -957,8 +957,10 @@ async function createShare(
 /**
  * The share a record written before its create names: the create is sent again with the same
  * Idempotency-Key (and name). `replayed`: the server said it is the share the earlier create
- * made (fshare serve). Otherwise this create made it now, and a server that ignores the key may
- * also have made one for the earlier create, which nothing names: `unknown` says so in a line.
+ * made (fshare serve). Otherwise this create made it now. fshare serve says so
+ * (`Idempotent-Replayed: false`): the earlier create never reached it, and nothing was left. A
+ * server that says nothing ignores the key and may also have made one for the earlier create,
+ * which nothing names: `unknown` says so in a line (only then: against fshare serve it was false).
  */
 export async function pendingShare(
   client: ApiClient,
@@ -970,7 +972,7 @@ export async function pendingShare(
   return {
     id: idFromUrl(created.url),
     replayed: created.replayed,
-    unknown: created.replayed
+    unknown: created.keyTaken
       ? undefined
       : `the earlier upload of ${record.path} was stopped while its share was being created; ` +
         `a server that does not take Idempotency-Key (the reference server) may have left an ` +
@@ -1051,10 +1053,13 @@ async function earlierUpload(
     record.share_id = pending.id;
     fresh = { uploadId: record.dzuuid, record: { ...record, pid: process.pid, host: hostname() } };
     await options.resume?.save(fresh.record!).catch(() => undefined);
-    options.onNotice?.(
-      pending.unknown ??
+    // A create that never reached the server (not a repeat, said by a server that takes the key)
+    // left nothing: the upload simply goes on in the share made now, with nothing to say.
+    if (pending.replayed)
+      options.onNotice?.(
         `the earlier upload of ${file.path} was stopped while its share was being created; it goes on in that share, ${pending.id}`,
-    );
+      );
+    else if (pending.unknown) options.onNotice?.(pending.unknown);
   }
   // Only "not found" (or no longer the caller's) means gone: any other failure stops here, the
   // record kept, no new share.

@@ -359,6 +359,72 @@ describe('fshare upload: its record and its file', () => {
   });
 
   /** Runs `fshare upload path` and SIGKILLs it mid-upload (a chunk taken); returns its record. */
+  /**
+   * Runs `fshare upload path` and SIGKILLs it while the proxy holds its create (POST /files), so
+   * the create never reaches the server. Returns the record it left.
+   */
+  const killBeforeCreate = async (path: string): Promise<Record> => {
+    proxy.state.held = 0;
+    proxy.state.hold = (req) => req.method === 'POST' && req.url === '/files';
+    try {
+      const child = background([path]);
+      for (let i = 0; i < 600 && proxy.state.held === 0; i++) await sleep(20);
+      child.kill('SIGKILL');
+      await child;
+    } finally {
+      proxy.state.hold = () => false;
+    }
+    expect(proxy.state.held).toBe(1);
+    const records = (await recordsOf(cli)).filter((r) => r.path === path);
+    expect(records).toMatchObject([{ share_id: null, create_key: expect.any(String) }]);
+    return records[0]!;
+  };
+
+  // Property: the client never tells the user something false. A run killed before its create
+  // reached fshare serve left a record with its key; the next run (and `uploads clean`, and
+  // `upload --restart`) sent the create again, fshare serve made a new share, and fshare warned
+  // that "a server that does not take Idempotency-Key (the reference server) may have left an
+  // empty share": false, fshare serve takes the key, so the earlier create made nothing. Now
+  // fshare serve answers `Idempotent-Replayed: false` and that line is only for a server that
+  // says nothing (the stand-in below still gets it).
+  it('a run killed before its create reached fshare serve: no "may have left" line on the next run, uploads clean or --restart', async () => {
+    const name = `killed-before-create-${Date.now()}.bin`;
+    const path = join(work, name);
+    const data = randomBytes(100_000);
+    await writeFile(path, data);
+
+    await killBeforeCreate(path);
+    expect(await sharesNamed(name)).toEqual([]);
+    const again = await cli.run(['--server', via, '--json', 'upload', path]);
+    expect(again.exitCode, again.stderr).toBe(0);
+    expect(again.stderr).toBe('');
+    const [done] = JSON.parse(again.stdout) as Transfer[];
+    expect(done).toMatchObject({ sha256: sha256hex(data), verified: true });
+    expect(await sharesNamed(name)).toEqual([done!.share_id]);
+    expect(await recordsOf(cli)).toEqual([]);
+
+    // Given up instead: nothing to delete, nothing to warn of.
+    const name2 = `${name}.2`;
+    const path2 = join(work, name2);
+    await writeFile(path2, data);
+    await killBeforeCreate(path2);
+    const cleaned = await cli.run(['--server', via, 'uploads', 'clean']);
+    expect(cleaned.exitCode, cleaned.stderr).toBe(0);
+    expect(cleaned.stderr).toBe('');
+    expect(cleaned.stdout).toBe(`Forgot the unfinished upload of ${path2}`);
+    expect(await sharesNamed(name2)).toEqual([]);
+    expect(await recordsOf(cli)).toEqual([]);
+
+    // Started over with --restart: the same, then one new share.
+    await killBeforeCreate(path2);
+    const restarted = await cli.run(['--server', via, '--json', 'upload', '--restart', path2]);
+    expect(restarted.exitCode, restarted.stderr).toBe(0);
+    expect(restarted.stderr).toBe('');
+    const [fresh] = JSON.parse(restarted.stdout) as Transfer[];
+    expect(await sharesNamed(name2)).toEqual([fresh!.share_id]);
+    expect(await recordsOf(cli)).toEqual([]);
+  });
+
   const killMidUpload = async (path: string): Promise<Record> => {
     proxy.state.seen.length = 0;
     proxy.state.delayMs = 100;

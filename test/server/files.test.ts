@@ -186,7 +186,7 @@ describe('POST /files with an Idempotency-Key', () => {
     const name = `idem-${key}.txt`;
     const first = await create(alice.token, key, { file_name: name });
     expectStatus(first, 201);
-    expect(first.headers['idempotent-replayed']).toBeUndefined();
+    expect(first.headers['idempotent-replayed']).toBe('false');
     const again = await create(alice.token, key, { file_name: name });
     expectStatus(again, 201);
     expect(again.body).toEqual(first.body);
@@ -208,8 +208,26 @@ describe('POST /files with an Idempotency-Key', () => {
     );
     for (const a of answers) expectStatus(a, 201);
     expect(new Set(answers.map((a) => (a.body as { url: string }).url)).size).toBe(1);
-    expect(answers.filter((a) => a.headers['idempotent-replayed'] === undefined)).toHaveLength(1);
+    expect(answers.filter((a) => a.headers['idempotent-replayed'] === 'false')).toHaveLength(1);
+    expect(answers.filter((a) => a.headers['idempotent-replayed'] === 'true')).toHaveLength(11);
     expect(await sharesNamed(name)).toHaveLength(1);
+  });
+
+  // Property: a keyed create that fshare serve honours says so, replayed or not. A first keyed
+  // create carried no header, like a server that ignores the key: a client resending the create
+  // of a killed run could not tell "the earlier create never arrived" (nothing left) from "the
+  // key was ignored" (an empty share may be left), and warned of a share that did not exist.
+  it('a first keyed create answers Idempotent-Replayed: false; a create without a key has no such header', async () => {
+    const key = randomUUID();
+    const first = await create(alice.token, key, { file_name: `first-${key}.txt` });
+    expectStatus(first, 201);
+    expect(first.headers['idempotent-replayed']).toBe('false');
+    const keyless = await post(base, '/files', {
+      token: alice.token,
+      json: { file_name: `keyless-${key}.txt` },
+    });
+    expectStatus(keyless, 201);
+    expect(keyless.headers['idempotent-replayed']).toBeUndefined();
   });
 
   it('the same key from another caller is another share; ids cannot be guessed from the key', async () => {

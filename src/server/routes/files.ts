@@ -205,7 +205,9 @@ export function fileRoutes(ctx: Context): Router {
         });
       if (expires && !replayed) expiry.schedule();
       const url = `/files/${share_id}`;
-      if (replayed) res.set('Idempotent-Replayed', 'true');
+      // Additive: every keyed create says whether it was a repeat, so a client can tell a server
+      // that takes the key (nothing made before: `false`) from one that ignores it (no header).
+      if (key !== undefined) res.set('Idempotent-Replayed', replayed ? 'true' : 'false');
       res.status(201).location(url).json({ status: 'success', url });
     },
   });
