@@ -2,7 +2,7 @@ import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { withFileLockSync } from '../shared/filelock.js';
-import { ownedTempName } from '../shared/owned-temp.js';
+import { ownedTempName, removeStaleTemps } from '../shared/owned-temp.js';
 import { naming } from '../shared/syserr.js';
 
 /** Non-secret settings: where the last login went. Tokens live in credentials.ts. */
@@ -157,6 +157,22 @@ export function openConfig(): Config {
 
 export function configDir(config: Config): string {
   return dirname(config.path);
+}
+
+/** The files written whole (through ownedTempName) at the top of the config directory. */
+const WHOLE_FILES = ['credentials.json', 'config.json', 'push-hashes.json'];
+
+/**
+ * Removes the temporary files a killed write of those files left (`NAME.<pid>-<host>-….tmp`, its
+ * process gone; credentials.json's may hold a token): nothing else would. Only those names: the
+ * rest of the directory is not ours to judge. Run before every command; never fails one.
+ */
+export function sweepConfigTemps(): void {
+  try {
+    removeStaleTemps(configDir(openConfig()), WHOLE_FILES);
+  } catch {
+    // A temp that cannot be removed now (a read-only directory) is tried again next time.
+  }
 }
 
 /**

@@ -7,12 +7,12 @@
  *
  * Tokens never reach a log line, an error message or stdout from this module.
  */
-import { randomBytes } from 'node:crypto';
 import { chmod, lstat, mkdir, open, readFile, rename, unlink } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import type { AsyncEntry } from '@napi-rs/keyring';
 import { withFileLock } from '../shared/filelock.js';
+import { ownedTempName } from '../shared/owned-temp.js';
 import { naming, systemErrorText } from '../shared/syserr.js';
 import { normalizeServer } from '../client/http.js';
 import { UsageError } from './output.js';
@@ -126,7 +126,9 @@ export function createCredentialStore(
       return;
     }
     await mkdir(configDir, { recursive: true, mode: 0o700 });
-    const tmp = `${file}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
+    // Named by its writer (pid, host): a killed write's temp, which may hold a token, is swept by
+    // the next command (sweepConfigTemps), never a live one's.
+    const tmp = ownedTempName(file);
     // 'wx' + 0600: the temp file is never readable by others, not even for an instant.
     // Failures name the file being written, not its temporary stand-in.
     const handle = await open(tmp, 'wx', 0o600).catch((err: unknown) => {

@@ -10,6 +10,7 @@ import { registerServe } from './commands/serve.js';
 import { registerAdmin } from './commands/admin.js';
 import { registerSettings } from './commands/settings.js';
 import { registerUsers } from './commands/users.js';
+import { sweepConfigTemps } from './config.js';
 
 // package.json sits two levels above dist/cli/ and dist/bundle/ (scripts/bundle.mjs), in the
 // repository and in an installed package.
@@ -53,7 +54,10 @@ Examples:
 Exit codes: 0 ok, 1 failure, 2 usage, 3 not signed in or not allowed, 4 not found,
 5 locked or conflict, 6 network failure after retries, 7 not verified (sha256 mismatch,
 or an upload the server did not complete), 130 interrupted (Ctrl-C).`,
-    );
+    )
+    // Every command: a killed fshare's temporary copies of config.json, credentials.json or
+    // push-hashes.json are removed (a sweep of a few names, once per command).
+    .hook('preAction', () => sweepConfigTemps());
 
   registerAuth(program);
   registerTransfers(program);

@@ -46,7 +46,13 @@ import type { FileHandle } from 'node:fs/promises';
 import { dirname, join, relative } from 'node:path';
 import { Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { HOST_TAG, ownedTempDir, processAlive, removeOwnedTempDir } from '../shared/owned-temp.js';
+import {
+  HOST_TAG,
+  ownedTempDir,
+  ownedTempName,
+  processAlive,
+  removeOwnedTempDir,
+} from '../shared/owned-temp.js';
 import { writeFully } from '../shared/copy.js';
 import type { Share } from '../shared/types.js';
 import { deleteFile, findShares, getFile } from './api.js';
@@ -360,7 +366,8 @@ export function fileHashCache(file: string): HashCache {
     async save() {
       if (!dirty || !entries) return;
       await mkdir(dirname(file), { recursive: true, mode: 0o700 });
-      const tmp = `${file}.${randomBytes(4).toString('hex')}.tmp`;
+      // Named by its writer: a killed save's temp is swept by the next command (sweepConfigTemps).
+      const tmp = ownedTempName(file);
       try {
         await writeFile(tmp, JSON.stringify(entries), { mode: 0o600 });
         await rename(tmp, file);

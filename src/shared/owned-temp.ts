@@ -32,8 +32,10 @@ export function ownedTempName(path: string): string {
  * Removes from `dir` the `*.tmp` files of writers that died before their rename (a kill, a
  * crash): those of a process no longer running on this host at once, unowned ones (older
  * fshares', another host's) once untouched for a day. A live writer's file is never touched.
+ * With `only` (a directory that holds other things too), just the owned temporary names
+ * (ownedTempName) of those files are looked at, nothing else.
  */
-export function removeStaleTemps(dir: string): void {
+export function removeStaleTemps(dir: string, only?: readonly string[]): void {
   let names: string[];
   try {
     names = readdirSync(dir);
@@ -44,6 +46,7 @@ export function removeStaleTemps(dir: string): void {
     if (!name.endsWith('.tmp')) continue;
     const file = join(dir, name);
     const owner = OWNED.exec(name);
+    if (only && !(owner && only.includes(name.slice(0, owner.index)))) continue;
     let stale: boolean;
     if (owner && owner[2] === HOST_TAG) stale = !processAlive(Number(owner[1]));
     else {

@@ -155,6 +155,44 @@ describe('temporary record files', () => {
   });
 });
 
+describe('temporary files at the top of the config directory', () => {
+  it("a killed write's temp of credentials.json, config.json or push-hashes.json is removed by the next command; a live writer's and anything else are kept", async () => {
+    // Guards: credentials.json, config.json and push-hashes.json are written through a temp file
+    // and a rename; a write killed in between left NAME.<pid>-<host>-….tmp (credentials.json's
+    // holds the tokens, 0600) beside them, and nothing ever removed it. (credentials.json and
+    // push-hashes.json also used names without a host, not safe to judge.) Now every command
+    // sweeps the owned temps of just those files whose process is gone from this host.
+    const cli = await signedIn();
+    const host = createHash('sha256').update(hostname()).digest('hex').slice(0, 8);
+    const gone = execa('node', ['-e', '']);
+    const dead = gone.pid!;
+    await gone;
+    const owned = (file: string, pid: number, n: number) =>
+      `${file}.${pid}-${host}-${String(n).repeat(12)}.tmp`;
+    const stale = [
+      owned('credentials.json', dead, 1),
+      owned('config.json', dead, 2),
+      owned('push-hashes.json', dead, 3),
+    ];
+    const kept = [
+      owned('credentials.json', process.pid, 4), // a live writer's
+      owned('notes.json', dead, 5), // not a file fshare writes there
+      `credentials.json.${dead}.${'6'.repeat(12)}.tmp`, // not an owned name
+      'other.tmp',
+    ];
+    for (const name of [...stale, ...kept])
+      await writeFile(join(cli.configDir, name), '{"http://x": {"token": "cut', { mode: 0o600 });
+    const before = await readdir(cli.configDir);
+
+    const res = await cli.run(['--server', serve.url, 'whoami']);
+    expect(res.exitCode, res.stderr).toBe(0);
+    const after = await readdir(cli.configDir);
+    for (const name of stale) expect(after).not.toContain(name);
+    for (const name of kept) expect(after).toContain(name);
+    expect(after.sort()).toEqual(before.filter((n) => !stale.includes(n)).sort());
+  });
+});
+
 describe('damaged download records', () => {
   it('get --continue names a damaged partials/ record it does not use, and the download replaces it', async () => {
     // Guards: a partials/ record cut short was skipped in silence by get --continue (read in
