@@ -335,15 +335,16 @@ function sha256Rate() {
  * The most any verified upload could reach against `curl -F` on this machine's cores, from what
  * one round measured. Such an upload makes the server do at least the work that curl -F's upload
  * of the same bytes cost it (receiving, writing, syncing and hashing them: the server's CPU over
- * that phase, all threads), and its client must hash the whole file, at best at the single-core
- * sha256 rate. No schedule of that CPU on N cores takes less than its sum over N, nor less than
- * the client's sha256 on its one thread. curl's own CPU is left out, so the bound is generous.
+ * that phase, all threads); its client must read the file and write it to the server, which cost
+ * curl its CPU, and hash the whole file besides, at best at the single-core sha256 rate. No
+ * schedule of that CPU on N cores takes less than its sum over N, nor less than the client's
+ * sha256 on its one thread. Everything else a real client and the chunks cost is left out.
  */
 function uploadBound(rd, size, shaRate) {
   if (!rd.curl_form_server_cpu_s || !shaRate || !rd.curl_form_s) return null;
   const clientHash = size / MB / shaRate;
   const least = Math.max(
-    (rd.curl_form_server_cpu_s + clientHash) / availableParallelism(),
+    (rd.curl_form_server_cpu_s + (rd.curl_form_cpu_s ?? 0) + clientHash) / availableParallelism(),
     clientHash,
   );
   return rd.curl_form_s / least;
