@@ -507,6 +507,22 @@ describe('verified transfers against fshare serve', () => {
     await rm(dir, { recursive: true, force: true });
   });
 
+  // Property: a download that starts from byte 0 leaves exactly the share's bytes. A `.part` is
+  // cut to zero only when it holds bytes (an empty one is not, since truncating a file to 0 on
+  // ext4 makes its close allocate and flush it); a longer leftover must still never leave its tail.
+  it('a download from byte 0 over a longer leftover NAME.part leaves exactly the share', async () => {
+    const data = randomBytes(50_000);
+    await writeFile(join(work, 'shorter.bin'), data);
+    const [up] = await admin.json<Transfer[]>(['upload', join(work, 'shorter.bin')]);
+    const dir = await tempDir('leftover-part');
+    await writeFile(join(dir, 'shorter.bin.part'), randomBytes(200_000));
+    const res = await admin.run(['get', up!.share_id], { cwd: dir });
+    expect(res.exitCode, res.stderr).toBe(0);
+    expect((await readFile(join(dir, 'shorter.bin'))).equals(data)).toBe(true);
+    expect(existsSync(join(dir, 'shorter.bin.part'))).toBe(false);
+    await rm(dir, { recursive: true, force: true });
+  });
+
   // Found from outside: a NAME.part planted as a hard link to another file was truncated and
   // written in place, so the other file got the download's bytes, with exit 0.
   it('a NAME.part that is a hard link is never written through, with or without --continue', async () => {
