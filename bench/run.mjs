@@ -332,6 +332,15 @@ function sha256Rate() {
 }
 
 /**
+ * The least wall time in which this machine's cores can do `other` CPU seconds of work plus
+ * `passes` sha256 passes of `hash` seconds each, every pass on one thread: never less than the
+ * sum over the cores, nor than one pass.
+ */
+function leastTime(other, hash, passes) {
+  return Math.max(hash, (other + passes * hash) / availableParallelism());
+}
+
+/**
  * The most any verified upload could reach against `curl -F` on this machine's cores, from what
  * one round measured. Such an upload makes the server do at least the work of `curl -F`'s upload
  * of the same bytes (receiving, writing, syncing and hashing them); its client must read the file
@@ -350,8 +359,7 @@ function uploadBound(rd, size, shaRate) {
   const hash = size / MB / shaRate;
   const server = Math.min(rd.curl_form_server_cpu_s, rd.upload_server_cpu_s);
   const client = Math.max(0, Math.min(rd.curl_form_cpu_s, rd.upload_cpu_s - hash));
-  const least = Math.max(hash, (server + client + hash) / availableParallelism());
-  return rd.curl_form_s / least;
+  return rd.curl_form_s / leastTime(server + client, hash, 1);
 }
 
 /**
@@ -370,8 +378,7 @@ function verifiedBound(size, shaRate, hashes, unhashed, verified, unhashedRate) 
   if (!shaRate || !unhashedRate || plain === null || full === null) return null;
   const hash = size / MB / shaRate;
   const rest = Math.max(0, Math.min(plain, full - hashes * hash));
-  const least = Math.max(hash, (rest + hashes * hash) / availableParallelism());
-  return size / MB / least / Math.min(shaRate, unhashedRate);
+  return size / MB / leastTime(rest, hash, hashes) / Math.min(shaRate, unhashedRate);
 }
 
 /**
