@@ -36,7 +36,7 @@ export async function openStorage(
   dataDir: string,
   store: MetadataStore,
   hasher: HashWorker,
-  limits: Pick<Limits, 'minFreeBytes'>,
+  limits: Pick<Limits, 'minFreeBytes' | 'removedContentKeepMs'>,
   log: (line: string) => void,
 ): Promise<ContentStorage> {
   if (!options.storage)
@@ -53,6 +53,7 @@ export async function openStorage(
     minFreeBytes: limits.minFreeBytes,
     // Across servers when the store is shared: PostgreSQL's advisory locks.
     lock: (key, task) => store.withShareLock(key, task),
+    removedContentKeepMs: limits.removedContentKeepMs,
     log,
   });
 }

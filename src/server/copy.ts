@@ -42,7 +42,7 @@ async function open(backend: Backend, log: (line: string) => void): Promise<Open
       backend.dataDir,
       store,
       hasher,
-      { minFreeBytes: 0 },
+      { minFreeBytes: 0, removedContentKeepMs: 0 },
       log,
     );
     return { store, storage, hasher };

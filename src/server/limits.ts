@@ -26,6 +26,12 @@ export const LIMITS = {
   uploadIdleMs: 24 * 3600 * 1000,
   /** The record of a finished upload (which refuses its late chunks) is kept this long. */
   finishedUploadKeepMs: 48 * 3600 * 1000,
+  /**
+   * With S3, content that no share names any more (replaced, deleted, expired) is removed this
+   * long after: a download another server had begun still gets the bytes it announced. Files
+   * need no such wait (an open file stays readable once unlinked).
+   */
+  removedContentKeepMs: 5 * 60 * 1000,
 
   /** Longest expiry a share or link may be given (10 years); settings may lower it for users. */
   maxExpirySeconds: 10 * 366 * 24 * 3600,

@@ -71,6 +71,9 @@ export async function startServer(options: Partial<ServerOptions> = {}): Promise
     minFreeBytes: 16 * 1024 * 1024,
     ...(await backendFor(dataDir)),
     ...options,
+    // With S3, content a share let go of is removed at once, so that tests can see it gone; the
+    // wait that keeps it for downloads already begun is tested in two-servers.test.ts.
+    limits: { removedContentKeepMs: 0, ...options.limits },
     dataDir,
   };
   // Behind the balancer, each server learns the client's address from X-Forwarded-For.

@@ -23,7 +23,7 @@ import {
 } from '../helpers/http.js';
 import { createDatabase, startPostgres, type PgCluster } from '../helpers/postgres.js';
 import { createBucket, S3_TEST_ENV, startS3, type S3Server } from '../helpers/s3.js';
-import { ensureBuilt, killAll, serve, stop } from '../helpers/serve.js';
+import { ensureBuilt, killAll, serve, stop, type Running } from '../helpers/serve.js';
 import { ADMIN, login } from '../helpers/server.js';
 
 let pg: PgCluster;
@@ -95,10 +95,13 @@ const S3_TEST_ENV_CONFIG = {
 /**
  * Every share serves whole content with its sha256, and every content object is a share's but
  * `orphans` (content a crash left unreferenced; a server start removes it once an hour old).
+ * Counted once the server has stopped: content a share let go of is kept for downloads other
+ * servers began (removedContentKeepMs), and removed when the server stops if not before.
  */
-async function checkIntact(url: string, b: Backend, orphans = 0) {
-  const shares = await verifyAllContent(url, b.token);
+async function checkIntact(running: Running, b: Backend, orphans = 0) {
+  const shares = await verifyAllContent(running.url, b.token);
   const withContent = [...shares.values()].filter((s) => s.initialized).length;
+  expect(await stop(running)).toMatchObject({ code: 0 });
   expect(await contentKeys(b.bucket)).toHaveLength(withContent + orphans);
   return shares;
 }
@@ -143,7 +146,7 @@ describe('SIGKILL during a completion on PostgreSQL + S3', () => {
         expectFail(await send(running.url, b.token, id, dzuuid, 2, 'PUT'), 409);
         // Killed after publishing, before the replaced content was removed: that one object is
         // left unreferenced (its name was only in the answer the crash cut).
-        await checkIntact(running.url, b, point === 's3.after-publish' ? 1 : 0);
+        await checkIntact(running, b, point === 's3.after-publish' ? 1 : 0);
       } finally {
         await stop(running);
       }
@@ -167,7 +170,7 @@ describe('SIGKILL during a completion on PostgreSQL + S3', () => {
       // The share has content now: POST is refused before any storage is touched (API.md), and
       // the client finds its bytes there by sha256.
       expectFail(await send(running.url, b.token, id, dzuuid, 2, 'POST'), 423);
-      await checkIntact(running.url, b);
+      await checkIntact(running, b);
     } finally {
       await stop(running);
     }
@@ -191,7 +194,7 @@ describe('SIGKILL during a completion on PostgreSQL + S3', () => {
       expectStatus(await send(running.url, b.token, id, dzuuid, 1, 'POST'), 200);
       expectStatus(await send(running.url, b.token, id, dzuuid, 2, 'POST'), 201);
       expect((await content(running.url, b.token, id)).equals(NEW)).toBe(true);
-      await checkIntact(running.url, b);
+      await checkIntact(running, b);
     } finally {
       await stop(running);
     }

@@ -1,6 +1,9 @@
 import { randomBytes, randomUUID } from 'node:crypto';
+import { createServer as createHttpServer, request as httpRequest, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createServer, type FshareServer } from '../../src/server/index.js';
+import type { Limits } from '../../src/server/limits.js';
 import {
   createShare,
   createShareWithContent,
@@ -31,12 +34,20 @@ let a: { url: string; server: FshareServer };
 let b: { url: string; server: FshareServer };
 let admin: string;
 
-async function start(database: string, storage: string) {
+let database: string;
+let storage: string;
+
+async function start(
+  database: string,
+  storage: string,
+  { s3Endpoint = s3.endpoint, limits }: { s3Endpoint?: string; limits?: Partial<Limits> } = {},
+) {
   const server = await createServer({
     dataDir: await tempDir('two'),
     database,
     storage,
-    s3Endpoint: s3.endpoint,
+    s3Endpoint,
+    limits,
     s3ForcePathStyle: true,
     adminUser: ADMIN.username,
     adminPassword: ADMIN.password,
@@ -49,8 +60,8 @@ async function start(database: string, storage: string) {
 beforeAll(async () => {
   Object.assign(process.env, S3_TEST_ENV);
   [pg, s3] = await Promise.all([startPostgres(), startS3()]);
-  const database = await createDatabase(pg.adminUrl);
-  const storage = await createBucket(s3.endpoint);
+  database = await createDatabase(pg.adminUrl);
+  storage = await createBucket(s3.endpoint);
   // Started together on a new database: one of them creates the schema and the administrator.
   [a, b] = await Promise.all([start(database, storage), start(database, storage)]);
   admin = await login(a.url, ADMIN.username, ADMIN.password);
@@ -60,6 +71,155 @@ afterAll(async () => {
   await Promise.all([a?.server.close(), b?.server.close()]);
   await s3?.stop();
   await pg?.stop();
+});
+
+/**
+ * A proxy in front of s3rver that holds every ranged GET (a download's read of content) while
+ * `holding`, until `release()`; `held` resolves when the first one arrives.
+ */
+async function holdingS3Proxy() {
+  let holding = true;
+  let arrived: () => void = () => undefined;
+  const held = new Promise<void>((resolve) => (arrived = resolve));
+  const waiting: (() => void)[] = [];
+  const target = new URL(s3.endpoint);
+  const server: Server = createHttpServer((req, res) => {
+    const forward = () => {
+      const out = httpRequest(
+        {
+          host: target.hostname,
+          port: target.port,
+          method: req.method,
+          path: req.url,
+          headers: req.headers,
+        },
+        (answer) => {
+          res.writeHead(answer.statusCode!, answer.headers);
+          answer.pipe(res);
+        },
+      );
+      out.on('error', () => res.destroy());
+      req.pipe(out);
+    };
+    if (holding && req.method === 'GET' && req.headers.range) {
+      waiting.push(forward);
+      arrived();
+    } else forward();
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    endpoint: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    held,
+    release() {
+      holding = false;
+      for (const forward of waiting.splice(0)) forward();
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+describe('content a share let go of, with downloads begun on another server', () => {
+  // Found: a server deleted replaced content from S3 at once. A download another server had
+  // begun (record read, content opened with HeadObject, GET not yet sent) then had its GET
+  // answered NoSuchKey and was cut after its headers. On files an open file stays readable once
+  // unlinked; on S3 the old object is now kept for removedContentKeepMs.
+  it('a download begun before a replace on the other server gets the old bytes, whole', async () => {
+    const proxy = await holdingS3Proxy();
+    const c = await start(database, storage, { s3Endpoint: proxy.endpoint });
+    try {
+      const OLD = randomBytes(3 * 1024 * 1024 + 7);
+      const NEW = randomBytes(2 * 1024 * 1024 + 9);
+      const id = await createShareWithContent(a.url, admin, 'kept.bin', OLD);
+      const download = get(c.url, `/files/${id}/content`, { token: admin });
+      download.catch(() => undefined);
+      await proxy.held; // c has opened the old content and asked for its bytes
+      const replaced = await sendChunk(
+        a.url,
+        admin,
+        id,
+        { dzuuid: randomUUID(), index: 0, total: 1, data: NEW },
+        'PUT',
+      );
+      expectStatus(replaced, 201);
+      proxy.release();
+      const res = await download;
+      expectStatus(res, 200);
+      expect(res.buf.length).toBe(OLD.length);
+      expect(sha256hex(res.buf)).toBe(sha256hex(OLD));
+      expect(res.headers.etag).toBe(`"${sha256hex(OLD)}"`);
+      // Every server serves the new bytes from then on.
+      for (const server of [a.url, b.url, c.url])
+        expect(sha256hex((await get(server, `/files/${id}/content`, { token: admin })).buf)).toBe(
+          sha256hex(NEW),
+        );
+    } finally {
+      await c.server.close();
+      await proxy.close();
+    }
+  });
+
+  // The wait has an end: content no share names is removed once removedContentKeepMs is over,
+  // and by a server that stops before then (nothing else would until a start an hour later).
+  it('replaced and deleted content is removed after the wait, or when the server stops', async () => {
+    const bucket = storage.slice('s3://'.length);
+    const keys = async (id: string) => {
+      const { S3Client, ListObjectsV2Command } = await import('@aws-sdk/client-s3');
+      const client = new S3Client({ endpoint: s3.endpoint, forcePathStyle: true });
+      try {
+        const page = await client.send(
+          new ListObjectsV2Command({ Bucket: bucket, Prefix: `content/${id}.` }),
+        );
+        return (page.Contents ?? []).map((o) => o.Key!);
+      } finally {
+        client.destroy();
+      }
+    };
+    const quick = await start(database, storage, { limits: { removedContentKeepMs: 300 } });
+    const slow = await start(database, storage, { limits: { removedContentKeepMs: 3_600_000 } });
+    let slowClosed = false;
+    try {
+      const replaced = await createShareWithContent(quick.url, admin, 'r.bin', randomBytes(100));
+      const deleted = await createShareWithContent(quick.url, admin, 'd.bin', randomBytes(100));
+      const before = await keys(replaced);
+      const newBytes = randomBytes(50);
+      const put = await sendChunk(
+        quick.url,
+        admin,
+        replaced,
+        { dzuuid: randomUUID(), index: 0, total: 1, data: newBytes },
+        'PUT',
+      );
+      expectStatus(put, 201);
+      expectStatus(await del(quick.url, `/files/${deleted}`, { token: admin }), 200);
+      // Still there just after: a download begun elsewhere may yet read them.
+      expect(await keys(replaced)).toHaveLength(2);
+      expect(await keys(deleted)).toHaveLength(1);
+      const deadline = Date.now() + 20_000;
+      while ((await keys(deleted)).length > 0 || (await keys(replaced)).length > 1) {
+        if (Date.now() > deadline) throw new Error('content let go of was never removed');
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      expect(await keys(replaced)).not.toContain(before[0]);
+      const served = await get(quick.url, `/files/${replaced}/content`, { token: admin });
+      expect(served.buf.equals(newBytes)).toBe(true);
+
+      // An hour's wait, but the server stops: it removes what it let go of before it exits.
+      const gone = await createShareWithContent(slow.url, admin, 'g.bin', randomBytes(100));
+      expectStatus(await del(slow.url, `/files/${gone}`, { token: admin }), 200);
+      await new Promise((r) => setTimeout(r, 500));
+      expect(await keys(gone)).toHaveLength(1);
+      await slow.server.close();
+      slowClosed = true;
+      expect(await keys(gone)).toEqual([]);
+    } finally {
+      await quick.server.close();
+      if (!slowClosed) await slow.server.close();
+    }
+  });
 });
 
 describe('two servers on one database and bucket', () => {

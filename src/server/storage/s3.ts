@@ -53,6 +53,11 @@ export interface S3StorageOptions {
   minFreeBytes: number;
   /** Runs `task` holding `key` against every server on the bucket (PostgreSQL advisory locks). */
   lock: <T>(key: string, task: () => Promise<T>) => Promise<T>;
+  /**
+   * Content no share names any more (replaced, deleted, expired) is removed this long after
+   * (limits.ts, removedContentKeepMs); 0 removes it at once.
+   */
+  removedContentKeepMs?: number;
   log?: (line: string) => void;
   /** The time that ages are measured with (tests move it); Date.now by default. */
   clock?: () => number;
@@ -155,6 +160,9 @@ class Received implements ReceivedChunk {
  */
 export class S3Storage implements ContentStorage {
   private readonly readers = new Set<AbortController>();
+  /** Content no share names, in the order it was let go, with when it is to be removed. */
+  private readonly doomed: { key: string; due: number }[] = [];
+  private doomTimer: NodeJS.Timeout | null = null;
   private readonly space: SpaceReserve;
   private readonly log: (line: string) => void;
   private readonly now: () => number;
@@ -974,11 +982,52 @@ export class S3Storage implements ContentStorage {
     return hash.digest('hex');
   }
 
+  /**
+   * Content a share no longer names is removed only after removedContentKeepMs. Another server
+   * may have read the share's record and opened the old content (HeadObject) without having sent
+   * its GET yet; on files, an open file stays readable after it is unlinked, but an S3 object
+   * that is deleted is gone for that GET too, and its download would fail. Kept in this process
+   * only: content whose removal a crash cut short is removed at a later start, once it is
+   * UNREFERENCED_GRACE_MS old (init).
+   */
   async removeContent(blob: string): Promise<void> {
-    await this.remove([this.contentKey(blob)]);
+    const key = this.contentKey(blob);
+    const keep = this.options.removedContentKeepMs ?? 0;
+    if (keep <= 0) return this.remove([key]);
+    this.doomed.push({ key, due: this.now() + keep });
+    this.removeLater();
+  }
+
+  private removeLater(): void {
+    if (this.doomTimer || this.doomed.length === 0) return;
+    const wait = Math.max(0, this.doomed[0]!.due - this.now());
+    this.doomTimer = setTimeout(() => {
+      this.doomTimer = null;
+      void this.removeDue(false);
+    }, wait);
+    this.doomTimer.unref();
+  }
+
+  /** Removes the content whose time has come (`all`: every one still waiting). */
+  private async removeDue(all: boolean): Promise<void> {
+    const now = this.now();
+    const keys: string[] = [];
+    while (this.doomed.length > 0 && (all || this.doomed[0]!.due <= now))
+      keys.push(this.doomed.shift()!.key);
+    try {
+      await this.remove(keys);
+    } catch (err) {
+      // Left for a later start to remove (init): it is content no share names.
+      this.log(`fshare: could not remove content no share names: ${(err as Error).message}`);
+    }
+    if (!all) this.removeLater();
   }
 
   async close(): Promise<void> {
+    if (this.doomTimer) clearTimeout(this.doomTimer);
+    this.doomTimer = null;
+    // Nothing else would remove them until a start an hour from now.
+    await this.removeDue(true);
     for (const reader of this.readers) reader.abort();
     this.readers.clear();
     this.client.destroy();
