@@ -122,6 +122,10 @@ async function holdingS3Proxy() {
   };
 }
 
+/** Replaces a share's content with one chunk. */
+const replaceContent = (url: string, id: string, data: Buffer) =>
+  sendChunk(url, admin, id, { dzuuid: randomUUID(), index: 0, total: 1, data }, 'PUT');
+
 describe('content a share let go of, with downloads begun on another server', () => {
   // Found: a server deleted replaced content from S3 at once. A download another server had
   // begun (record read, content opened with HeadObject, GET not yet sent) then had its GET
@@ -137,14 +141,7 @@ describe('content a share let go of, with downloads begun on another server', ()
       const download = get(c.url, `/files/${id}/content`, { token: admin });
       download.catch(() => undefined);
       await proxy.held; // c has opened the old content and asked for its bytes
-      const replaced = await sendChunk(
-        a.url,
-        admin,
-        id,
-        { dzuuid: randomUUID(), index: 0, total: 1, data: NEW },
-        'PUT',
-      );
-      expectStatus(replaced, 201);
+      expectStatus(await replaceContent(a.url, id, NEW), 201);
       proxy.release();
       const res = await download;
       expectStatus(res, 200);
@@ -186,14 +183,7 @@ describe('content a share let go of, with downloads begun on another server', ()
       const deleted = await createShareWithContent(quick.url, admin, 'd.bin', randomBytes(100));
       const before = await keys(replaced);
       const newBytes = randomBytes(50);
-      const put = await sendChunk(
-        quick.url,
-        admin,
-        replaced,
-        { dzuuid: randomUUID(), index: 0, total: 1, data: newBytes },
-        'PUT',
-      );
-      expectStatus(put, 201);
+      expectStatus(await replaceContent(quick.url, replaced, newBytes), 201);
       expectStatus(await del(quick.url, `/files/${deleted}`, { token: admin }), 200);
       // Still there just after: a download begun elsewhere may yet read them.
       expect(await keys(replaced)).toHaveLength(2);
