@@ -269,10 +269,11 @@ async function checkDataShares(
   name: string,
   owner: string,
   files: ManifestFile[],
-): Promise<void> {
+): Promise<Map<string, Share>> {
   const wanted = new Map<string, ManifestFile>();
   for (const f of files) if (f.share !== null && !wanted.has(f.share)) wanted.set(f.share, f);
-  if (wanted.size === 0) return;
+  const found = new Map<string, Share>();
+  if (wanted.size === 0) return found;
   const listed = new Map(
     (await findShares(client, { name_prefix: dataPrefix(name) })).map((s) => [s.share_id, s]),
   );
@@ -290,7 +291,20 @@ async function checkDataShares(
       throw new ManifestError(
         `the data of ${f.path} (share ${id}) belongs to ${share.owner_name ?? 'no user'}, not to ${owner}; refusing the set`,
       );
+    found.set(id, share);
   }
+  return found;
+}
+
+/**
+ * True when the share holds exactly this file's bytes, so it can be downloaded straight into the
+ * file: a file of 1 MiB or more is a share of its own, and a share whose size the server says is
+ * the file's. The first file of a pack is at offset 0 too, and may be the only one wanted.
+ */
+function wholeShare(f: ManifestFile, share: Share | undefined): boolean {
+  if (f.offset !== 0) return false;
+  const size = share?.size;
+  return typeof size === 'number' ? size === f.size : f.size >= PACK_FILE_LIMIT;
 }
 
 /** A small share's content as text, through a verified download into a temporary file. */
@@ -443,11 +457,13 @@ async function scanTree(
       const childAbs = join(abs, e.name);
       if (e.isDirectory()) {
         if (exc(childRel) || exc(`${childRel}/`)) continue;
+        await checkLocalName(childAbs, childRel);
         const has = await walk(childAbs, childRel);
         if (!has && inc(childRel)) dirs.push(childRel);
         any = true;
       } else if (e.isFile()) {
         if (!inc(childRel) || exc(childRel)) continue;
+        await checkLocalName(childAbs, childRel);
         const st = await stat(childAbs);
         files.push({
           path: childRel,
@@ -469,6 +485,19 @@ async function scanTree(
   };
   await walk(dir, '');
   return { files, dirs };
+}
+
+/**
+ * Refuses, before anything is uploaded, a name no pull could write: one with a backslash, or one
+ * that is not UTF-8 (its decoded name, with U+FFFD, names no file). Stored, such a path made the
+ * manifest one that every later pull and push refused.
+ */
+async function checkLocalName(abs: string, rel: string): Promise<void> {
+  const fix = 'rename it or leave it out with --exclude';
+  if (rel.includes('\\'))
+    throw new ClientInputError(`${rel}: a name with a backslash cannot be in a set; ${fix}`);
+  if (rel.includes('\uFFFD') && (await lstat(abs).catch(() => null)) === null)
+    throw new ClientInputError(`${rel}: a name that is not UTF-8 cannot be in a set; ${fix}`);
 }
 
 async function sha256Of(abs: string): Promise<string> {
@@ -739,6 +768,12 @@ function sealPack(run: PushRun, p: Pack, waiting: Map<string, LocalFile[]>): Pro
   });
 }
 
+/** The directories a relative path is in: `a/b/c` → `a`, `a/b`. */
+function parentsOf(path: string): string[] {
+  const parts = path.split('/');
+  return parts.slice(1).map((_, i) => parts.slice(0, i + 1).join('/'));
+}
+
 /**
  * The manifest this push makes: the folder's files where their bytes now are, and (without
  * --delete) the stored set's files and empty directories the folder lacks; `deleted` counts
@@ -767,14 +802,20 @@ async function nextManifest(
   });
   let deleted = 0;
   const local = new Set(files.map((f) => f.path));
+  // The folder's directories: a kept file of the stored set may not be one of them, nor be under
+  // one of the folder's files (a directory that became a file, or the other way round): such a
+  // manifest lists a path as a file and as a directory, and no pull or push could read it again.
+  const localDirs = new Set(dirs);
+  for (const p of [...local, ...dirs]) for (const d of parentsOf(p)) localDirs.add(d);
+  const underAFile = (p: string) => local.has(p) || parentsOf(p).some((d) => local.has(d));
   const keptDirs = new Set(dirs);
   if (stored) {
     for (const f of stored.manifest.files) {
       if (local.has(f.path)) continue;
-      if (options.delete) deleted++;
+      if (options.delete || localDirs.has(f.path) || underAFile(f.path)) deleted++;
       else entries.push(f);
     }
-    if (!options.delete) for (const d of stored.manifest.dirs) keptDirs.add(d);
+    if (!options.delete) for (const d of stored.manifest.dirs) if (!underAFile(d)) keptDirs.add(d);
   }
   entries.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
   // A kept directory that now holds a file is no longer an empty one.
@@ -918,6 +959,11 @@ async function safeParent(
   known?: Set<string>,
   /** Directories this pull made: nothing can be in them yet but what it puts there. */
   created?: Set<string>,
+  /**
+   * Checking only: a file (not a link) on the way is added here and its path returned, not
+   * refused (pull --delete removes it before writing).
+   */
+  inTheWay?: Set<string>,
 ): Promise<string> {
   const parts = rel.split('/').slice(0, -1);
   let at = root;
@@ -943,7 +989,13 @@ async function safeParent(
       throw new ManifestError(
         `${relative(root, at)} is a symbolic link; refusing to write through it`,
       );
-    else if (!st.isDirectory()) throw new ManifestError(`${relative(root, at)} is not a directory`);
+    else if (!st.isDirectory()) {
+      if (inTheWay && !create) {
+        inTheWay.add(at);
+        return at;
+      }
+      throw new ManifestError(`${relative(root, at)} is not a directory`);
+    }
     known?.add(at);
   }
   if (known?.has(at)) return at;
@@ -951,6 +1003,15 @@ async function safeParent(
   if (!st.isDirectory() || st.isSymbolicLink())
     throw new ManifestError(`${relative(root, at) || '.'} is not a directory`);
   return at;
+}
+
+/** The files (of any kind but directories) at or under `abs`, never following a link. */
+async function countFiles(abs: string): Promise<number> {
+  if (!(await lstat(abs)).isDirectory()) return 1;
+  let n = 0;
+  for (const e of await readdir(abs, { withFileTypes: true }))
+    n += e.isDirectory() ? await countFiles(join(abs, e.name)) : 1;
+  return n;
 }
 
 /** True when a regular file (not a link) with this size and sha256 is already at `abs`. */
@@ -1160,7 +1221,7 @@ export async function pull(
   const { own, others } = await manifestShares(client, name, options.owner);
   const stored = await newestManifest(client, name, own, options.signal);
   if (!stored) throw noArtifact(client, name, options.owner, others);
-  await checkDataShares(client, name, options.owner, stored.manifest.files);
+  const dataShares = await checkDataShares(client, name, options.owner, stored.manifest.files);
   // Permission bits only, as the umask allows (as tar does for a user): a manifest's 0o777 is not
   // a world-writable file here.
   const umask = process.umask();
@@ -1180,14 +1241,40 @@ export async function pull(
     options.onProgress?.(doneFiles, doneBytes);
   };
 
-  // Every path is checked before anything is written (and again as it is written).
+  // Every path is checked before anything is written (and again as it is written). What DIR has
+  // where the set has something of the other kind (a file where a directory goes, a directory
+  // where a file goes: the set changed shape) is refused here, or with --delete removed first;
+  // found only as it was written, it stopped the pull halfway, DIR a mix of two versions.
   const targets = new Map<ManifestFile, string>();
   const checked = new Set<string>();
+  const inTheWay = new Set<string>();
+  const clash = (rel: string, what: string) =>
+    new ManifestError(
+      `${rel} is ${what} in ${root}, where the set has ${what === 'a directory' ? 'a file' : 'a directory'}; nothing written (pull with --delete to replace it)`,
+    );
+  const checkParent = async (rel: string) => {
+    const found = new Set<string>();
+    await safeParent(root, rel, false, checked, undefined, found);
+    for (const file of found) {
+      if (!options.delete) throw clash(relative(root, file), 'a file');
+      inTheWay.add(file);
+    }
+  };
   for (const f of manifest.files) {
-    targets.set(f, join(root, ...f.path.split('/')));
-    await safeParent(root, f.path, false, checked);
+    const target = join(root, ...f.path.split('/'));
+    targets.set(f, target);
+    await checkParent(f.path);
+    if ((await lstat(target).catch(() => null))?.isDirectory()) {
+      if (!options.delete) throw clash(f.path, 'a directory');
+      inTheWay.add(target);
+    }
   }
-  for (const d of manifest.dirs) await safeParent(root, `${d}/x`, false, checked);
+  for (const d of manifest.dirs) await checkParent(`${d}/x`);
+  let deleted = 0;
+  for (const abs of inTheWay) {
+    deleted += await countFiles(abs);
+    await rm(abs, { recursive: true, force: true });
+  }
   // Each directory is made (or checked) once, not once per file in it.
   const made = new Set<string>();
   const fresh = new Set<string>();
@@ -1242,7 +1329,7 @@ export async function pull(
     'downloads',
     [...byShare].map(([share, wanted]) =>
       jobs(async () => {
-        if (wanted.length === 1 && wanted[0]!.offset === 0) {
+        if (wanted.length === 1 && wholeShare(wanted[0]!, dataShares.get(share))) {
           // A share of its own: straight into a temporary file beside its place.
           const f = wanted[0]!;
           await downloadInto(client, share, f, targets.get(f)!, options.signal).catch(
@@ -1266,8 +1353,7 @@ export async function pull(
     ),
   );
 
-  let deleted = 0;
-  if (options.delete) deleted = await deleteExtra(root, manifest);
+  if (options.delete) deleted += await deleteExtra(root, manifest);
   return {
     name,
     manifest_id: stored.share.share_id,

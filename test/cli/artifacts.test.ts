@@ -500,6 +500,111 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     });
   }, 120_000);
 
+  it('a pull that wants only the first file of a pack (the others already there) fetches it; it was exit 7, the whole pack written into it and refused', async () => {
+    const src = await freshDir('first-src');
+    await put(src, 'a.txt', 'first in the pack\n');
+    await put(src, 'b.txt', 'second\n');
+    await put(src, 'c.txt', 'third\n');
+    const name = 'first-of-pack';
+    await push(src, name);
+    const { manifest } = await manifestOf(name);
+    expect(manifest.files.find((f) => f.path === 'a.txt')!.offset).toBe(0);
+    expect(referenced(manifest).size).toBe(1); // one pack
+    const out = await freshDir('first-out');
+    await pull(name, out);
+    await put(out, 'a.txt', 'edited by a build step\n');
+
+    const again = await pull(name, out);
+    expect(again.downloaded).toEqual({ files: 1, bytes: 'first in the pack\n'.length });
+    expect(again.skipped.files).toBe(2);
+    expect(await snapshot(out)).toEqual(await snapshot(src));
+    expect(await leftovers(out)).toEqual([]);
+  }, 60_000);
+
+  it('push without --delete after a directory became a file (and a file a directory): the folder wins, the set stays pullable and pushable; it was a manifest every later pull and push refused', async () => {
+    const src = await freshDir('shape-src');
+    await put(src, 'x/inner.txt', 'in x\n');
+    await put(src, 'y', 'y was a file\n');
+    await mkdir(join(src, 'e', 'sub'), { recursive: true });
+    await put(src, 'kept.txt', 'kept\n');
+    const name = 'changed-shape';
+    await push(src, name);
+
+    await rm(join(src, 'x'), { recursive: true });
+    await put(src, 'x', 'x is a file now\n');
+    await unlink(join(src, 'y'));
+    await put(src, 'y/inner.txt', 'y is a directory now\n');
+    await rm(join(src, 'e'), { recursive: true });
+    await put(src, 'e', 'e is a file now\n');
+    await unlink(join(src, 'kept.txt'));
+    const pushed = await push(src, name);
+    expect(pushed).toMatchObject({ files: 4, deleted: { files: 2 }, changed: true });
+    const { manifest } = await manifestOf(name);
+    expect(manifest.files.map((f) => f.path)).toEqual(['e', 'kept.txt', 'x', 'y/inner.txt']);
+    expect(manifest.dirs).toEqual([]);
+
+    const out = await freshDir('shape-out');
+    await pull(name, out);
+    await put(src, 'kept.txt', 'kept\n');
+    expect(await snapshot(out)).toEqual(await snapshot(src));
+    expect((await push(src, name)).changed).toBe(false);
+  }, 60_000);
+
+  it('pull into a folder of the set before it changed shape: refused with nothing written, or with --delete replaced; it stopped halfway, the folder a mix of two versions', async () => {
+    const src = await freshDir('reshape-src');
+    await put(src, 'a.txt', 'a v1\n');
+    await put(src, 'm/n/f.txt', 'm was a directory\n');
+    await put(src, 'd', 'd was a file\n');
+    await put(src, 'z.txt', 'z v1\n');
+    const name = 'reshaped';
+    await push(src, name);
+    const out = await freshDir('reshape-out');
+    await pull(name, out);
+
+    await put(src, 'a.txt', 'a v2\n');
+    await rm(join(src, 'm'), { recursive: true });
+    await put(src, 'm', 'm is a file now\n');
+    await unlink(join(src, 'd'));
+    await put(src, 'd/g.txt', 'd is a directory now\n');
+    await put(src, 'z.txt', 'z v2\n');
+    await push(src, name, ['--delete']);
+
+    const before = await snapshot(out);
+    const refused = await admin.run(['pull', name, out]);
+    expect(refused.exitCode, refused.stderr).toBe(1);
+    expect(expectErrorLine(refused.stderr)).toMatch(/--delete/);
+    expect(await snapshot(out)).toEqual(before);
+
+    const replaced = await pull(name, out, ['--delete']);
+    expect(replaced.deleted).toEqual({ files: 2 }); // m/n/f.txt and the file d
+    expect(await snapshot(out)).toEqual(await snapshot(src));
+    expect(await leftovers(out)).toEqual([]);
+  }, 60_000);
+
+  it('push refuses a name no pull could write (a backslash, a name that is not UTF-8): exit 2, one line, nothing uploaded; --exclude leaves it out. Such a path made a manifest every later pull and push refused', async () => {
+    const before = (await allShares(serve.url, token)).length;
+    const backslash = await freshDir('bs-src');
+    await put(backslash, 'ok.txt', 'ok\n');
+    await put(backslash, 'sub/a\\b.txt', 'backslash\n');
+    const res = await admin.run(['push', backslash, '--name', 'backslash-name']);
+    expect(res.exitCode, res.stderr).toBe(2);
+    expect(expectErrorLine(res.stderr)).toMatch(/sub\/a\\b\.txt: a name with a backslash/);
+
+    const latin1 = await freshDir('latin1-src');
+    await put(latin1, 'ok.txt', 'ok\n');
+    await writeFile(Buffer.from(`${latin1}/caf\xe9.txt`, 'latin1'), 'not utf-8\n');
+    const bad = await admin.run(['push', latin1, '--name', 'latin1-name']);
+    expect(bad.exitCode, bad.stderr).toBe(2);
+    expect(expectErrorLine(bad.stderr)).toMatch(/not UTF-8/);
+    expect((await allShares(serve.url, token)).length).toBe(before);
+
+    const without = await push(latin1, 'latin1-name', ['--exclude', 'caf*']);
+    expect(without.files).toBe(1);
+    const out = await freshDir('latin1-out');
+    await pull('latin1-name', out);
+    expect(await readdir(out)).toEqual(['ok.txt']);
+  }, 60_000);
+
   it('a push killed midway leaves the old set whole; running it again completes, resumes the large file and leaves no stray data', async () => {
     const src = await freshDir('kill-src');
     for (let i = 0; i < 40; i++) await put(src, `s/${i}.txt`, randomBytes(2000 + i));
