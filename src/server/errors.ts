@@ -37,6 +37,7 @@ export const Errors = {
   notYourUser: () => new HttpError(403, 'You may only read your own user record'),
   shareNotFound: () => new HttpError(404, 'No share with this id'),
   userNotFound: () => new HttpError(404, 'No user with this name'),
+  linkNotFound: () => new HttpError(404, 'No link with this id'),
   noContent: () => new HttpError(404, 'The share has no content yet'),
   locked: () => new HttpError(423, 'The share is locked'),
   alreadyInitialized: () =>
@@ -98,8 +99,13 @@ export function asHttpError(err: unknown): unknown {
     return Errors.overloaded('The server cannot use its storage right now; try again', 5);
   if (typeof code === 'string' && DATABASE_DOWN.test(code))
     return Errors.overloaded('The metadata database is not answering right now; try again', 5);
+  // Each kind says what is missing: a link revoked while a request used it is no missing user.
   if (err instanceof MissingRecordError)
-    return err.kind === 'share' ? Errors.shareNotFound() : Errors.userNotFound();
+    return err.kind === 'share'
+      ? Errors.shareNotFound()
+      : err.kind === 'link'
+        ? Errors.linkNotFound()
+        : Errors.userNotFound();
   if (err instanceof DuplicateUserError) return Errors.userExists();
   if (err instanceof LastAdminError) return new HttpError(409, err.message);
   return err;

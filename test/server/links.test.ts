@@ -6,6 +6,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import http from 'node:http';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import contentDisposition from 'content-disposition';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { RequestEntry } from '../../src/server/options.js';
@@ -25,6 +26,7 @@ import {
   request,
   setDefaultPermissions,
   sha256hex,
+  upload,
   type RequestOptions,
   type Res,
 } from '../helpers/http.js';
@@ -260,6 +262,7 @@ describe('creating a link', () => {
       // The proxy strips /fs: the server itself serves /l/<token>.
       const unlock = await post(own.url, `/l/${linkToken}`, { body: 'password=pp', headers: FORM });
       expectStatus(unlock, 303);
+      expect(unlock.headers.location).toBe(`/fs/l/${linkToken}`);
       const cookie = cookieOf(unlock);
       expect(cookie).toContain(`Path=/fs/l/${linkToken}`);
       expect(cookie).toMatch(/;\s*Secure/);
@@ -547,6 +550,36 @@ describe('the public side /l/<token>', () => {
     expectPage(await get(base, doomed.path, { headers: HTML }), 404);
   });
 
+  it('a link revoked while its download is starting is a 404 saying the link is gone (found: "No user with this name")', async () => {
+    // The request finds the link, then checks its password (scrypt, on a thread of its own: a
+    // few verifications queued first keep it busy) while the link is revoked; its count then
+    // finds no link. Two revocations at once: the second finds none either.
+    const made = await makeLink(base, alice.token, shareId, { password: 'revoke-race' });
+    const busy = Array.from({ length: 3 }, (_, i) =>
+      post(base, made.path, {
+        body: 'password=wrong',
+        headers: { ...FORM, ...JSON_ONLY },
+        localAddress: `127.0.0.${60 + i}`,
+      }),
+    );
+    const started = post(base, `${made.path}?download`, {
+      body: 'password=revoke-race',
+      headers: FORM,
+    });
+    await sleep(50);
+    const revokes = await Promise.all([
+      del(base, `/links/${made.id}`, { token: alice.token }),
+      del(base, `/links/${made.id}`, { token: admin }),
+    ]);
+    expect(revokes.map((r) => r.status).sort()).toEqual([200, 404]);
+    for (const r of revokes.filter((r) => r.status === 404))
+      expect(r.body.message).toBe('No link with this id');
+    const answer = await started;
+    expectFail(answer, 404);
+    expect(answer.body.message).toMatch(/^This link does not exist: it was revoked/);
+    for (const r of await Promise.all(busy)) expectFail(r, 401);
+  });
+
   it("a deleted share's links, and the links a deleted user made, are 404", async () => {
     const id = await createShareWithContent(base, alice.token, 'short-lived.bin', DATA);
     const onShare = await makeLink(base, alice.token, id);
@@ -772,6 +805,27 @@ describe('counting downloads', () => {
     expectFail(await download(base, made.path, { headers: { range: 'bytes=0-' } }), 410);
   });
 
+  it('a Range after byte 0 of content that replaced the one downloaded counts as a new download (found: a used-up link gave every later version of the share but its first byte)', async () => {
+    const id = await createShareWithContent(base, alice.token, 'versions.bin', DATA);
+    const once = await makeLink(base, alice.token, id, { max_downloads: 1 });
+    const twice = await makeLink(base, alice.token, id, { max_downloads: 2 });
+    expectBytes(await download(base, once.path), DATA);
+    expectBytes(await download(base, twice.path), DATA);
+    const NEWER = randomBytes(DATA.length);
+    await upload(base, alice.token, id, NEWER, 1, 'PUT');
+
+    const range = { range: 'bytes=5-' };
+    expectFail(await download(base, once.path, { headers: range }), 410);
+    expectStatus(await request(base, 'HEAD', `${once.path}?download`, { headers: range }), 410);
+    expect((await linkOf(base, alice.token, once.id)).downloads).toBe(1);
+    // With a download left, the range is served and counted; resuming that one then counts no more.
+    const newer = await download(base, twice.path, { headers: range });
+    expectStatus(newer, 206);
+    expect(newer.buf.equals(NEWER.subarray(5))).toBe(true);
+    expectStatus(await download(base, twice.path, { headers: { range: 'bytes=9-' } }), 206);
+    expect((await linkOf(base, alice.token, twice.id)).downloads).toBe(2);
+  });
+
   it('a Range after byte 0 from another client address counts as a download', async () => {
     const made = await freshLink(5);
     expectBytes(await download(base, made.path), DATA);
@@ -878,6 +932,21 @@ describe('password links', () => {
     expect(cookie).toMatch(/;\s*SameSite=Strict/i);
     expect(cookie).toContain(`Path=/l/${made.token}`);
     expect(cookie).toMatch(/;\s*Max-Age=3600/);
+  });
+
+  it('unlocking at /l/<token>/ or /L/<token> leads to /l/<token>, where the cookie opens the page (found: a 303 to ./<token> gave a 404 or the form again)', async () => {
+    for (const spelled of [`${made.path}/`, made.path.replace('/l/', '/L/')]) {
+      const right = await unlock(spelled, PASSWORD, { localAddress: '127.0.0.22' });
+      expectStatus(right, 303);
+      expect(right.headers.location).toBe(made.path);
+      const cookie = cookieOf(right);
+      expect(cookie).toContain(`Path=${made.path};`);
+      const page = await get(base, String(right.headers.location), {
+        headers: { ...HTML, cookie: cookie.split(';')[0]! },
+      });
+      expectPage(page, 200);
+      expect(page.text).toContain(SHA);
+    }
   });
 
   it('with the cookie: the page is 200 and ?download gives the bytes', async () => {

@@ -405,7 +405,13 @@ export async function sendContent(
     beforeBody,
     headers: extra = {},
   }: {
-    beforeBody?: (range: { start: number; end: number; size: number }) => Promise<void>;
+    /** `blob` names the content being sent (the record may have been read again for it). */
+    beforeBody?: (range: {
+      start: number;
+      end: number;
+      size: number;
+      blob: string;
+    }) => Promise<void>;
     /** Headers that replace the defaults (a share link's `Cache-Control: no-store`). */
     headers?: Record<string, string>;
   } = {},
@@ -499,7 +505,8 @@ export async function sendContent(
     let start = 0;
     let end = size - 1;
     if (range.kind === 'range') ({ start, end } = range);
-    if (req.method !== 'HEAD' && beforeBody) await beforeBody({ start, end, size });
+    if (req.method !== 'HEAD' && beforeBody)
+      await beforeBody({ start, end, size, blob: blobOf(share) });
     res.set(headers);
     if (range.kind === 'range')
       res.status(206).set('Content-Range', `bytes ${start}-${end}/${size}`);

@@ -9,7 +9,13 @@ import { isExpired } from '../expiry.js';
 import { fault } from '../faults.js';
 import { paginate, route } from '../http.js';
 import { messagePage, PAGE_HEADERS, passwordPage, sharePage } from '../page.js';
-import { LinkUsedUpError, type LinkRecord, type ShareRecord } from '../store/index.js';
+import {
+  blobOf,
+  LinkUsedUpError,
+  MissingRecordError,
+  type LinkRecord,
+  type ShareRecord,
+} from '../store/index.js';
 import {
   expiryField,
   maxDownloadsField,
@@ -30,6 +36,9 @@ const WINDOW_EPOCH_S = 1_700_000_000;
 /** How long a correct link password is remembered by the browser that gave it. */
 const GRANT_SECONDS = 3600;
 const TOKEN = /^[A-Za-z0-9_-]{22,128}$/;
+/** The 404 of a token that names no link (any more). */
+const LINK_GONE =
+  'This link does not exist: it was revoked, or its share was deleted or has expired';
 
 /**
  * Where a request's Range starts (0 without one): enough to tell a resume from a download. A
@@ -98,7 +107,7 @@ export function linkRoutes(ctx: Context): Router {
   const findLink = async (req: Request) => {
     need(req, null, false);
     const link = await store.getLink(String(req.params.link));
-    if (!link) throw new HttpError(404, 'No link with this id');
+    if (!link) throw Errors.linkNotFound();
     checkManager(req, await store.getShare(link.share_id));
     return link;
   };
@@ -231,14 +240,22 @@ export function linkRoutes(ctx: Context): Router {
     return false;
   };
 
+  /**
+   * The page's path as the browser sees it (behind a proxy that serves fshare under a path, with
+   * that path), however the request spelled it (`/L/<token>`, `/l/<token>/`): the grant's cookie
+   * is for this path, and unlocking leads back to it.
+   */
+  const pagePath = (token: string) => {
+    const prefix = ctx.publicUrl ? new URL(ctx.publicUrl).pathname.replace(/\/+$/, '') : '';
+    return `${prefix}/l/${token}`;
+  };
+
   const grant = (req: Request, res: Response, link: LinkRecord, token: string) => {
     const exp = Math.floor(clock() / 1000) + GRANT_SECONDS;
     const secure = req.secure || (ctx.publicUrl?.startsWith('https:') ?? false);
-    // Behind a proxy that serves fshare under a path, the browser sees that path.
-    const prefix = ctx.publicUrl ? new URL(ctx.publicUrl).pathname.replace(/\/+$/, '') : '';
     res.append(
       'Set-Cookie',
-      `${cookieName(link)}=${exp}.${grantValue(link, exp)}; Path=${prefix}/l/${token}; Max-Age=${GRANT_SECONDS}; HttpOnly; SameSite=Strict${secure ? '; Secure' : ''}`,
+      `${cookieName(link)}=${exp}.${grantValue(link, exp)}; Path=${pagePath(token)}; Max-Age=${GRANT_SECONDS}; HttpOnly; SameSite=Strict${secure ? '; Secure' : ''}`,
     );
   };
 
@@ -249,40 +266,45 @@ export function linkRoutes(ctx: Context): Router {
   );
 
   /**
-   * Link id and client address of counted downloads → the end of their resume window (a ranged
-   * request before it continues that download), kept in a limiter's store so that with a shared
+   * Link id, client address and content (its blob) of counted downloads → the end of their
+   * resume window (a ranged request before it continues that download; content that replaced the
+   * one counted is another download), kept in a limiter's store so that with a shared
    * database every server knows it and a resume may reach any of them. The entry's points hold
    * the window's end in seconds (after WINDOW_EPOCH_S, to stay a small integer) by the server's
    * clock; the store forgets it a little after the window, in real time.
    */
   const windowSeconds = Math.max(1, Math.ceil(limits.linkResumeWindowMs / 1000));
   const continuing = ctx.limiter('link-resume', 1, windowSeconds);
-  const continuationKey = (link: LinkRecord, req: Request) => `${link.id}\0${clientAddress(req)}`;
+  const continuationKey = (link: LinkRecord, req: Request, blob: string) =>
+    `${link.id}\0${clientAddress(req)}\0${blob}`;
 
   /**
    * Counts a download as its answer starts (docs/API.md, "Counting downloads"): a request for
    * bytes counts once, unless it is a range starting after byte 0 from the address of this
-   * link's last counted download within limits.linkResumeWindowMs (it resumes that download).
+   * link's last counted download of the same content within limits.linkResumeWindowMs (it
+   * resumes that download).
    */
-  const continues = async (req: Request, link: LinkRecord, start: number) => {
+  const continues = async (req: Request, link: LinkRecord, blob: string, start: number) => {
     if (start <= 0) return false;
-    const seen = await continuing.get(continuationKey(link, req));
+    const seen = await continuing.get(continuationKey(link, req, blob));
     return seen !== null && (seen.consumedPoints + WINDOW_EPOCH_S) * 1000 >= clock();
   };
 
-  const countDownload = async (req: Request, link: LinkRecord, start: number) => {
-    if (!(await continues(req, link, start))) {
+  const countDownload = async (req: Request, link: LinkRecord, blob: string, start: number) => {
+    if (!(await continues(req, link, blob, start))) {
       try {
         await store.countDownload(link.id);
         await fault('link.after-count');
       } catch (err) {
         if (err instanceof LinkUsedUpError)
           throw new HttpError(410, 'This link has reached its download limit');
+        // Revoked (or its share deleted) since the request found it.
+        if (err instanceof MissingRecordError) throw new HttpError(404, LINK_GONE);
         throw err;
       }
     }
     const until = Math.floor((clock() + limits.linkResumeWindowMs) / 1000) - WINDOW_EPOCH_S;
-    await continuing.set(continuationKey(link, req), until, windowSeconds + 60);
+    await continuing.set(continuationKey(link, req, blob), until, windowSeconds + 60);
   };
 
   /** The link of a token, checked for expiry; the download limit is checked by the caller. */
@@ -291,11 +313,7 @@ export function linkRoutes(ctx: Context): Router {
     const link = TOKEN.test(token) ? await store.getLinkByTokenHash(tokenHash(token)) : undefined;
     // A share's links go with it when it is deleted or its expiry is swept (at once, normally):
     // the link is then unknown, and the message says what may have happened.
-    if (!link)
-      throw new HttpError(
-        404,
-        'This link does not exist: it was revoked, or its share was deleted or has expired',
-      );
+    if (!link) throw new HttpError(404, LINK_GONE);
     res.locals.linkId = link.id;
     const share = await store.getShare(link.share_id);
     if (!share || stateOf(link, share, clock()) === 'expired')
@@ -338,13 +356,13 @@ export function linkRoutes(ctx: Context): Router {
     if (!share.initialized) throw new HttpError(404, 'The file has not been uploaded yet');
     // A link with no downloads left is gone for HEAD and conditional requests too (they count
     // nothing, so they are checked here); only the resume of a counted download goes on.
-    if (usedUp(link) && !(await continues(req, link, rangeStart(req, share.size))))
+    if (usedUp(link) && !(await continues(req, link, blobOf(share), rangeStart(req, share.size))))
       throw new HttpError(410, 'This link has reached its download limit');
     res.set('Referrer-Policy', 'no-referrer');
     await sendContent(req, res, share, storage, store, {
       // Each download is counted: no cache may answer for the server.
       headers: { 'Cache-Control': 'no-store' },
-      beforeBody: ({ start }) => countDownload(req, link, start),
+      beforeBody: ({ start, blob }) => countDownload(req, link, blob, start),
     });
   };
 
@@ -421,8 +439,9 @@ export function linkRoutes(ctx: Context): Router {
         await download(req, res, link, share);
         return;
       }
-      // Post/redirect/get: the page, now unlocked, without a form to send again on reload.
-      res.status(303).location(`./${token}`).set('Cache-Control', 'no-store').end();
+      // Post/redirect/get: the page, now unlocked, without a form to send again on reload; at
+      // the cookie's own path (`./<token>` from `/l/<token>/` was /l/<token>/<token>, a 404).
+      res.status(303).location(pagePath(token)).set('Cache-Control', 'no-store').end();
     }),
   });
 
