@@ -286,7 +286,7 @@ async function checkDataShares(
         throw err;
       }));
     if (!share)
-      throw new ManifestError(`the data of ${f.path} (share ${id}) is missing on the server`);
+      throw new DataGoneError(`the data of ${f.path} (share ${id}) is missing on the server`);
     if (share.owner_name !== owner)
       throw new ManifestError(
         `the data of ${f.path} (share ${id}) belongs to ${share.owner_name ?? 'no user'}, not to ${owner}; refusing the set`,
@@ -1211,6 +1211,18 @@ class PackSplitter extends Writable {
   }
 }
 
+/** A data share the manifest names is not on the server (a push may have replaced the set). */
+class DataGoneError extends ManifestError {}
+
+/** How many times a pull starts over when a push replaced the set under it. */
+const PULL_ATTEMPTS = 3;
+
+/**
+ * A push that replaces the set deletes the data only the old manifest used, so a pull reading
+ * the old one finds its data gone halfway (it stopped there, DIR part old, part new): when the
+ * stored manifest is no longer the one it read, the pull starts over with the new one, and what
+ * it already placed that the new set has too is kept as already there.
+ */
 export async function pull(
   client: ApiClient,
   name: string,
@@ -1218,9 +1230,30 @@ export async function pull(
   options: PullOptions,
 ): Promise<PullResult> {
   checkArtifactName(name);
+  for (let attempt = 1; ; attempt++) {
+    let read: StoredManifest | undefined;
+    try {
+      return await pullOnce(client, name, dir, options, (m) => (read = m));
+    } catch (err) {
+      if (!(err instanceof DataGoneError) || !read || attempt === PULL_ATTEMPTS) throw err;
+      const now = await readManifest(client, name, options.owner, options.signal);
+      if (!now || JSON.stringify(now.manifest) === JSON.stringify(read.manifest)) throw err;
+      options.onNotice?.(`${name} was replaced while it was pulled; pulling the new set`);
+    }
+  }
+}
+
+async function pullOnce(
+  client: ApiClient,
+  name: string,
+  dir: string,
+  options: PullOptions,
+  onManifest: (stored: StoredManifest) => void,
+): Promise<PullResult> {
   const { own, others } = await manifestShares(client, name, options.owner);
   const stored = await newestManifest(client, name, own, options.signal);
   if (!stored) throw noArtifact(client, name, options.owner, others);
+  onManifest(stored);
   const dataShares = await checkDataShares(client, name, options.owner, stored.manifest.files);
   // Permission bits only, as the umask allows (as tar does for a user): a manifest's 0o777 is not
   // a world-writable file here.
@@ -1317,7 +1350,7 @@ export async function pull(
   const jobs: Limiter = createLimiter(options.parallel ?? 4);
   const missing = (err: unknown, f: ManifestFile, share: string) => {
     if (err instanceof ApiError && err.status === 404)
-      return new ManifestError(`the data of ${f.path} (share ${share}) is missing on the server`);
+      return new DataGoneError(`the data of ${f.path} (share ${share}) is missing on the server`);
     return err;
   };
   const placed = (f: ManifestFile) => {

@@ -19,6 +19,8 @@ import {
   utimes,
   writeFile,
 } from 'node:fs/promises';
+import { createServer, request as httpRequest } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
@@ -43,6 +45,7 @@ import {
   get,
   getShare,
   setDefaultPermissions,
+  until,
   upload,
   walkAll,
   type ShareJson,
@@ -603,6 +606,60 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     const out = await freshDir('latin1-out');
     await pull('latin1-name', out);
     expect(await readdir(out)).toEqual(['ok.txt']);
+  }, 60_000);
+
+  it('a pull while a push replaces the set ends with the new set whole; it stopped halfway (exit 1, "the data of … is missing on the server"), DIR part old, part new', async () => {
+    const src = await freshDir('race-src');
+    await put(src, 'a.txt', 'a v1\n');
+    await put(src, 'z.txt', 'z v1\n');
+    const name = 'replaced-under-pull';
+    await push(src, name);
+    const pack = (await manifestOf(name)).manifest.files[0]!.share!;
+
+    // A proxy that holds the pull's download of the old pack until the push is done.
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let heldOnce = false;
+    const proxy = createServer((req, res) => {
+      const forward = () =>
+        req.pipe(
+          httpRequest(
+            `${serve.url}${req.url}`,
+            { method: req.method, headers: req.headers },
+            (up) => {
+              res.writeHead(up.statusCode ?? 502, up.headers);
+              up.pipe(res);
+            },
+          ),
+        );
+      if (req.method === 'GET' && req.url === `/files/${pack}/content`) {
+        heldOnce = true;
+        void released.then(forward);
+      } else forward();
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    const via = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+    try {
+      const out = await freshDir('race-out');
+      const pulling = admin.run(['--server', via, 'pull', name, out], {
+        env: { FSHARE_TOKEN: token },
+      });
+      await until(() => heldOnce, 'the pull asked for the old pack');
+      await put(src, 'a.txt', 'a v2\n');
+      await put(src, 'z.txt', 'z v2\n');
+      await push(src, name);
+      expectStatus(await get(serve.url, `/files/${pack}`, { token }), 404);
+      release();
+
+      const res = await pulling;
+      expect(res.exitCode, res.stderr).toBe(0);
+      expect(res.stderr).toContain(`${name} was replaced while it was pulled; pulling the new set`);
+      expect(await snapshot(out)).toEqual(await snapshot(src));
+      expect(await leftovers(out)).toEqual([]);
+    } finally {
+      release();
+      await new Promise((resolve) => proxy.close(resolve));
+    }
   }, 60_000);
 
   it('a push killed midway leaves the old set whole; running it again completes, resumes the large file and leaves no stray data', async () => {

@@ -46,6 +46,7 @@ function overallBar(enabled: boolean, verb: string, name: string) {
     progress,
     onStart: (count: number, bytes: number) => {
       files = count;
+      bar?.stop(); // a pull that starts over (the set was replaced under it) starts a new bar
       bar = progress.bar(`${verb} ${name} 0/${n(count)} files`, bytes);
     },
     onProgress: (done: number, bytes: number) =>
