@@ -238,6 +238,21 @@ describe('share links and expiry against fshare serve', () => {
     expect((await download(kept.url!)).status).toBe(404);
   });
 
+  it('link rm of "", "." or ".." is exit 2 "not a link id", and the other ids are still revoked (found: 405 exit 1, and ".." said the server offers no links)', async () => {
+    const { share_id: id } = await uploadAsAdmin(['--name', 'dots.bin']);
+    const kept = await makeLink(id);
+    for (const bad of ['', '.', '..']) {
+      const res = await admin.run(['link', 'rm', bad]);
+      expect(res.exitCode, res.stderr).toBe(2);
+      expect(res.stdout).toBe('');
+      expect(expectErrorLine(res.stderr)).toBe(`fshare: not a link id: "${bad}"`);
+    }
+    const mixed = await admin.run(['link', 'rm', '..', kept.id]);
+    expect(mixed.exitCode).toBe(2);
+    expect(mixed.stdout).toBe(`Revoked link ${kept.id}`);
+    expect((await download(kept.url!)).status).toBe(404);
+  });
+
   it('expire sets and clears the expiry; a bad duration is exit 2 and changes nothing', async () => {
     const up = await uploadAsAdmin(['--name', 'expire.bin', '--expires', '7d']);
     expectAbout(up.expires, 7 * DAY, 'upload --json expires');

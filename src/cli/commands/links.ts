@@ -14,7 +14,15 @@ import { parseDuration, parsePositiveInt } from '../args.js';
 import { openSession } from '../context.js';
 import { readStdinLines } from '../input.js';
 import { addPageOptions, listPaged, type PageOptions } from '../lists.js';
-import { eachReporting, examples, printJson, printLine, printTable, warn } from '../output.js';
+import {
+  eachReporting,
+  examples,
+  printJson,
+  printLine,
+  printTable,
+  UsageError,
+  warn,
+} from '../output.js';
 import { linkShape, shareShape } from '../shapes.js';
 
 /** A 404 or 405 for a link endpoint of a share that exists: the server has no share links. */
@@ -120,6 +128,9 @@ export function registerLinks(program: Command): void {
       const done: { id: string; revoked: true }[] = [];
       // Every id is tried: a typo in one must not leave the others working.
       process.exitCode = await eachReporting(ids, async (linkId) => {
+        // In a URL these name another path: "" and "." DELETE /links/ (405), ".." DELETE / (a
+        // 404 that read as a server without links).
+        if (/^\.{0,2}$/.test(linkId)) throw new UsageError(`not a link id: "${linkId}"`);
         await deleteLink(client, linkId).catch((err: unknown) => {
           if (err instanceof ApiError && err.status === 404 && /No route/i.test(err.message))
             throw linkUnsupported(err, client.server);
