@@ -1297,7 +1297,12 @@ async function pullOnce(
     const target = join(root, ...f.path.split('/'));
     targets.set(f, target);
     await checkParent(f.path);
-    if ((await lstat(target).catch(() => null))?.isDirectory()) {
+    // A name too long for this file system fails here, before anything is written.
+    const there = await lstat(target).catch((err: NodeJS.ErrnoException) => {
+      if (err.code === 'ENOENT' || err.code === 'ENOTDIR') return null;
+      throw err;
+    });
+    if (there?.isDirectory()) {
       if (!options.delete) throw clash(f.path, 'a directory');
       inTheWay.add(target);
     }

@@ -839,6 +839,12 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
       ],
       ['a path listed twice', /listed twice/, () => ({ paths: ['dup.txt', 'dup.txt'] })],
       ['a directory outside', /refused/, () => ({ paths: ['ok.txt'], dirs: ['../evil-dir'] })],
+      // Found only as it was written, after ok.txt (was: ok.txt written, then exit 1).
+      [
+        'a name longer than the file system allows',
+        /file name too long/,
+        () => ({ paths: ['ok.txt', 'x'.repeat(300)] }),
+      ],
     ];
 
     for (const [label, reason, build] of cases)
