@@ -312,11 +312,29 @@ async function readShareText(client: ApiClient, id: string, signal?: AbortSignal
   const dir = await ownedTempDir('fshare-manifest-');
   try {
     const out = join(dir, 'manifest.json');
-    await download(client, id, { output: out, overwrite: true, signal });
+    await download(client, id, { output: out, overwrite: true, signal }).catch((err: unknown) => {
+      throw aboutShare(err, `the manifest (share ${id})`);
+    });
     return await readFile(out, 'utf8');
   } finally {
     await removeOwnedTempDir(dir);
   }
+}
+
+/**
+ * A download's failure about bytes it fetched, said of what they were for: download() names its
+ * `.part` file and says the bytes are kept there, but here that file is a temporary one, removed
+ * before the line is read (`DIR/.fshare-tmp-….part`, `/tmp/fshare-manifest-…/manifest.json.part`).
+ */
+function aboutShare(err: unknown, what: string): unknown {
+  if (!(err instanceof Error)) return err;
+  err.message = err.message.replace(
+    /; (\d+ bytes kept in .*, run again with --continue|they are kept in .*)$/,
+    '',
+  );
+  if (/^the (downloaded bytes|server announced) /.test(err.message))
+    err.message = `${what}: ${err.message}`;
+  return err;
 }
 
 // --- push
@@ -1079,11 +1097,8 @@ async function downloadInto(
   } catch (err) {
     await rm(tmp, { force: true });
     await rm(part, { force: true });
-    // download()'s "N bytes kept in X.part, run again with --continue" is not so here: it is gone.
-    if (err instanceof Error)
-      err.message = err.message.replace(/; \d+ bytes kept in .*, run again with --continue$/, '');
     throw namingTarget(
-      err,
+      aboutShare(err, `the data of ${f.path} (share ${share})`),
       new Map([
         [tmp, target],
         [part, target],
@@ -1385,7 +1400,11 @@ async function pullOnce(
           await splitter.finish();
         } catch (err) {
           await splitter.abandon();
-          throw missing(err, wanted[0]!, share);
+          throw missing(
+            aboutShare(err, `the data of ${wanted[0]!.path} (share ${share})`),
+            wanted[0]!,
+            share,
+          );
         }
       }),
     ),

@@ -662,6 +662,66 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     }
   }, 60_000);
 
+  it('a server whose bytes do not match its sha256: exit 7, the line names the file of the set (or the manifest), never a temporary file it says is kept but was removed', async () => {
+    const src = await freshDir('flip-src');
+    await put(src, 'big.bin', randomBytes(PACK_FILE_LIMIT + 10));
+    await put(src, 'small.txt', 'small\n');
+    const name = 'flipped-bytes';
+    await push(src, name);
+    const { share: manifestShare, manifest } = await manifestOf(name);
+    const big = manifest.files.find((f) => f.path === 'big.bin')!.share!;
+
+    // A proxy that flips one byte of the content of the share `target` names.
+    let target = '';
+    const proxy = createServer((req, res) => {
+      const flip = req.method === 'GET' && req.url === `/files/${target}/content`;
+      req.pipe(
+        httpRequest(
+          `${serve.url}${req.url}`,
+          { method: req.method, headers: req.headers },
+          (up) => {
+            res.writeHead(up.statusCode ?? 502, up.headers);
+            let first = flip;
+            up.on('data', (chunk: Buffer) => {
+              if (first && chunk.length > 0) {
+                chunk = Buffer.from(chunk);
+                chunk[0] = chunk[0]! ^ 1;
+                first = false;
+              }
+              res.write(chunk);
+            });
+            up.on('end', () => res.end());
+          },
+        ),
+      );
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    const via = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+    try {
+      for (const [share, said] of [
+        [big, `the data of big.bin (share ${big}): the downloaded bytes have sha256`],
+        [
+          manifestShare.share_id,
+          `the manifest (share ${manifestShare.share_id}): the downloaded bytes have sha256`,
+        ],
+      ] as const) {
+        target = share;
+        const out = await freshDir('flip-out');
+        const res = await admin.run(['--server', via, 'pull', name, out], {
+          env: { FSHARE_TOKEN: token },
+        });
+        expect(res.exitCode, res.stderr).toBe(7);
+        const line = expectErrorLine(res.stderr);
+        expect(line).toContain(said);
+        expect(line).not.toMatch(/kept in|\.fshare-tmp-|fshare-manifest-/);
+        expect(existsSync(join(out, 'big.bin'))).toBe(false);
+        expect(await leftovers(out)).toEqual([]);
+      }
+    } finally {
+      await new Promise((resolve) => proxy.close(resolve));
+    }
+  }, 60_000);
+
   it('a push killed midway leaves the old set whole; running it again completes, resumes the large file and leaves no stray data', async () => {
     const src = await freshDir('kill-src');
     for (let i = 0; i < 40; i++) await put(src, `s/${i}.txt`, randomBytes(2000 + i));
