@@ -50,6 +50,8 @@ export interface MetadataStore {
   getLinkByTokenHash(tokenSha256: string): Promise<LinkRecord | undefined>;
   /** A share's links, or every link (oldest first). */
   listLinks(shareId?: string): Promise<LinkRecord[]>;
+  /** The links of the shares this user owns (oldest first), found by the store in one pass. */
+  listOwnedLinks(ownerId: string): Promise<LinkRecord[]>;
   addLink(link: LinkRecord): Promise<void>;
   deleteLink(id: string): Promise<void>;
   /**

@@ -357,6 +357,12 @@ export class LowdbStore implements MetadataStore {
     }));
   }
 
+  async listOwnedLinks(ownerId: string) {
+    return this.state.data.links
+      .filter((l) => this.state.sharesById.get(l.share_id)?.owner_id === ownerId)
+      .map((l) => ({ ...l }));
+  }
+
   async expiredShares(now: number) {
     const due: ReturnType<State['view']>[] = [];
     for (const [id, at] of this.state.expiring) {

@@ -584,6 +584,15 @@ export class PostgresStore implements MetadataStore {
     return rows.map(linkOf);
   }
 
+  async listOwnedLinks(ownerId: string) {
+    const rows = await this.byKey<LinkRecord>(
+      ownerId,
+      `SELECT ${LINK_COLUMNS} FROM fshare_links
+        WHERE share_id IN (SELECT share_id FROM fshare_shares WHERE owner_id = $1) ORDER BY seq`,
+    );
+    return rows.map(linkOf);
+  }
+
   async expiredShares(now: number) {
     const rows = await this.query<ShareRow>(
       `${SHARE_SELECT} WHERE s.expires_ms <= $1 ORDER BY s.seq`,
