@@ -530,11 +530,46 @@ interface Place {
   offset: number;
 }
 
+/** How many times a push runs when another push of the set removed data this one's set uses. */
+const PUSH_ATTEMPTS = 3;
+
+/**
+ * Each push deletes, once its manifest is written, the data the manifest it replaced used: with
+ * two pushes of one set at once, the one that writes last can name data the other's clean-up
+ * deleted (every pull of the set then failed, "the data of PATH is missing"). So a push checks,
+ * after writing its manifest, that every data share it names is still there, and runs again (the
+ * missing data goes up again) when one is not.
+ */
 export async function push(
   client: ApiClient,
   dir: string,
   options: PushOptions,
 ): Promise<PushResult> {
+  for (let attempt = 1; ; attempt++) {
+    const { result, shares } = await pushOnce(client, dir, options);
+    if (shares.size === 0) return result;
+    const there = new Set(
+      (await ownDataShares(client, result.name, options.owner))
+        .filter((s) => s.initialized)
+        .map((s) => s.share_id),
+    );
+    const lost = [...shares].filter((id) => !there.has(id));
+    if (lost.length === 0) return result;
+    if (attempt === PUSH_ATTEMPTS)
+      throw new ManifestError(
+        `the set ${result.name} names data another push of it deleted (share ${lost[0]}); push again`,
+      );
+    options.onNotice?.(
+      `another push of ${result.name} deleted data this one's set uses; pushing again`,
+    );
+  }
+}
+
+async function pushOnce(
+  client: ApiClient,
+  dir: string,
+  options: PushOptions,
+): Promise<{ result: PushResult; shares: Set<string> }> {
   const name = checkArtifactName(options.name);
   const notice = options.onNotice ?? (() => undefined);
   const root = await realpath(dir).catch(() => {
@@ -582,7 +617,7 @@ export async function push(
       JSON.stringify(stored.manifest.files) === JSON.stringify(manifest.files) &&
       JSON.stringify(stored.manifest.dirs) === JSON.stringify(manifest.dirs);
     const manifestId = same ? stored.share.share_id : await publishManifest(run, manifest, data);
-    return {
+    const result: PushResult = {
       name,
       manifest_id: manifestId,
       files: manifest.files.length,
@@ -592,9 +627,16 @@ export async function push(
       deleted: { files: deleted },
       changed: !same,
     };
+    // An unchanged set wrote nothing: what it names was there when it was read.
+    return { result, shares: same ? new Set() : referencedShares(manifest) };
   } finally {
     await removeOwnedTempDir(work);
   }
+}
+
+/** The data shares a manifest names. */
+function referencedShares(manifest: Manifest): Set<string> {
+  return new Set(manifest.files.map((f) => f.share).filter((id): id is string => id !== null));
 }
 
 /** What the server holds of the set before this push: its manifest, data shares and places. */

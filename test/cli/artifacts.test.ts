@@ -722,6 +722,69 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     }
   }, 60_000);
 
+  it('two pushes of one set at once leave a set that pulls: the one that writes last finds data the other deleted and pushes again; it left a manifest naming deleted data, every pull exit 1', async () => {
+    const base = await freshDir('two-base');
+    await put(base, 'one.bin', randomBytes(PACK_FILE_LIMIT + 10));
+    await put(base, 'two.bin', randomBytes(PACK_FILE_LIMIT + 20));
+    const name = 'two-at-once';
+    await push(base, name);
+    const manifestId = (await manifestOf(name)).share.share_id;
+    const first = await freshDir('two-first');
+    const second = await freshDir('two-second');
+    for (const dir of [first, second])
+      for (const f of ['one.bin', 'two.bin']) await put(dir, f, await readFile(join(base, f)));
+    await put(first, 'one.bin', randomBytes(PACK_FILE_LIMIT + 30)); // keeps two.bin's old data
+    await put(second, 'two.bin', randomBytes(PACK_FILE_LIMIT + 40)); // keeps one.bin's old data
+
+    // The second push's manifest write is held until the first push is over (its clean-up
+    // deleted one.bin's old data, which the second push reuses).
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let held = false;
+    const proxy = createServer((req, res) => {
+      const forward = () =>
+        req.pipe(
+          httpRequest(
+            `${serve.url}${req.url}`,
+            { method: req.method, headers: req.headers },
+            (up) => {
+              res.writeHead(up.statusCode ?? 502, up.headers);
+              up.pipe(res);
+            },
+          ),
+        );
+      const write =
+        req.url?.startsWith(`/files/${manifestId}/content`) &&
+        req.method !== 'GET' &&
+        req.method !== 'HEAD';
+      if (write && !held) {
+        held = true;
+        void released.then(forward);
+      } else forward();
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    const via = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+    try {
+      const late = admin.run(['--server', via, 'push', second, '--name', name], {
+        env: { FSHARE_TOKEN: token },
+      });
+      await until(() => held, 'the second push writes its manifest');
+      await push(first, name);
+      release();
+      const res = await late;
+      expect(res.exitCode, res.stderr).toBe(0);
+      expect(res.stderr).toContain(
+        `another push of ${name} deleted data this one's set uses; pushing again`,
+      );
+      const out = await freshDir('two-out');
+      await pull(name, out);
+      expect(await snapshot(out)).toEqual(await snapshot(second));
+    } finally {
+      release();
+      await new Promise((resolve) => proxy.close(resolve));
+    }
+  }, 60_000);
+
   it('a push killed midway leaves the old set whole; running it again completes, resumes the large file and leaves no stray data', async () => {
     const src = await freshDir('kill-src');
     for (let i = 0; i < 40; i++) await put(src, `s/${i}.txt`, randomBytes(2000 + i));
