@@ -52,6 +52,8 @@ import {
   ownedTempName,
   processAlive,
   removeOwnedTempDir,
+  trackTempFiles,
+  untrackTempFiles,
 } from '../shared/owned-temp.js';
 import { writeFully } from '../shared/copy.js';
 import type { Share } from '../shared/types.js';
@@ -1083,8 +1085,20 @@ async function alreadyThere(abs: string, f: ManifestFile): Promise<boolean> {
   return true;
 }
 
-const tempBeside = (target: string) =>
-  join(dirname(target), `${TEMP}${process.pid}-${HOST_TAG}-${randomBytes(6).toString('hex')}`);
+/**
+ * A temporary file's name beside `target`; it (and the `.part` download() may write) is removed
+ * on a signal that ends fshare until `settled` says it was renamed or removed (Ctrl-C left them).
+ */
+function tempBeside(target: string): string {
+  const tmp = join(
+    dirname(target),
+    `${TEMP}${process.pid}-${HOST_TAG}-${randomBytes(6).toString('hex')}`,
+  );
+  trackTempFiles(tmp, partPathOf(tmp));
+  return tmp;
+}
+
+const settled = (tmp: string) => untrackTempFiles(tmp, partPathOf(tmp));
 
 /**
  * A failure about a pull's temporary file names the file of the set it was for (`temps`: each
@@ -1110,6 +1124,7 @@ async function finishFile(tmp: string, f: ManifestFile, got: string, target: str
     );
   await chmod(tmp, f.mode);
   await rename(tmp, target);
+  settled(tmp);
 }
 
 async function emptyFile(f: ManifestFile, target: string): Promise<void> {
@@ -1119,6 +1134,7 @@ async function emptyFile(f: ManifestFile, target: string): Promise<void> {
     await finishFile(tmp, f, createHash('sha256').digest('hex'), target);
   } catch (err) {
     await rm(tmp, { force: true });
+    settled(tmp);
     throw namingTarget(err, new Map([[tmp, target]]));
   }
 }
@@ -1139,6 +1155,7 @@ async function downloadInto(
   } catch (err) {
     await rm(tmp, { force: true });
     await rm(part, { force: true });
+    settled(tmp);
     throw namingTarget(
       aboutShare(err, `the data of ${f.path} (share ${share})`),
       new Map([
@@ -1243,10 +1260,12 @@ class PackSplitter extends Writable {
       copyFileSync(tmp, copy);
       chmodSync(copy, f.mode);
       renameSync(copy, this.targets.get(f)!);
+      settled(copy);
       this.temps.delete(copy);
       this.placed(f);
     }
     renameSync(tmp, this.targets.get(files[0]!)!);
+    settled(tmp);
     this.temps.delete(tmp);
     this.placed(files[0]!);
   }
@@ -1264,7 +1283,10 @@ class PackSplitter extends Writable {
   async abandon(): Promise<void> {
     if (this.open) closeSync(this.open.fd);
     this.open = null;
-    for (const tmp of this.temps.keys()) await rm(tmp, { force: true });
+    for (const tmp of this.temps.keys()) {
+      await rm(tmp, { force: true });
+      settled(tmp);
+    }
   }
 }
 

@@ -90,10 +90,31 @@ export async function removeOwnedTempDir(dir: string): Promise<void> {
   liveTempDirs.delete(dir);
 }
 
-/** Removes every directory of ownedTempDir still there (on exit, or a signal that ends fshare). */
+/**
+ * Temporary files a command writes outside those directories (a pull's, beside each file of the
+ * set), from their creation until they are renamed or removed: gone on exit or on a signal too.
+ */
+const liveTempFiles = new Set<string>();
+
+export function trackTempFiles(...paths: string[]): void {
+  if (!exitHooked) process.on('exit', removeLiveTempDirs);
+  exitHooked = true;
+  for (const path of paths) liveTempFiles.add(path);
+}
+
+export function untrackTempFiles(...paths: string[]): void {
+  for (const path of paths) liveTempFiles.delete(path);
+}
+
+/**
+ * Removes every directory of ownedTempDir and every tracked temporary file still there (on exit,
+ * or a signal that ends fshare).
+ */
 export function removeLiveTempDirs(): void {
   for (const dir of liveTempDirs) rmSync(dir, { recursive: true, force: true });
   liveTempDirs.clear();
+  for (const file of liveTempFiles) rmSync(file, { force: true });
+  liveTempFiles.clear();
 }
 
 const OWNED_DIR = /^(\d+)-([0-9a-f]{8})-[A-Za-z0-9]{6}$/;

@@ -785,6 +785,69 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     }
   }, 60_000);
 
+  it('Ctrl-C (SIGINT) or SIGTERM during a pull removes its temporary files in DIR; they stayed until the next pull into DIR', async () => {
+    const src = await freshDir('sig-src');
+    await put(src, 'big.bin', randomBytes(PACK_FILE_LIMIT + 10));
+    await put(src, 'a.txt', 'small\n');
+    const name = 'interrupted-pull';
+    await push(src, name);
+    const big = (await manifestOf(name)).manifest.files.find((f) => f.path === 'big.bin')!.share!;
+
+    // A proxy that sends the first bytes of big.bin's data, then nothing more.
+    const proxy = createServer((req, res) => {
+      const stall = req.method === 'GET' && req.url === `/files/${big}/content`;
+      req.pipe(
+        httpRequest(
+          `${serve.url}${req.url}`,
+          { method: req.method, headers: req.headers },
+          (up) => {
+            res.writeHead(up.statusCode ?? 502, up.headers);
+            if (!stall) return void up.pipe(res);
+            up.once('data', (chunk: Buffer) => {
+              res.write(chunk);
+              up.pause();
+            });
+          },
+        ),
+      );
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    const via = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+    try {
+      for (const [signal, ending] of [
+        ['SIGINT', { exitCode: 130 }],
+        ['SIGTERM', { signal: 'SIGTERM' }],
+      ] as const) {
+        const out = await freshDir('sig-out');
+        const child = execa('node', [BIN, '--server', via, 'pull', name, out], {
+          env: cleanEnv({
+            FSHARE_CONFIG_DIR: admin.configDir,
+            FSHARE_KEYRING: 'off',
+            FSHARE_TOKEN: token,
+          }),
+          extendEnv: false,
+          reject: false,
+          stdin: 'ignore',
+        });
+        await until(
+          async () => (await leftovers(out)).length > 0,
+          'the temporary file of big.bin',
+          25,
+          20_000,
+        );
+        child.kill(signal);
+        const res = await child;
+        if ('exitCode' in ending) expect(res.exitCode, String(res.stderr)).toBe(ending.exitCode);
+        else expect(res.signal, String(res.stderr)).toBe(ending.signal);
+        expect(await leftovers(out)).toEqual([]);
+        expect(existsSync(join(out, 'big.bin'))).toBe(false);
+      }
+    } finally {
+      proxy.closeAllConnections();
+      await new Promise((resolve) => proxy.close(resolve));
+    }
+  }, 60_000);
+
   it('a push killed midway leaves the old set whole; running it again completes, resumes the large file and leaves no stray data', async () => {
     const src = await freshDir('kill-src');
     for (let i = 0; i < 40; i++) await put(src, `s/${i}.txt`, randomBytes(2000 + i));
