@@ -580,6 +580,39 @@ describe('the public side /l/<token>', () => {
     for (const r of await Promise.all(busy)) expectFail(r, 401);
   });
 
+  it('a share deleted while its link is opened: each answer is the bytes or the link\'s 404 (found: 410 "This link has expired", 404 "The share has no content yet")', async () => {
+    // Requests that found the link (or the share) just before the DELETE then miss the share.
+    // With S3, content is kept a while after its share goes (limits.ts), as `serve` does, so
+    // that downloads already begun still get their bytes.
+    const own = await startServer({ limits: { removedContentKeepMs: 60_000 } });
+    try {
+      const token = await login(own.url, ADMIN.username, ADMIN.password);
+      for (let round = 0; round < 8; round++) {
+        const id = await createShareWithContent(own.url, token, 'deleted-meanwhile.bin', DATA);
+        const made = await makeLink(own.url, token, id);
+        const opens = () =>
+          Array.from({ length: 6 }, (_, i) =>
+            i % 2 ? download(own.url, made.path) : get(own.url, made.path, { headers: JSON_ONLY }),
+          );
+        const answers = await Promise.all([
+          ...opens(),
+          del(own.url, `/files/${id}`, { token }),
+          ...opens(),
+        ]);
+        expectStatus(answers.splice(6, 1)[0]!, 200);
+        for (const a of answers) {
+          if (a.status === 200 && a.headers['content-disposition']) expectBytes(a, DATA);
+          else if (a.status !== 200) {
+            expectFail(a, 404);
+            expect(a.body.message).toMatch(/^This link does not exist: it was revoked/);
+          }
+        }
+      }
+    } finally {
+      await own.close();
+    }
+  });
+
   it("a deleted share's links, and the links a deleted user made, are 404", async () => {
     const id = await createShareWithContent(base, alice.token, 'short-lived.bin', DATA);
     const onShare = await makeLink(base, alice.token, id);

@@ -14,7 +14,12 @@ import {
   type ContentStorage,
   type ReceivedChunk,
 } from '../storage/index.js';
-import { blobOf, type MetadataStore, type ShareRecord } from '../store/index.js';
+import {
+  blobOf,
+  MissingRecordError,
+  type MetadataStore,
+  type ShareRecord,
+} from '../store/index.js';
 import { hasChars, toWellFormed, UNSAFE_NAME_CHAR } from '../validate.js';
 import { checkOwner, findShare } from './shares.js';
 
@@ -422,7 +427,9 @@ export async function sendContent(
   let reader = await storage.open(blobOf(share));
   if (!reader) {
     const again = await store.getShare(share.share_id);
-    if (again?.initialized) {
+    // Deleted since it was found (its content with it): gone, not "no content yet".
+    if (!again) throw new MissingRecordError('share');
+    if (again.initialized) {
       share = again;
       reader = await storage.open(blobOf(share));
       // The record names content the storage cannot find (a data directory moved away, a lost

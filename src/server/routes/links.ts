@@ -295,8 +295,6 @@ export function linkRoutes(ctx: Context): Router {
       } catch (err) {
         if (err instanceof LinkUsedUpError)
           throw new HttpError(410, 'This link has reached its download limit');
-        // Revoked (or its share deleted) since the request found it.
-        if (err instanceof MissingRecordError) throw new HttpError(404, LINK_GONE);
         throw err;
       }
     }
@@ -313,7 +311,9 @@ export function linkRoutes(ctx: Context): Router {
     if (!link) throw new HttpError(404, LINK_GONE);
     res.locals.linkId = link.id;
     const share = await store.getShare(link.share_id);
-    if (!share || stateOf(link, share, clock()) === 'expired')
+    // Deleted since the link was read (its links go with it): unknown, as a moment later.
+    if (!share) throw new HttpError(404, LINK_GONE);
+    if (stateOf(link, share, clock()) === 'expired')
       throw new HttpError(410, 'This link has expired');
     return { token, link, share };
   };
@@ -356,11 +356,18 @@ export function linkRoutes(ctx: Context): Router {
     if (usedUp(link) && !(await continues(req, link, blobOf(share), rangeStart(req, share.size))))
       throw new HttpError(410, 'This link has reached its download limit');
     res.set('Referrer-Policy', 'no-referrer');
-    await sendContent(req, res, share, storage, store, {
-      // Each download is counted: no cache may answer for the server.
-      headers: { 'Cache-Control': 'no-store' },
-      beforeBody: ({ start, blob }) => countDownload(req, link, blob, start),
-    });
+    try {
+      await sendContent(req, res, share, storage, store, {
+        // Each download is counted: no cache may answer for the server.
+        headers: { 'Cache-Control': 'no-store' },
+        beforeBody: ({ start, blob }) => countDownload(req, link, blob, start),
+      });
+    } catch (err) {
+      // The link revoked, or its share deleted, since the request found them: the link is gone
+      // (not a missing user, share or content).
+      if (err instanceof MissingRecordError) throw new HttpError(404, LINK_GONE);
+      throw err;
+    }
   };
 
   const showPage = (req: Request, res: Response, link: LinkRecord, share: ShareRecord) => {
