@@ -613,7 +613,12 @@ async function pushOnce(
     ]);
     await options.hashCache?.save().catch(() => undefined);
     const { stored, data, places } = await known;
-    const { manifest, deleted } = await nextManifest(name, files, dirs, places, stored, options);
+    const present = new Set(data.filter((s) => s.initialized).map((s) => s.share_id));
+    const { manifest, deleted } = await nextManifest(name, files, dirs, places, stored, {
+      ...options,
+      present,
+      notice,
+    });
     const same =
       stored !== null &&
       JSON.stringify(stored.manifest.files) === JSON.stringify(manifest.files) &&
@@ -847,7 +852,11 @@ async function nextManifest(
   dirs: string[],
   places: Map<string, Promise<Place>>,
   stored: StoredManifest | null,
-  options: PushOptions,
+  options: PushOptions & {
+    /** The set's data shares on the server when the push began. */
+    present: Set<string>;
+    notice: (line: string) => void;
+  },
 ): Promise<{ manifest: Manifest; deleted: number }> {
   const resolved = new Map<string, Place>();
   for (const [sha, place] of places) resolved.set(sha, await place);
@@ -875,7 +884,13 @@ async function nextManifest(
     for (const f of stored.manifest.files) {
       if (local.has(f.path)) continue;
       if (options.delete || localDirs.has(f.path) || underAFile(f.path)) deleted++;
-      else entries.push(f);
+      else if (f.share !== null && !options.present.has(f.share)) {
+        // Kept, it would make a set no pull can finish: its bytes are nowhere.
+        options.notice(
+          `${f.path}: its data (share ${f.share}) is no longer on the server and it is not in the folder; dropped from the set`,
+        );
+        deleted++;
+      } else entries.push(f);
     }
     if (!options.delete) for (const d of stored.manifest.dirs) if (!underAFile(d)) keptDirs.add(d);
   }

@@ -41,6 +41,7 @@ import {
   content,
   createShareWithContent,
   createUser,
+  del,
   expectStatus,
   get,
   getShare,
@@ -846,6 +847,28 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
       proxy.closeAllConnections();
       await new Promise((resolve) => proxy.close(resolve));
     }
+  }, 60_000);
+
+  it('push without --delete drops a file of the set that the folder lacks and whose data is gone from the server, with a line; it kept it, and every pull was exit 1 ("the data of … is missing")', async () => {
+    const src = await freshDir('gone-src');
+    await put(src, 'big.bin', randomBytes(PACK_FILE_LIMIT + 10));
+    await put(src, 's.txt', 'small\n');
+    const name = 'data-gone';
+    await push(src, name);
+    const big = (await manifestOf(name)).manifest.files.find((f) => f.path === 'big.bin')!.share!;
+    expectStatus(await del(serve.url, `/files/${big}`, { token }), 200);
+    await unlink(join(src, 'big.bin'));
+    await put(src, 't.txt', 'new\n');
+
+    const res = await admin.run(['--json', 'push', src, '--name', name]);
+    expect(res.exitCode, res.stderr).toBe(0);
+    expect(res.stderr).toContain(
+      `fshare: big.bin: its data (share ${big}) is no longer on the server and it is not in the folder; dropped from the set`,
+    );
+    expect(JSON.parse(res.stdout)).toMatchObject({ files: 2, deleted: { files: 1 } });
+    const out = await freshDir('gone-out');
+    await pull(name, out);
+    expect(await snapshot(out)).toEqual(await snapshot(src));
   }, 60_000);
 
   it('a push killed midway leaves the old set whole; running it again completes, resumes the large file and leaves no stray data', async () => {
