@@ -1157,6 +1157,53 @@ describe('the request log', () => {
     }
   });
 
+  // Found from outside: a link URL whose slash was encoded on its way (`/l%2F<token>`, by an
+  // encoder given the path), or a backslash, reached no route and was logged, and echoed in the
+  // 404, with the token in clear.
+  it('never shows a token whose slash after l is encoded or a backslash (/l%2F<token>, /l\\<token>, /%256C/<token>)', async () => {
+    const entries: RequestEntry[] = [];
+    const own = await startServer({ requestLog: (e) => entries.push(e) });
+    try {
+      const token = await login(own.url, ADMIN.username, ADMIN.password);
+      const id = await createShareWithContent(own.url, token, 'mangled.bin', DATA);
+      const made = await makeLink(own.url, token, id);
+      const t = made.token;
+      const paths = [
+        `/l%2F${t}`,
+        `/l%2f${t}?download`,
+        `/%6C%2F${t}`,
+        `/x/l%2F${t}`,
+        `/l%252F${t}`,
+        `/%256C/${t}`,
+        `/l%5C${t}`,
+        `/l\\${t}`,
+        `/files%2Fl%2F${t}`,
+      ];
+      const { hostname, port } = new URL(own.direct);
+      for (const path of paths) {
+        const res = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+          const req = http.request(
+            { host: hostname, port, path, method: 'GET', agent: false, headers: JSON_ONLY },
+            (answer) => {
+              let body = '';
+              answer.setEncoding('utf8');
+              answer.on('data', (c: string) => (body += c));
+              answer.on('end', () => resolve({ status: answer.statusCode ?? 0, body }));
+            },
+          );
+          req.on('error', reject);
+          req.end();
+        });
+        expect(res.status, path).toBe(404);
+        expect(res.body, path).not.toContain(t);
+      }
+      await vi.waitFor(() => expect(entries.length).toBeGreaterThanOrEqual(3 + paths.length));
+      for (const e of entries) expect(e.path, JSON.stringify(e)).not.toContain(t);
+    } finally {
+      await own.close();
+    }
+  });
+
   it('never shows a token when the link path is spelled another way (/L/<token>, a percent-encoded token)', async () => {
     const entries: RequestEntry[] = [];
     const own = await startServer({ requestLog: (e) => entries.push(e) });
