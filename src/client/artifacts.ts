@@ -715,7 +715,11 @@ function pushTally(onProgress: PushOptions['onProgress']) {
 async function pushLargeFile(run: PushRun, f: LocalFile): Promise<void> {
   const { options, tally } = run;
   const cached = options.hashCache?.get(f.abs, f);
-  f.sha256 = cached ?? (await hashFile(f.abs, 0, f.size));
+  f.sha256 =
+    cached ??
+    (await hashFile(f.abs, 0, f.size).catch((err: unknown) => {
+      throw goneWhilePushed(err, f);
+    }));
   if (!cached) options.hashCache?.set(f.abs, f, f.sha256);
   const { places: at } = await run.known;
   const sha = f.sha256;
@@ -764,38 +768,55 @@ async function pushSmallFiles(run: PushRun, files: LocalFile[]): Promise<void> {
   /** sha256 → the files of this push with those bytes, waiting for their pack. */
   const waiting = new Map<string, LocalFile[]>();
   let pack: Pack | null = null;
-  for (const f of files) {
-    if (f.size >= PACK_FILE_LIMIT) continue;
-    const cached = options.hashCache?.get(f.abs, f);
-    if (f.size === 0 || (cached && at.has(cached))) {
-      f.sha256 = f.size === 0 ? EMPTY_SHA256 : cached;
-      tally.count(tally.skipped, f);
-      continue;
-    }
-    const bytes = await readFile(f.abs);
-    if (bytes.length !== f.size)
-      throw new VerificationError(`${f.path} changed while it was pushed; push again`);
-    const sha = createHash('sha256').update(bytes).digest('hex');
-    f.sha256 = sha;
-    if (sha !== cached) options.hashCache?.set(f.abs, f, sha);
-    const twins = waiting.get(sha);
-    if (twins) twins.push(f);
-    else if (at.has(sha)) tally.count(tally.skipped, f);
-    else {
-      if (pack && pack.bytes + bytes.length > PACK_BYTES) {
-        packJobs.push(sealPack(run, pack, waiting));
-        pack = null;
+  try {
+    for (const f of files) {
+      if (f.size >= PACK_FILE_LIMIT) continue;
+      const cached = options.hashCache?.get(f.abs, f);
+      if (f.size === 0 || (cached && at.has(cached))) {
+        f.sha256 = f.size === 0 ? EMPTY_SHA256 : cached;
+        tally.count(tally.skipped, f);
+        continue;
       }
-      pack ??= await openPack(run.work);
-      await writeFully(pack.handle, bytes, pack.bytes);
-      pack.hash.update(bytes);
-      pack.members.push({ sha, offset: pack.bytes });
-      pack.bytes += bytes.length;
-      waiting.set(sha, [f]);
+      const bytes = await readFile(f.abs).catch((err: unknown) => {
+        throw goneWhilePushed(err, f);
+      });
+      if (bytes.length !== f.size)
+        throw new VerificationError(`${f.path} changed while it was pushed; push again`);
+      const sha = createHash('sha256').update(bytes).digest('hex');
+      f.sha256 = sha;
+      if (sha !== cached) options.hashCache?.set(f.abs, f, sha);
+      const twins = waiting.get(sha);
+      if (twins) twins.push(f);
+      else if (at.has(sha)) tally.count(tally.skipped, f);
+      else {
+        if (pack && pack.bytes + bytes.length > PACK_BYTES) {
+          packJobs.push(sealPack(run, pack, waiting));
+          pack = null;
+        }
+        pack ??= await openPack(run.work);
+        await writeFully(pack.handle, bytes, pack.bytes);
+        pack.hash.update(bytes);
+        pack.members.push({ sha, offset: pack.bytes });
+        pack.bytes += bytes.length;
+        waiting.set(sha, [f]);
+      }
     }
+    if (pack) packJobs.push(sealPack(run, pack, waiting));
+    pack = null;
+  } catch (err) {
+    // The pack being filled is closed and the packs already going up are over before the push's
+    // directory is removed (its descriptor, left to the garbage collector, printed Node warnings).
+    await pack?.handle.close().catch(() => undefined);
+    await Promise.allSettled(packJobs);
+    throw err;
   }
-  if (pack) packJobs.push(sealPack(run, pack, waiting));
   await settleAll('packs', packJobs);
+}
+
+/** A file of the scan that is no longer there changed while it was pushed: exit 7, push again. */
+function goneWhilePushed(err: unknown, f: LocalFile): unknown {
+  if ((err as NodeJS.ErrnoException | null)?.code !== 'ENOENT') return err;
+  return new VerificationError(`${f.path} was removed while it was pushed; push again`);
 }
 
 async function openPack(work: string): Promise<Pack> {

@@ -871,6 +871,58 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     expect(await snapshot(out)).toEqual(await snapshot(src));
   }, 60_000);
 
+  it('a file removed while it is pushed: exit 7 and one line naming it, the old set whole; it was exit 1 ("no such file"), and Node could add warnings about a descriptor closed on garbage collection', async () => {
+    const src = await freshDir('removed-src');
+    await put(src, 'a.txt', 'a v1\n');
+    await put(src, 'b.txt', 'b v1\n');
+    const name = 'removed-while-pushed';
+    await push(src, name);
+    const before = await manifestOf(name);
+    await put(src, 'a.txt', 'a v2\n');
+    await put(src, 'b.txt', 'b v2\n');
+
+    // The push's look at the stored set is held until b.txt, already scanned, is gone.
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let held = false;
+    const proxy = createServer((req, res) => {
+      const forward = () =>
+        req.pipe(
+          httpRequest(
+            `${serve.url}${req.url}`,
+            { method: req.method, headers: req.headers },
+            (up) => {
+              res.writeHead(up.statusCode ?? 502, up.headers);
+              up.pipe(res);
+            },
+          ),
+        );
+      if (req.method === 'GET' && req.url?.startsWith('/files?')) {
+        held = true;
+        void released.then(forward);
+      } else forward();
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    const via = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+    try {
+      const pushing = admin.run(['--server', via, 'push', src, '--name', name], {
+        env: { FSHARE_TOKEN: token },
+      });
+      await until(() => held, 'the push reads the stored set', 25, 20_000);
+      await unlink(join(src, 'b.txt'));
+      release();
+      const res = await pushing;
+      expect(res.exitCode, res.stderr).toBe(7);
+      expect(expectErrorLine(res.stderr)).toBe(
+        'fshare: b.txt was removed while it was pushed; push again',
+      );
+      expect((await manifestOf(name)).manifest).toEqual(before.manifest);
+    } finally {
+      release();
+      await new Promise((resolve) => proxy.close(resolve));
+    }
+  }, 60_000);
+
   it('a push killed midway leaves the old set whole; running it again completes, resumes the large file and leaves no stray data', async () => {
     const src = await freshDir('kill-src');
     for (let i = 0; i < 40; i++) await put(src, `s/${i}.txt`, randomBytes(2000 + i));
