@@ -1563,7 +1563,16 @@ export interface ArtifactSummary {
   created: string;
 }
 
-export async function listArtifacts(client: ApiClient, owner: string): Promise<ArtifactSummary[]> {
+/**
+ * The owner's sets. A set whose manifest is damaged is left out, with a line through `onNotice`;
+ * any other failure (the server's, the network's) fails the listing: a set is never left out
+ * silently (one whose manifest could not be read was, exit 0).
+ */
+export async function listArtifacts(
+  client: ApiClient,
+  owner: string,
+  onNotice: (line: string) => void = () => undefined,
+): Promise<ArtifactSummary[]> {
   const shares = await findShares(client, { name_prefix: ARTIFACT_PREFIX });
   const byName = new Map<string, Share[]>();
   for (const s of shares) {
@@ -1573,7 +1582,11 @@ export async function listArtifacts(client: ApiClient, owner: string): Promise<A
   }
   const out: ArtifactSummary[] = [];
   for (const name of [...byName.keys()].sort()) {
-    const stored = await newestManifest(client, name, byName.get(name)!).catch(() => null);
+    const stored = await newestManifest(client, name, byName.get(name)!).catch((err: unknown) => {
+      if (!(err instanceof ManifestError)) throw err;
+      onNotice(`${name}: its manifest is damaged (${err.message}); not listed`);
+      return null;
+    });
     if (!stored) continue;
     out.push({
       name,

@@ -923,6 +923,52 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     }
   }, 60_000);
 
+  it('artifacts never leaves a set out silently: a damaged manifest is named on stderr, a manifest the server fails to give is exit 1; such a set was left out of the list, exit 0', async () => {
+    const src = await freshDir('listing-src');
+    await put(src, 'f.txt', 'f\n');
+    const name = 'listed-despite';
+    const pushed = await push(src, name);
+    await createShareWithContent(serve.url, token, `${PREFIX}damaged-listing`, Buffer.from('{'));
+
+    const listed = await admin.run(['artifacts']);
+    expect(listed.exitCode, listed.stderr).toBe(0);
+    expect(listed.stdout).toContain(`${name}\t`);
+    expect(listed.stderr).toMatch(
+      /^fshare: damaged-listing: its manifest is damaged \(the manifest is not JSON: .*\); not listed$/m,
+    );
+
+    // A server that fails to give one manifest's content: the listing fails, it does not shrink.
+    const proxy = createServer((req, res) => {
+      if (req.method === 'GET' && req.url === `/files/${pushed.manifest_id}/content`) {
+        res.writeHead(500, { 'content-type': 'application/json' });
+        return void res.end('{"status":"fail","message":"injected failure"}');
+      }
+      req.pipe(
+        httpRequest(
+          `${serve.url}${req.url}`,
+          { method: req.method, headers: req.headers },
+          (up) => {
+            res.writeHead(up.statusCode ?? 502, up.headers);
+            up.pipe(res);
+          },
+        ),
+      );
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    const via = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+    try {
+      const failed = await admin.run(['--server', via, 'artifacts'], {
+        env: { FSHARE_TOKEN: token },
+      });
+      expect(failed.exitCode, failed.stderr).toBe(1);
+      expect(failed.stdout).toBe('');
+      expect(failed.stderr.trimEnd().split('\n').pop()).toMatch(/^fshare: injected failure/);
+    } finally {
+      await new Promise((resolve) => proxy.close(resolve));
+      await admin.run(['artifacts', 'rm', 'damaged-listing']);
+    }
+  }, 60_000);
+
   it('a push killed midway leaves the old set whole; running it again completes, resumes the large file and leaves no stray data', async () => {
     const src = await freshDir('kill-src');
     for (let i = 0; i < 40; i++) await put(src, `s/${i}.txt`, randomBytes(2000 + i));

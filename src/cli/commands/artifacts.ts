@@ -15,7 +15,7 @@ import { formatSize } from '../../shared/size.js';
 import { parsePositiveInt } from '../args.js';
 import { configDir } from '../config.js';
 import { openSession } from '../context.js';
-import { AuthError, examples, printJson, printLine, printTable } from '../output.js';
+import { AuthError, examples, printJson, printLine, printTable, warn } from '../output.js';
 import { createProgress, progressEnabled, type ProgressBar } from '../progress.js';
 import { removingTempsOnSignals } from '../signals.js';
 import { damagedNotice, uploadRecords } from '../uploads.js';
@@ -192,7 +192,7 @@ export function registerArtifacts(program: Command): void {
       removingTempsOnSignals(async (_options: object, cmd: Command) => {
         const session = openSession(cmd);
         const client = await session.client();
-        const list = await listArtifacts(client, await artifactOwner(client));
+        const list = await listArtifacts(client, await artifactOwner(client), warn);
         if (session.opts.json) return printJson(list);
         if (list.length === 0) {
           if (process.stdout.isTTY) printLine('No artifacts.');
