@@ -483,6 +483,12 @@ async function scanTree(
         any = true;
       } else if (e.isFile()) {
         if (!inc(childRel) || exc(childRel)) continue;
+        // What a killed pull left in the folder is no file of it (pushed, every later pull into a
+        // folder would take it for its own leftover and remove it).
+        if ((await pullTemp(childAbs, e.name)) !== 'no') {
+          notice(`${childRel}: a temporary file of fshare pull, skipped`);
+          continue;
+        }
         await checkLocalName(childAbs, childRel);
         const st = await stat(childAbs);
         files.push({

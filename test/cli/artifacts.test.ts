@@ -969,6 +969,22 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     }
   }, 60_000);
 
+  it('push leaves out what a killed pull left in the folder (.fshare-tmp-…), with a line; it went into the set, and pulls took it for their own leftover', async () => {
+    const src = await freshDir('pull-temp-src');
+    await put(src, 'a.txt', 'a\n');
+    await put(src, 'sub/.fshare-tmp-1-00000000-aaaaaaaaaaaa.part', 'half a file\n');
+    await put(src, '.fshare-tmp-notes.txt', 'a file of the user\n'); // not a pull's name
+    const name = 'with-pull-temps';
+    const res = await admin.run(['--json', 'push', src, '--name', name]);
+    expect(res.exitCode, res.stderr).toBe(0);
+    expect(res.stderr.trimEnd()).toBe(
+      'fshare: sub/.fshare-tmp-1-00000000-aaaaaaaaaaaa.part: a temporary file of fshare pull, skipped',
+    );
+    const { manifest } = await manifestOf(name);
+    expect(manifest.files.map((f) => f.path)).toEqual(['.fshare-tmp-notes.txt', 'a.txt']);
+    expect(manifest.dirs).toEqual(['sub']);
+  }, 60_000);
+
   it('a push killed midway leaves the old set whole; running it again completes, resumes the large file and leaves no stray data', async () => {
     const src = await freshDir('kill-src');
     for (let i = 0; i < 40; i++) await put(src, `s/${i}.txt`, randomBytes(2000 + i));
