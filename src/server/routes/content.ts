@@ -1,3 +1,4 @@
+import type { Readable } from 'node:stream';
 import contentDisposition from 'content-disposition';
 import { Router, type Request, type Response } from 'express';
 import mime from 'mime-types';
@@ -442,6 +443,7 @@ export async function sendContent(
   }
   if (!reader) throw Errors.noContent();
   let streaming = false;
+  let body: Readable | undefined;
   try {
     const { size } = reader;
     const etag = etagOf(share, size, reader.mtimeMs);
@@ -512,6 +514,16 @@ export async function sendContent(
     let start = 0;
     let end = size - 1;
     if (range.kind === 'range') ({ start, end } = range);
+    // Bytes read from a stream (S3) are asked for before anything is counted or sent: storage
+    // that cannot give them is a 503 that changed nothing, not an answer cut before its status.
+    body =
+      req.method !== 'HEAD' && end >= start && !reader.writeTo
+        ? reader.stream(start, end)
+        : undefined;
+    body?.on('error', () => {
+      if (streaming) res.destroy();
+    });
+    if (body) await firstBytes(body, share);
     if (req.method !== 'HEAD' && beforeBody)
       await beforeBody({ start, end, size, blob: blobOf(share) });
     res.set(headers);
@@ -532,13 +544,36 @@ export async function sendContent(
       );
       return;
     }
-    const body = reader.stream(start, end);
-    body.on('error', () => res.destroy());
-    res.on('close', () => body.destroy());
-    body.pipe(res);
+    const stream = body!;
+    res.on('close', () => stream.destroy());
+    stream.pipe(res);
   } finally {
-    if (!streaming) await reader.close();
+    if (!streaming) {
+      body?.destroy();
+      await reader.close();
+    }
   }
+}
+
+/** Resolves once a content stream has bytes to give (or has ended); rejects if it fails first. */
+function firstBytes(body: Readable, share: ShareRecord): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const settle = (err?: Error) => {
+      body.off('readable', ready);
+      body.off('error', settle);
+      if (!err) resolve();
+      else if (err instanceof StorageUnavailableError) reject(err);
+      else
+        reject(
+          new StorageUnavailableError(
+            `the content of share ${share.share_id} could not be read: ${err.message}`,
+          ),
+        );
+    };
+    const ready = () => settle();
+    body.once('readable', ready);
+    body.once('error', settle);
+  });
 }
 
 /**
