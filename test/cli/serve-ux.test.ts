@@ -250,6 +250,23 @@ describe('fshare serve, as an operator meets it', () => {
     expect((await fetch(`${running.url}/files`)).status).toBe(401);
   });
 
+  // Property: --public-url never puts credentials into the link URLs handed out. Found: it took
+  // https://user:pw@host/, and every link URL then carried that user name and password.
+  it('--public-url with a user name or password: one line, exit 2, the server not started', async () => {
+    for (const url of ['https://user:pw@files.example.com/', 'https://user@files.example.com']) {
+      const res = await execa('node', [BIN, 'serve', '--port', '0', '--public-url', url], {
+        env: cleanEnv(),
+        extendEnv: false,
+        reject: false,
+        timeout: 20_000,
+      });
+      expect(res.exitCode, res.stderr).toBe(2);
+      expect(res.stderr.trim().split('\n')).toEqual([
+        `fshare: option '--public-url <url>' argument '${url}' is invalid. expected an http or https URL without user name, password, query or fragment`,
+      ]);
+    }
+  });
+
   // Property: a full disk under the log never takes the server down. Standard error redirected
   // to a file is the request log: a line that cannot be written is dropped, requests are still
   // answered (an upload included), and lines are written again once there is room. The server

@@ -88,8 +88,11 @@ function publicUrl(value: string): string {
   } catch {
     throw new InvalidArgumentError('expected a URL such as https://files.example.com');
   }
-  if (!/^https?:$/.test(url.protocol) || url.search || url.hash)
-    throw new InvalidArgumentError('expected an http or https URL without query or fragment');
+  // A user name or password there would be in every link URL handed out, for anyone to read.
+  if (!/^https?:$/.test(url.protocol) || url.search || url.hash || url.username || url.password)
+    throw new InvalidArgumentError(
+      'expected an http or https URL without user name, password, query or fragment',
+    );
   return url.href.replace(/\/+$/, '');
 }
 
