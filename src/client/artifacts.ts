@@ -18,6 +18,7 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import {
+  constants as fsConstants,
   chmodSync,
   closeSync,
   copyFileSync,
@@ -30,6 +31,7 @@ import {
 } from 'node:fs';
 import {
   chmod,
+  copyFile,
   lstat,
   mkdir,
   open,
@@ -1118,13 +1120,33 @@ async function countFiles(abs: string): Promise<number> {
   return n;
 }
 
-/** True when a regular file (not a link) with this size and sha256 is already at `abs`. */
+/**
+ * True when a regular file (not a link) with this size and sha256 is already at `abs`, given the
+ * manifest's mode. A file with other names (hard links: a cache restored with `cp -al`, say)
+ * shares its mode with them, outside DIR too: that one is not changed, the name in DIR becomes a
+ * copy of its own with the mode.
+ */
 async function alreadyThere(abs: string, f: ManifestFile): Promise<boolean> {
   const st = await lstat(abs).catch(() => null);
   if (!st || !st.isFile() || st.size !== f.size) return false;
+  if ((st.mode & 0o777) !== f.mode && st.nlink > 1) return ownCopy(abs, f);
   if ((await sha256Of(abs)) !== f.sha256) return false;
   if ((st.mode & 0o777) !== f.mode) await chmod(abs, f.mode);
   return true;
+}
+
+/** Replaces `abs` by a copy of it with the manifest's mode, if the copy has its sha256. */
+async function ownCopy(abs: string, f: ManifestFile): Promise<boolean> {
+  const tmp = tempBeside(abs);
+  try {
+    await copyFile(abs, tmp, fsConstants.COPYFILE_EXCL);
+    if ((await sha256Of(tmp)) !== f.sha256) return false;
+    await finishFile(tmp, f, f.sha256, abs);
+    return true;
+  } finally {
+    await rm(tmp, { force: true });
+    settled(tmp);
+  }
 }
 
 /**

@@ -6,6 +6,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import {
   chmod,
+  link,
   lstat,
   mkdir,
   open,
@@ -869,6 +870,29 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     const out = await freshDir('gone-out');
     await pull(name, out);
     expect(await snapshot(out)).toEqual(await snapshot(src));
+  }, 60_000);
+
+  // Property: a pull changes nothing outside DIR. Found: a file already there with the set's
+  // bytes but another mode was chmod-ed in place, so a hard link to it outside DIR (a cache
+  // restored with cp -al) had its mode changed too.
+  it('a file already there but hard-linked from outside DIR gets its mode as a copy of its own; the outside file keeps its mode', async () => {
+    const src = await freshDir('hardlink-src');
+    const data = randomBytes(5000);
+    await put(src, 'run.sh', data, 0o755);
+    const name = 'hard-linked';
+    await push(src, name);
+    const outside = await freshDir('hardlink-outside');
+    await put(outside, 'run.sh', data, 0o644);
+    const out = await freshDir('hardlink-out');
+    await link(join(outside, 'run.sh'), join(out, 'run.sh'));
+
+    await pull(name, out);
+    expect(await snapshot(out)).toEqual(await snapshot(src));
+    const kept = await lstat(join(outside, 'run.sh'));
+    expect(kept.mode & 0o777).toBe(0o644);
+    expect(kept.nlink).toBe(1);
+    expect((await readFile(join(outside, 'run.sh'))).equals(data)).toBe(true);
+    expect(await leftovers(out)).toEqual([]);
   }, 60_000);
 
   it('a file removed while it is pushed: exit 7 and one line naming it, the old set whole; it was exit 1 ("no such file"), and Node could add warnings about a descriptor closed on garbage collection', async () => {
