@@ -745,6 +745,14 @@ async function pushLargeFile(run: PushRun, f: LocalFile): Promise<void> {
       knownSha256: sha,
       signal: options.signal,
       onNotice: (line) => run.notice(line),
+    }).catch(async (err: unknown) => {
+      // The server refused bytes that are not the sha256 hashed before (422): a file written
+      // meanwhile says so in the push's words, not in the server's.
+      if (err instanceof ApiError && err.status === 422 && (await changedSinceScan(f)))
+        throw new VerificationError(`${f.path} changed while it was pushed; push again`, {
+          cause: err,
+        });
+      throw err;
     });
     if (r.sha256 !== sha)
       throw new VerificationError(`${f.path} changed while it was pushed; push again`);
@@ -819,6 +827,18 @@ async function pushSmallFiles(run: PushRun, files: LocalFile[]): Promise<void> {
     throw err;
   }
   await settleAll('packs', packJobs);
+}
+
+/** Whether a file of the scan is no longer as the scan found it (or is gone). */
+async function changedSinceScan(f: LocalFile): Promise<boolean> {
+  const now = await stat(f.abs).catch(() => null);
+  return (
+    !now ||
+    now.size !== f.size ||
+    now.mtimeMs !== f.mtimeMs ||
+    now.ctimeMs !== f.ctimeMs ||
+    now.ino !== f.ino
+  );
 }
 
 /** A file of the scan that is no longer there changed while it was pushed: exit 7, push again. */

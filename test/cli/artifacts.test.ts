@@ -895,6 +895,61 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     expect(await leftovers(out)).toEqual([]);
   }, 60_000);
 
+  // Property: push says in its own words that a large file changed while it was pushed. Found:
+  // a file written after it was hashed got the server's long 422 about dzsha256 instead.
+  it('a large file written after it was hashed: exit 7, "changed while it was pushed", the old set whole', async () => {
+    const src = await freshDir('grown-src');
+    const big = randomBytes(PACK_FILE_LIMIT + 5000);
+    await put(src, 'big.bin', big);
+    const name = 'grown-while-pushed';
+    await push(src, name);
+    const before = await manifestOf(name);
+    await put(src, 'big.bin', randomBytes(big.length));
+
+    // The data share's creation is held until big.bin, hashed by then, is written again.
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let held = false;
+    const proxy = createServer((req, res) => {
+      const forward = () =>
+        req.pipe(
+          httpRequest(
+            `${serve.url}${req.url}`,
+            { method: req.method, headers: req.headers },
+            (up) => {
+              res.writeHead(up.statusCode ?? 502, up.headers);
+              up.pipe(res);
+            },
+          ),
+        );
+      if (req.method === 'POST' && req.url === '/files' && !held) {
+        held = true;
+        void released.then(forward);
+      } else forward();
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    const via = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+    try {
+      const pushing = admin.run(['--server', via, 'push', src, '--name', name], {
+        env: { FSHARE_TOKEN: token },
+      });
+      await until(() => held, 'the push creates the data share', 25, 20_000);
+      const handle = await open(join(src, 'big.bin'), 'r+');
+      await handle.write(randomBytes(100), 0, 100, 1000);
+      await handle.close();
+      release();
+      const res = await pushing;
+      expect(res.exitCode, res.stderr).toBe(7);
+      expect(expectErrorLine(res.stderr)).toBe(
+        'fshare: big.bin changed while it was pushed; push again',
+      );
+      expect((await manifestOf(name)).manifest).toEqual(before.manifest);
+    } finally {
+      release();
+      await new Promise((resolve) => proxy.close(resolve));
+    }
+  }, 60_000);
+
   it('a file removed while it is pushed: exit 7 and one line naming it, the old set whole; it was exit 1 ("no such file"), and Node could add warnings about a descriptor closed on garbage collection', async () => {
     const src = await freshDir('removed-src');
     await put(src, 'a.txt', 'a v1\n');
