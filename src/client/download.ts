@@ -161,6 +161,20 @@ async function sizeOf(path: string): Promise<number | undefined> {
   }
 }
 
+/**
+ * An existing path that is neither a regular file nor a directory, links followed: a device
+ * (/dev/null, a terminal), a FIFO, /dev/stdout on a pipe. Such a path is written straight, as
+ * `curl -o` writes it: a `.part` beside it renamed over it would replace the device itself.
+ */
+export async function isStreamPath(path: string): Promise<boolean> {
+  try {
+    const s = await stat(path);
+    return !s.isFile() && !s.isDirectory();
+  } catch {
+    return false;
+  }
+}
+
 async function isDirectory(path: string): Promise<boolean> {
   try {
     return (await stat(path)).isDirectory();
@@ -395,7 +409,16 @@ export async function download(
   id: string,
   options: DownloadOptions = {},
 ): Promise<DownloadResult> {
-  const toStream = options.output === '-';
+  const device =
+    options.output !== undefined &&
+    options.output !== '-' &&
+    !/[/\\]$/.test(options.output) &&
+    (await isStreamPath(options.output))
+      ? options.output
+      : undefined;
+  if (device !== undefined && options.resume)
+    throw new ClientInputError(`--continue needs a regular file, not ${device}`);
+  const toStream = options.output === '-' || device !== undefined;
   if (toStream && options.resume) throw new ClientInputError('--continue needs a file, not stdout');
   if (options.resume && options.range)
     throw new ClientInputError('--continue and --range cannot be combined');
@@ -420,16 +443,27 @@ export async function download(
       state.directory = options.output;
     else state.target = options.output;
   }
+  // Opened before anything is asked of the server: a device that cannot be written to is said
+  // at once, with its path (EACCES, a FIFO's ENXIO), and nothing is downloaded.
+  const deviceHandle = device !== undefined ? await open(device, 'w') : undefined;
+  // The stream closes the handle when it ends (a handle a stream holds waits for it to close).
+  const out = deviceHandle?.createWriteStream();
   try {
+    const opts = out ? { ...options, stdout: out } : options;
     if (options.resume) {
-      const done = await planResume(client, id, state, options);
+      const done = await planResume(client, id, state, opts);
       if (done) return done;
     }
-    await transfer(client, id, state, options, toStream);
-    return await finishOrRestart(client, id, state, options);
+    await transfer(client, id, state, opts, toStream);
+    return await finishOrRestart(client, id, state, opts);
   } finally {
     // Closing the .part releases its lock (after the rename, when the download finished).
     await state.part?.close().catch(() => undefined);
+    if (out && !out.closed)
+      await new Promise<void>((resolve) => {
+        out.once('close', () => resolve());
+        out.end();
+      });
   }
 }
 

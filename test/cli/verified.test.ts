@@ -7,6 +7,7 @@ import { closeSync, createWriteStream, existsSync, openSync } from 'node:fs';
 import {
   appendFile,
   link,
+  lstat,
   readdir,
   readFile,
   rm,
@@ -521,6 +522,35 @@ describe('verified transfers against fshare serve', () => {
     expect((await readFile(join(dir, 'shorter.bin'))).equals(data)).toBe(true);
     expect(existsSync(join(dir, 'shorter.bin.part'))).toBe(false);
     await rm(dir, { recursive: true, force: true });
+  });
+
+  // Property: -o names a place to write, and a device or a FIFO stays one. Found from outside:
+  // `get -o /dev/null` (run as root) wrote /dev/null.part beside it and renamed it over
+  // /dev/null, which became a regular file holding the share; `-o FIFO` replaced the FIFO (its
+  // reader got nothing) and `-o /dev/stdout` failed to make a .part, or replaced the link.
+  it('get -o a FIFO or /dev/stdout writes the bytes into it, verified, and leaves it as it was', async () => {
+    const data = randomBytes(300_000);
+    await writeFile(join(work, 'streamed.bin'), data);
+    const [up] = await admin.json<Transfer[]>(['upload', join(work, 'streamed.bin')]);
+    const dir = await tempDir('fifo');
+    const fifo = join(dir, 'pipe');
+    execFileSync('mkfifo', [fifo]);
+    const reader = execa('cat', [fifo], { encoding: 'buffer', reject: false, timeout: 30_000 });
+    try {
+      const res = await admin.run(['get', up!.share_id, '-o', fifo]);
+      expect(res.exitCode, res.stderr).toBe(0);
+      expect((await lstat(fifo)).isFIFO()).toBe(true);
+      expect(await readdir(dir)).toEqual(['pipe']);
+      const got = Buffer.from((await reader).stdout as unknown as Uint8Array);
+      expect(sha256(got)).toBe(sha256(data));
+    } finally {
+      reader.kill();
+      await rm(dir, { recursive: true, force: true });
+    }
+    // Standard output by another name (as /dev/stdout is): the bytes and nothing else.
+    const out = await admin.runBinary(['get', up!.share_id, '-o', '/proc/self/fd/1']);
+    expect(out.exitCode, out.stderr).toBe(0);
+    expect(sha256(out.stdout)).toBe(sha256(data));
   });
 
   // Found from outside: a NAME.part planted as a hard link to another file was truncated and

@@ -1,4 +1,4 @@
-import { createWriteStream, rmSync } from 'node:fs';
+import { createWriteStream, fstatSync, rmSync, statSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { Command } from 'commander';
@@ -361,6 +361,17 @@ const replace = (program: Command) =>
       },
     );
 
+/** Whether PATH (links followed) is this process's standard output, as /dev/stdout is. */
+function namesStdout(path: string): boolean {
+  try {
+    const named = statSync(path);
+    const stdout = fstatSync(1);
+    return !named.isDirectory() && named.dev === stdout.dev && named.ino === stdout.ino;
+  } catch {
+    return false;
+  }
+}
+
 const get = (program: Command) =>
   program
     .command('get')
@@ -393,7 +404,10 @@ const get = (program: Command) =>
         cmd: Command,
       ) => {
         const session = openSession(cmd);
-        const toStdout = options.output === '-';
+        // -o /dev/stdout (or /dev/fd/1, or any other name of it) is -o -: the bytes are the
+        // output, and no other line may go there.
+        const toStdout =
+          options.output === '-' || (options.output !== undefined && namesStdout(options.output));
         if (toStdout && session.opts.json)
           throw new UsageError('--json cannot be combined with -o - (the content goes to stdout)');
         if (toStdout && options.continue) throw new UsageError('--continue needs a file, not -o -');
@@ -409,7 +423,7 @@ const get = (program: Command) =>
         const stop = interruptible();
         try {
           const result = await download(client, id, {
-            output: options.output,
+            output: toStdout ? '-' : options.output,
             // A slice is not the file: unless -o names the file, it is saved as NAME.A-B
             // (also in a directory -o names), never as NAME.
             nameSuffix: range ? `.${options.range!.trim()}` : undefined,
