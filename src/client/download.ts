@@ -175,6 +175,29 @@ export async function isStreamPath(path: string): Promise<boolean> {
   }
 }
 
+/**
+ * Opens a device or FIFO for writing. A FIFO's open waits for a reader inside a thread that the
+ * process cannot leave (Ctrl-C would not end it): its reader is waited for here, where a signal
+ * can stop the wait.
+ */
+async function openDevice(path: string, signal: AbortSignal | undefined): Promise<FileHandle> {
+  if (!(await stat(path)).isFIFO()) return open(path, 'w');
+  for (;;) {
+    const probe = await open(path, fs.O_WRONLY | fs.O_NONBLOCK).catch((err: unknown) => {
+      if ((err as NodeJS.ErrnoException).code === 'ENXIO') return undefined; // no reader yet
+      throw err;
+    });
+    if (probe) {
+      try {
+        return await open(path, 'w');
+      } finally {
+        await probe.close();
+      }
+    }
+    await sleep(100, undefined, { signal });
+  }
+}
+
 async function isDirectory(path: string): Promise<boolean> {
   try {
     return (await stat(path)).isDirectory();
@@ -445,7 +468,7 @@ export async function download(
   }
   // Opened before anything is asked of the server: a device that cannot be written to is said
   // at once, with its path (EACCES, a FIFO's ENXIO), and nothing is downloaded.
-  const deviceHandle = device !== undefined ? await open(device, 'w') : undefined;
+  const deviceHandle = device !== undefined ? await openDevice(device, options.signal) : undefined;
   // The stream closes the handle when it ends (a handle a stream holds waits for it to close).
   const out = deviceHandle?.createWriteStream();
   try {

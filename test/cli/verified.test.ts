@@ -551,6 +551,23 @@ describe('verified transfers against fshare serve', () => {
     const out = await admin.runBinary(['get', up!.share_id, '-o', '/proc/self/fd/1']);
     expect(out.exitCode, out.stderr).toBe(0);
     expect(sha256(out.stdout)).toBe(sha256(data));
+    // A FIFO nobody reads yet: the download waits for a reader, and Ctrl-C still ends it (an
+    // open() blocked in a thread would have kept the process alive).
+    const alone = await tempDir('fifo-alone');
+    const lonely = join(alone, 'pipe');
+    execFileSync('mkfifo', [lonely]);
+    const child = execa('node', [BIN, '--server', serve.url, 'get', up!.share_id, '-o', lonely], {
+      env: cleanEnv({ FSHARE_CONFIG_DIR: admin.configDir, FSHARE_KEYRING: 'off' }),
+      extendEnv: false,
+      reject: false,
+      timeout: 20_000,
+    });
+    await sleep(1500);
+    child.kill('SIGINT');
+    const stopped = await child;
+    expect(stopped.exitCode, String(stopped.stderr)).toBe(130);
+    expect((await lstat(lonely)).isFIFO()).toBe(true);
+    await rm(alone, { recursive: true, force: true });
   });
 
   // Found from outside: a NAME.part planted as a hard link to another file was truncated and
