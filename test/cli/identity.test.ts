@@ -88,6 +88,30 @@ describe('identity from the command line', () => {
     expect((await admin.run(['users', 'quota', 'gina', 'lots'])).exitCode).toBe(2);
   });
 
+  // A NAME of "", "." or ".." cannot be carried by a URL: found sending DELETE / and GET / ("No
+  // route", exit 4), DELETE /tokens, and DELETE or PATCH /users (405, exit 1). Now exit 2 with one
+  // line and no request; `users rm` refuses before deleting any of the names it was given.
+  it('users commands refuse the names "", "." and ".." with exit 2 and change nothing', async () => {
+    await addUser('hank', 'READ', 'hank-pw');
+    for (const bad of ['', '.', '..']) {
+      for (const args of [
+        ['users', 'show', bad],
+        ['users', 'rm', 'hank', bad],
+        ['users', 'perms', bad, '--set', 'ADMIN'],
+        ['users', 'passwd', bad, '--password-stdin'],
+        ['users', 'quota', bad, '1k'],
+        ['users', 'signout', bad],
+      ]) {
+        const res = await admin.run(args, { input: 'pw\n' });
+        expect(res.exitCode, `${args.join(' ')}: ${res.stderr}`).toBe(2);
+        expect(res.stdout).toBe('');
+        expect(res.stderr.trim()).toBe(`fshare: not a user name: "${bad}"`);
+      }
+    }
+    const hank = await admin.json<{ username: string }>(['users', 'show', 'hank']);
+    expect(hank.username).toBe('hank');
+  });
+
   it('get keeps the whole stored name, with separators made "_" and no leading dot', async () => {
     await writeFile(join(work, 'payload.txt'), 'hostile name');
     const up = await admin.json<{ share_id: string }[]>([

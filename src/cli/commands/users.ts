@@ -35,6 +35,16 @@ async function findUser(client: ApiClient, name: string): Promise<User> {
   }
 }
 
+/**
+ * A NAME argument that a URL cannot carry: "" and "." name /users/ and ".." names / (URLs drop
+ * dot segments, even percent-encoded ones), so such a request would reach another endpoint. No
+ * user can have these names; refused before any request (exit 2).
+ */
+function checkName(name: string): string {
+  if (/^\.{0,2}$/.test(name)) throw new UsageError(`not a user name: "${name}"`);
+  return name;
+}
+
 export function registerUsers(program: Command): void {
   const users = program
     .command('users')
@@ -86,7 +96,7 @@ export function registerUsers(program: Command): void {
     .addHelpText('after', examples(['fshare users show bob', 'fshare users show bob --json']))
     .action(async (name: string, _options: object, cmd: Command) => {
       const session = openSession(cmd);
-      const user = await findUser(await session.client(), name);
+      const user = await findUser(await session.client(), checkName(name));
       if (session.opts.json) return printJson(userShape(user));
       printDetails([
         ['user', user.username],
@@ -144,6 +154,7 @@ export function registerUsers(program: Command): void {
     .addHelpText('after', examples(['fshare users rm bob', 'fshare users rm bob carol']))
     .action(async (names: string[], _options: object, cmd: Command) => {
       const session = openSession(cmd);
+      names.forEach(checkName); // before any is deleted
       const client = await session.client();
       const done: { username: string; deleted: true }[] = [];
       for (const name of names) {
@@ -171,6 +182,7 @@ export function registerUsers(program: Command): void {
     )
     .action(async (name: string, changes: string[], options: { set?: string }, cmd: Command) => {
       const session = openSession(cmd);
+      checkName(name);
       if (options.set !== undefined && changes.length)
         throw new UsageError('use either --set or +PERM/-PERM changes, not both');
       if (options.set === undefined && !changes.length)
@@ -200,6 +212,7 @@ export function registerUsers(program: Command): void {
     )
     .action(async (name: string, options: { passwordStdin?: boolean }, cmd: Command) => {
       const session = openSession(cmd);
+      checkName(name);
       const password = await readNewPassword(
         Boolean(options.passwordStdin),
         `New password for ${name}`,
@@ -218,6 +231,7 @@ export function registerUsers(program: Command): void {
     .addHelpText('after', examples(['fshare users quota bob 10GiB', 'fshare users quota bob none']))
     .action(async (name: string, size: string, _options: object, cmd: Command) => {
       const session = openSession(cmd);
+      checkName(name);
       const none = size.trim().toLowerCase() === 'none';
       const quota = none ? null : parseSize(size);
       if (!none && quota === null)
@@ -235,7 +249,7 @@ export function registerUsers(program: Command): void {
     .addHelpText('after', examples(['fshare users signout bob']))
     .action(async (name: string, _options: object, cmd: Command) => {
       const session = openSession(cmd);
-      await revokeTokens(await session.client(), name);
+      await revokeTokens(await session.client(), checkName(name));
       if (session.opts.json) printJson({ username: name, signed_out: true });
       else printLine(`Every token of ${name} was revoked`);
     });
