@@ -7,7 +7,7 @@ import type { Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { writeFullySync } from '../shared/copy.js';
 import { loadLocks } from '../shared/filelock.js';
-import { systemErrorText } from '../shared/syserr.js';
+import { naming, systemErrorText } from '../shared/syserr.js';
 import type { Sha256 } from '../shared/hasher.js';
 import type { Share } from '../shared/types.js';
 import { getFile } from './api.js';
@@ -479,6 +479,9 @@ export async function download(
     }
     await transfer(client, id, state, opts, toStream);
     return await finishOrRestart(client, id, state, opts);
+  } catch (err) {
+    // A write into the device carries no path ("no space left on the device" alone, /dev/full).
+    throw device !== undefined ? naming(err, device) : err;
   } finally {
     // Closing the .part releases its lock (after the rename, when the download finished).
     await state.part?.close().catch(() => undefined);

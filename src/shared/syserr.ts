@@ -36,6 +36,8 @@ export function systemErrorText(err: unknown): string | undefined {
       return `a file with other names (a hard link), which fshare never writes through${where}`;
     case 'EIO':
       return `input/output error${where}`;
+    case 'ENXIO': // a socket, or a device that is not there, opened as a file
+      return `no such device or address${where}`;
     default:
       return undefined;
   }

@@ -15,6 +15,8 @@ import {
   writeFile,
   open,
 } from 'node:fs/promises';
+import { once } from 'node:events';
+import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
@@ -567,6 +569,18 @@ describe('verified transfers against fshare serve', () => {
     const stopped = await child;
     expect(stopped.exitCode, String(stopped.stderr)).toBe(130);
     expect((await lstat(lonely)).isFIFO()).toBe(true);
+    // A socket cannot be opened to write into: one line naming it, and it stays a socket.
+    const sock = join(alone, 'sock');
+    const listener = createServer().listen(sock);
+    await once(listener, 'listening');
+    try {
+      const res = await admin.run(['get', up!.share_id, '-o', sock]);
+      expect(res.exitCode).toBe(1);
+      expect(res.stderr.trim()).toBe(`fshare: no such device or address: ${sock}`);
+      expect((await lstat(sock)).isSocket()).toBe(true);
+    } finally {
+      listener.close();
+    }
     await rm(alone, { recursive: true, force: true });
   });
 
