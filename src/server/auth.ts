@@ -89,13 +89,17 @@ export class Tokens {
    * only while that user still accepts such tokens (carried over, never renamed, generation 0).
    */
   async userOf(claims: TokenClaims): Promise<UserRecord | null> {
-    if (claims.uid !== undefined) {
-      const user = await this.store.getUserById(claims.uid);
-      return user && user.token_gen === claims.gen ? user : null;
-    }
-    const user = await this.store.getUser(claims.sub);
-    return user?.legacy_tokens && user.token_gen === 0 ? user : null;
+    const user = await (claims.uid !== undefined
+      ? this.store.getUserById(claims.uid)
+      : this.store.getUser(claims.sub));
+    return user && speaksFor(claims, user) ? user : null;
   }
+}
+
+/** Whether a token still speaks for this user (see Tokens.userOf). */
+function speaksFor(claims: TokenClaims, user: UserRecord): boolean {
+  if (claims.uid !== undefined) return user.id === claims.uid && user.token_gen === claims.gen;
+  return user.username === claims.sub && Boolean(user.legacy_tokens) && user.token_gen === 0;
 }
 
 function authorizationCount(raw: string[]): number {
@@ -149,6 +153,9 @@ export function need(req: Request, permission: Permission | null, anonymous = tr
 export async function signedIn(req: Request, store: MetadataStore): Promise<UserRecord> {
   need(req, null, false);
   const user = await store.getUserById(req.caller.userId!);
-  if (!user) throw Errors.badToken(); // deleted while this request was on its way
+  // Deleted, or every token of the user ended (a new password, "sign out everywhere"), while
+  // this request was on its way: else a token ended meanwhile could still be renewed by extend.
+  const token = req.caller.token;
+  if (!user || (token && !speaksFor(token, user))) throw Errors.badToken();
   return user;
 }

@@ -92,6 +92,66 @@ describe('token generations', () => {
     expect(await whoami(other.token)).toMatchObject({ username: other.username });
   });
 
+  // A password change ends every token issued before it, even when "sign out everywhere" runs
+  // during it. Found broken: both wrote back the generation they had read plus one, so the
+  // change (reading 0 before its slow hash) wrote 1 over the sign-out's 1, and a token signed in
+  // with the OLD password between the two (generation 1) kept working after the change.
+  it('a password change racing "sign out everywhere" still ends the tokens issued between them', async () => {
+    for (const by of ['self', 'admin'] as const) {
+      const user = await createUser(base, admin, ['READ']);
+      const change =
+        by === 'self'
+          ? post(base, '/users/password', {
+              token: user.token,
+              json: { old: user.password, new: 'the new password' },
+            })
+          : patch(base, `/users/${user.username}`, {
+              token: admin,
+              json: { password: 'the new password' },
+            });
+      await new Promise((r) => setTimeout(r, 20)); // the change is hashing its new password
+      expectStatus(await del(base, `/users/${user.username}/tokens`, { token: admin }), 200);
+      const between = post(base, '/users/login', {
+        json: { username: user.username, password: user.password },
+      });
+      const [changed, signedIn] = await Promise.all([change, between]);
+      expectStatus(changed, 200);
+      if (signedIn.status === 200) {
+        const res = await get(base, '/whoami', { token: signedIn.body.auth_token });
+        expectFail(res, 401);
+      } else expectFail(signedIn, 401);
+      if (by === 'self')
+        expect(await whoami(changed.body.auth_token)).toMatchObject({ username: user.username });
+      await login(base, user.username, 'the new password');
+    }
+  });
+
+  // A token ended by "sign out everywhere" cannot be renewed by an extend already on its way.
+  // Found broken on PostgreSQL and two servers: extend checked the token, then read the user
+  // again and issued a token of the user's NEW generation, so a thief renewing a stolen token in
+  // a loop kept a working token after the owner signed out everywhere (6-9 of 10 rounds).
+  it('an extend racing "sign out everywhere" never hands out a token that outlives it', async () => {
+    for (let round = 0; round < 10; round++) {
+      const user = await createUser(base, admin, ['READ']);
+      const issued: string[] = [];
+      let stop = false;
+      const renew = async () => {
+        while (!stop) {
+          const res = await post(base, '/users/extend', { token: user.token });
+          if (res.status !== 200) return expectFail(res, 401);
+          issued.push(res.body.auth_token);
+        }
+      };
+      const renewing = Array.from({ length: 6 }, renew);
+      await new Promise((r) => setTimeout(r, 30));
+      expectStatus(await del(base, `/users/${user.username}/tokens`, { token: admin }), 200);
+      await new Promise((r) => setTimeout(r, 30));
+      stop = true;
+      await Promise.all(renewing);
+      for (const token of issued) expectFail(await get(base, '/whoami', { token }), 401);
+    }
+  });
+
   it('tokens carry the user id and generation; a token forged for a new generation is refused', async () => {
     const user = await createUser(base, admin, ['READ']);
     const claims = jwt.decode(user.token) as { uid: string; gen: number; sub: string };

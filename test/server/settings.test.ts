@@ -240,3 +240,34 @@ describe('anonymous use through default_permissions', () => {
     expectFail(await get(base, '/files'), 401);
   });
 });
+
+describe('settings changed at once', () => {
+  // Two PATCHes of different settings at once both stay (PATCH changes only what it names).
+  // Found broken on PostgreSQL and two servers: each read the whole settings, set its field and
+  // wrote them all back, so one answered 200 and was then undone by the other.
+  it('concurrent PATCHes of different settings keep every one', async () => {
+    for (let round = 0; round < 4; round++) {
+      await patch(base, '/admin/settings', {
+        token: admin,
+        json: { max_expiry: null, max_downloads: null },
+      });
+      const answers = await Promise.all([
+        patch(base, '/admin/settings', { token: admin, json: { max_expiry: 600 + round } }),
+        patch(base, '/admin/settings', { token: admin, json: { max_downloads: 7 + round } }),
+        ...Array.from({ length: 6 }, (_, i) =>
+          patch(base, '/admin/settings', {
+            token: admin,
+            json: { default_permissions: i % 2 ? ['READ'] : [] },
+          }),
+        ),
+      ]);
+      for (const res of answers) expectStatus(res, 200);
+      const res = await get(base, '/admin/settings', { token: admin });
+      expect(res.body).toMatchObject({ max_expiry: 600 + round, max_downloads: 7 + round });
+    }
+    await patch(base, '/admin/settings', {
+      token: admin,
+      json: { max_expiry: null, max_downloads: null },
+    });
+  });
+});

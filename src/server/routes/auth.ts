@@ -120,12 +120,14 @@ export function authRoutes({ store, tokens, passwords, throttle }: Context): Rou
           throw Errors.wrongPassword();
         }
         // Every token issued before ends here; the caller gets a new one (additive field).
-        const changes = {
-          password_hash: await passwords.hash(newPassword),
-          token_gen: user.token_gen + 1,
-        };
-        await store.updateUser(user.id, changes);
-        res.json(issue({ ...user, ...changes }, 'Password changed; every other token was revoked'));
+        const password_hash = await passwords.hash(newPassword);
+        const token_gen = await store.updateUser(user.id, { password_hash, end_tokens: true });
+        res.json(
+          issue(
+            { ...user, password_hash, token_gen },
+            'Password changed; every other token was revoked',
+          ),
+        );
       },
     },
     true,

@@ -46,12 +46,13 @@ export function settingsRoutes({ store }: Context): Router {
       const body = requireObject(req.body);
       onlyFields(body, ['default_permissions', ...LIMIT_FIELDS]);
       if (complete) requireFields(body, ['default_permissions']);
-      const settings = { ...(await store.getSettings()) };
+      const changes: Partial<Settings> = {};
       if ('default_permissions' in body) {
-        settings.default_permissions = permissionsField(body, 'default_permissions');
+        changes.default_permissions = permissionsField(body, 'default_permissions');
       }
-      for (const key of LIMIT_FIELDS) if (key in body) settings[key] = limitField(body, key);
-      await store.setSettings(settings);
+      for (const key of LIMIT_FIELDS) if (key in body) changes[key] = limitField(body, key);
+      // Only what the body names: another change made meanwhile stays.
+      await store.updateSettings(changes);
       success(res, 'Settings updated');
     }) satisfies Parameters<typeof route>[2]['put'];
 

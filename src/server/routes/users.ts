@@ -48,7 +48,7 @@ export function userRoutes({ store, passwords }: Context): Router {
     if ('quota' in body) changes.quota = quotaField(body);
     if ('password' in body) {
       changes.password_hash = await passwords.hash(stringField(body, 'password'));
-      changes.token_gen = user.token_gen + 1; // a new password ends every older token
+      changes.end_tokens = true; // a new password ends every older token
     }
     await store.updateUser(user.id, changes);
     success(res, 'User updated');
@@ -126,7 +126,7 @@ export function userRoutes({ store, passwords }: Context): Router {
           ? await target(req)
           : await selfOrAdmin(req);
       noJsonBody(req);
-      await store.updateUser(user.id, { token_gen: user.token_gen + 1 });
+      await store.updateUser(user.id, { end_tokens: true });
       success(res, `Every token of ${user.username} was revoked`);
     },
   });

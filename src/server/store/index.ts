@@ -18,9 +18,9 @@ export interface MetadataStore {
   addUser(user: UserRecord): Promise<void>;
   /**
    * Changes a user; a new name must be free (DuplicateUserError), and the last user with ADMIN
-   * keeps it (LastAdminError).
+   * keeps it (LastAdminError). Resolves to the user's token generation after the change.
    */
-  updateUser(id: string, changes: UserChanges): Promise<void>;
+  updateUser(id: string, changes: UserChanges): Promise<number>;
   /**
    * Removes a user; their shares keep their owner id, which no user will ever have again. The
    * last user with ADMIN cannot be removed (LastAdminError).
@@ -41,6 +41,11 @@ export interface MetadataStore {
 
   getSettings(): Promise<Settings>;
   setSettings(settings: Settings): Promise<void>;
+  /**
+   * Sets the given settings and keeps the others, in one step: two changes of different
+   * settings at once (also through two servers) both stay.
+   */
+  updateSettings(changes: Partial<Settings>): Promise<void>;
   isRevoked(jti: string): Promise<boolean>;
   /** Records a revocation (and forgets the ones whose tokens have expired anyway). */
   revoke(jti: string, exp: number): Promise<void>;
@@ -91,7 +96,15 @@ export interface UserRecord extends Omit<User, 'quota' | 'used'> {
 
 export type UserChanges = Partial<
   Pick<UserRecord, 'username' | 'permissions' | 'password_hash' | 'token_gen' | 'quota'>
-> & { legacy_tokens?: false };
+> & {
+  legacy_tokens?: false;
+  /**
+   * Ends every token issued so far: the generation goes up by one at the moment of writing, so
+   * two such changes at once end the tokens issued between them too (a generation read earlier
+   * and written back plus one would not).
+   */
+  end_tokens?: true;
+};
 
 export interface ShareRecord extends Share {
   /** The owner's user id; null when anonymous users own the share. */

@@ -388,8 +388,19 @@ export class LowdbStore implements MetadataStore {
     return this.change({ op: 'addUser', user: { ...user } });
   }
 
-  updateUser(id: string, changes: UserChanges) {
-    return this.change({ op: 'updateUser', id, changes });
+  async updateUser(id: string, { end_tokens, ...changes }: UserChanges) {
+    let gen = 0;
+    // Resolved when the change is applied, so the generation read is the one it replaces.
+    await this.change(() => {
+      const user = this.state.usersById.get(id);
+      gen = (changes.token_gen ?? user?.token_gen ?? 0) + (end_tokens ? 1 : 0);
+      return {
+        op: 'updateUser',
+        id,
+        changes: end_tokens ? { ...changes, token_gen: gen } : changes,
+      };
+    });
+    return gen;
   }
 
   deleteUser(id: string) {
@@ -411,6 +422,13 @@ export class LowdbStore implements MetadataStore {
 
   setSettings(settings: Settings) {
     return this.change({ op: 'setSettings', settings });
+  }
+
+  updateSettings(changes: Partial<Settings>) {
+    return this.change(() => ({
+      op: 'setSettings',
+      settings: { ...this.state.data.settings, ...changes },
+    }));
   }
 
   revoke(jti: string, exp: number) {
@@ -436,10 +454,13 @@ export class LowdbStore implements MetadataStore {
   /**
    * Applies a change now; resolves once it is durable. While the reserve for removals is spent
    * (the disk is full), any other change first waits for it to be made whole again, and is
-   * refused (out of space, 507) when it cannot be: the reserve's room stays for removals.
+   * refused (out of space, 507) when it cannot be: the reserve's room stays for removals. `op`
+   * may be a function that makes it when it applies (a change that depends on the state it
+   * replaces: a generation plus one, settings merged).
    */
-  private change(op: Op): Promise<void> {
-    if (!this.reserve.short || isRemoval(op)) return this.changeNow(op);
+  private change(op: Op | (() => Op)): Promise<void> {
+    if (!this.reserve.short || isRemoval(typeof op === 'function' ? op() : op))
+      return this.changeNow(op);
     return this.reserve
       .fill()
       .catch(() => undefined)
@@ -449,9 +470,10 @@ export class LowdbStore implements MetadataStore {
       });
   }
 
-  private changeNow(op: Op): Promise<void> {
+  private changeNow(made: Op | (() => Op)): Promise<void> {
     if (this.closed) return Promise.reject(new Error('the metadata store is closed'));
     if (this.broken) return Promise.reject(this.broken);
+    const op = typeof made === 'function' ? made() : made;
     // Copied into the line first: the state keeps the op's objects and changes them later.
     const seq = this.state.data.seq + 1;
     const line = encodeLine({ seq, ...op } as Entry);

@@ -137,6 +137,8 @@ const MIGRATION_LOCK = lockKey('fshare:migrations');
 const REVOCATION_LOCK = lockKey('fshare:revocations');
 /** Held by every change that could take ADMIN from the last user who has it. */
 const ADMIN_LOCK = lockKey('fshare:administrators');
+/** Held while the settings are read and written back with a change. */
+const SETTINGS_LOCK = lockKey('fshare:settings');
 
 /** bigint columns as numbers (every count and size here is far below 2^53). */
 const numberTypes = {
@@ -641,7 +643,11 @@ export class PostgresStore implements MetadataStore {
     const a = new Assignments([id]);
     if (changes.permissions !== undefined) a.set('permissions', [...changes.permissions]);
     if (changes.password_hash !== undefined) a.set('password_hash', changes.password_hash);
-    if (changes.token_gen !== undefined) a.set('token_gen', changes.token_gen);
+    // The generation that end_tokens replaces is read where it is written: two at once both count.
+    if (changes.end_tokens && changes.token_gen === undefined)
+      a.sets.push('token_gen = token_gen + 1');
+    else if (changes.token_gen !== undefined)
+      a.set('token_gen', changes.token_gen + (changes.end_tokens ? 1 : 0));
     if (changes.quota !== undefined) a.set('quota', changes.quota);
     // Right-hand sides see the row before the update: "username = new" means not renamed.
     const legacy = changes.legacy_tokens === false ? 'false' : 'legacy_tokens';
@@ -656,17 +662,25 @@ export class PostgresStore implements MetadataStore {
     try {
       if (changes.permissions !== undefined && !changes.permissions.includes('ADMIN')) {
         if (id.includes('\0')) throw new MissingRecordError('user'); // see byKey
-        await this.transaction(async (client) => {
+        return await this.transaction(async (client) => {
           await keepAnAdmin(client, id);
-          const { rowCount } = await client.query(
-            `UPDATE fshare_users SET ${a.sets.join(', ')} WHERE id = $1`,
+          const { rows } = await client.query<{ token_gen: number }>(
+            `UPDATE fshare_users SET ${a.sets.join(', ')} WHERE id = $1 RETURNING token_gen`,
             a.values,
           );
-          if (!rowCount) throw new MissingRecordError('user');
+          if (rows.length === 0) throw new MissingRecordError('user');
+          return rows[0]!.token_gen;
         });
-      } else {
-        await this.updateOne('fshare_users', 'id', a, 'user');
       }
+      const rows = await this.byKey<{ token_gen: number }>(
+        id,
+        a.sets.length === 0
+          ? 'SELECT token_gen FROM fshare_users WHERE id = $1'
+          : `UPDATE fshare_users SET ${a.sets.join(', ')} WHERE id = $1 RETURNING token_gen`,
+        a.values,
+      );
+      if (rows.length === 0) throw new MissingRecordError('user');
+      return rows[0]!.token_gen;
     } catch (err) {
       if (nameTaken(err)) throw new DuplicateUserError();
       throw err;
@@ -752,6 +766,22 @@ export class PostgresStore implements MetadataStore {
          ON CONFLICT (id) DO UPDATE SET settings = excluded.settings`,
       [JSON.stringify(settings)],
     );
+  }
+
+  /** Reads and writes the settings under one lock, so a change made meanwhile is kept. */
+  async updateSettings(changes: Partial<Settings>) {
+    await this.transaction(async (client) => {
+      await client.query('SELECT pg_advisory_xact_lock($1::bigint)', [SETTINGS_LOCK]);
+      const { rows } = await client.query<{ settings: Settings }>(
+        'SELECT settings FROM fshare_settings WHERE id',
+      );
+      const settings = { ...(rows[0]?.settings ?? { default_permissions: [] }), ...changes };
+      await client.query(
+        `INSERT INTO fshare_settings (id, settings) VALUES (true, $1)
+           ON CONFLICT (id) DO UPDATE SET settings = excluded.settings`,
+        [JSON.stringify(settings)],
+      );
+    });
   }
 
   /** Records a revocation and forgets those whose tokens expired; one revocation at a time. */
