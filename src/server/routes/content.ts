@@ -234,8 +234,13 @@ export function contentRoutes(ctx: Context): Router {
         const guarded =
           owner !== undefined || !(await storage.isUnfinished(share.share_id, fields.uploadId));
         const checkAndCommit = async () => {
+          // A replacement is credited with the content the share holds now, which another
+          // upload may have replaced while this body streamed in, not with what it held then.
+          const current = await store.getShare(share.share_id);
           const quota =
-            guarded && owner ? await quotaRoom(req, share, share.initialized) : { room, owner };
+            guarded && owner
+              ? await quotaRoom(req, current ?? share, share.initialized)
+              : { room, owner };
           if (
             quota.owner &&
             (chunk.received.bytes > quota.room ||
@@ -244,7 +249,6 @@ export function contentRoutes(ctx: Context): Router {
             throw overQuota(quota.owner, quota.room);
           // The share may have been deleted or handed over while the body streamed in: a chunk
           // is only ever committed for the share's owner (a handover ends their uploads).
-          const current = await store.getShare(share.share_id);
           if (!current) throw Errors.shareNotFound();
           checkOwner(req, current);
           await checkNewUpload(req, share, chunkFields, quota, chunk.received.bytes);
