@@ -158,6 +158,65 @@ describe('a placed chunk that stalls', () => {
   });
 });
 
+/** Whether some bytes of a chunk without layout fields are arriving for share `id`. */
+async function stagingBytes(id: string): Promise<boolean> {
+  const files =
+    BACKEND === 'embedded'
+      ? (await walkFiles(join(srv.dataDir, 'uploads'))).filter(
+          (f) => f.includes(`/${id}.`) && /\/s\.[0-9a-f]+$/.test(f),
+        )
+      : await incomingFiles(srv);
+  const sizes = await Promise.all(
+    files.map((f) =>
+      stat(f).then(
+        (s) => s.size,
+        () => 0,
+      ),
+    ),
+  );
+  return sizes.some((size) => size > 0);
+}
+
+describe('a chunk without layout fields that stalls', () => {
+  // Found from outside: a copy of a chunk (no dzchunkbyteoffset, as the reference's clients
+  // send) that stalled while the client sent it again got 200 when it finally arrived, and its
+  // bytes replaced the acknowledged copy: the upload completed with the stalled bytes. docs/API.md
+  // says the copy stored first wins and the late one gets 409.
+  it('arriving after a re-sent copy was stored: 409, and the acknowledged copy is the content', async () => {
+    const id = await createShare(srv.url, token, 'late-copy.bin');
+    const dzuuid = randomUUID();
+    const first = randomBytes(3 * MiB);
+    const evil = randomBytes(first.length);
+    const last = randomBytes(50);
+    const fields = { dzuuid, dzchunkindex: 0, dztotalchunks: 2 };
+    const stalled = await stalledChunk(srv.url, token, id, fields, evil, 2 * MiB);
+    await until(() => stagingBytes(id), 'the stalled copy to reach the server', 20);
+    expectStatus(
+      await sendChunk(srv.url, token, id, { dzuuid, index: 0, total: 2, data: first }),
+      200,
+    );
+    expectFail(await stalled.finish(), 409);
+    expectStatus(
+      await sendChunk(srv.url, token, id, { dzuuid, index: 1, total: 2, data: last }),
+      201,
+    );
+    const stored = Buffer.concat([first, last]);
+    expect((await content(srv.url, token, id)).equals(stored)).toBe(true);
+    expect((await getShare(srv.url, token, id)).sha256).toBe(sha256hex(stored));
+  });
+
+  it('a copy that began after the first was stored replaces it (a client sending it again)', async () => {
+    const id = await createShare(srv.url, token, 'again.bin');
+    const dzuuid = randomUUID();
+    const send = (index: number, data: Buffer) =>
+      sendChunk(srv.url, token, id, { dzuuid, index, total: 2, data });
+    expectStatus(await send(0, Buffer.from('old-')), 200);
+    expectStatus(await send(0, Buffer.from('new-')), 200);
+    expectStatus(await send(1, Buffer.from('end')), 201);
+    expect((await content(srv.url, token, id)).toString()).toBe('new-end');
+  });
+});
+
 describe('late and refused chunks', () => {
   it('a chunk of a replacement that already completed gets 409 and changes nothing', async () => {
     const id = await createShareWithContent(srv.url, token, 'late.txt', Buffer.from('first'));

@@ -217,6 +217,8 @@ class Upload {
   /** Chunks received for this upload and not yet committed or discarded. */
   receivers = 0;
   readonly committed = new Map<number, Committed>();
+  /** Per index, the storage's count of stored chunks when a copy of it was last stored. */
+  readonly storedAt = new Map<number, number>();
   /** Active in-place writers, at most one per index. */
   readonly writers = new Map<number, Writer>();
   sha256?: string;
@@ -287,6 +289,8 @@ class Upload {
 /** A received chunk: where its bytes are, and what it was written for. */
 class Received implements ReceivedChunk {
   bytes = 0;
+  /** The storage's count of stored chunks when this copy began to arrive (FileStorage.stored). */
+  startedAt = 0;
   /** More bytes arrived than the chunk's place can hold; the excess was not written. */
   overflow = false;
   done = false;
@@ -321,6 +325,8 @@ export class FileStorage implements ContentStorage {
   private readonly uploadsDir: string;
   private readonly incomingDir: string;
   private readonly uploads = new Map<string, Upload>();
+  /** Chunks stored so far by this process: the order in which copies began and were stored. */
+  private stored = 0;
   private readonly locks = new KeyedMutex();
   private readonly space: SpaceReserve;
   private readonly hasher: HashWorker;
@@ -409,9 +415,11 @@ export class FileStorage implements ContentStorage {
     body: Readable,
     maxBytes: number,
   ): Promise<ReceivedChunk> {
+    const startedAt = this.stored;
     if (!fields) {
       const path = join(this.incomingDir, rand());
       const received = new Received('incoming', path);
+      received.startedAt = startedAt;
       try {
         await this.writeFile(body, received, path, maxBytes);
       } catch (err) {
@@ -445,6 +453,7 @@ export class FileStorage implements ContentStorage {
         spec,
       );
     });
+    received.startedAt = startedAt;
     try {
       if (received.kind === 'inplace') {
         const { start, length } = received.upload!.region(fields.index);
@@ -615,12 +624,16 @@ export class FileStorage implements ContentStorage {
           (received.fields.index !== fields.index || received.fields.uploadId !== fields.uploadId)
         )
           throw new ChunkRefusedError('invalid', 'The chunk fields changed after the data');
-        if (received.writer?.aborted)
+        // A copy stored after this one began to arrive wins (docs/API.md): this one, late (a
+        // stalled connection the client gave up on), must not replace what was acknowledged.
+        const storedAt = upload.storedAt.get(fields.index);
+        if (received.writer?.aborted || (storedAt !== undefined && storedAt > received.startedAt))
           throw new ChunkRefusedError(
             'superseded',
             `Chunk ${fields.index} was sent again and the other copy was stored instead`,
           );
         await this.record(upload, fields, received);
+        upload.storedAt.set(fields.index, ++this.stored);
         upload.lastActivity = Date.now();
         await fault('chunk.after-record');
         upload.hash.adopt(received.spec);

@@ -88,6 +88,8 @@ interface Meta {
 interface UploadObjects {
   /** index → bytes, of its staged chunks */
   chunks: Map<number, number>;
+  /** index → ETag, of its staged chunks */
+  tags: Map<number, string>;
   /** Every object under the upload's directory (full keys). */
   keys: string[];
   /** When its tombstone was written (ms), if it has one (listUpload only). */
@@ -131,6 +133,11 @@ class Received implements ReceivedChunk {
   bytes = 0;
   overflow = false;
   done = false;
+  /**
+   * The ETag of the staged copy of this chunk's index when this copy began to arrive (null: none),
+   * when its fields came first; undefined when not known.
+   */
+  before?: Promise<string | null | undefined>;
 
   constructor(
     readonly path: string,
@@ -285,7 +292,7 @@ export class S3Storage implements ContentStorage {
 
   /** Streams the body to a temp file of its own; at most `maxBytes` are kept (overflow). */
   async receive(
-    _shareId: string,
+    shareId: string,
     fields: ChunkFields | null,
     body: Readable,
     maxBytes: number,
@@ -294,6 +301,11 @@ export class S3Storage implements ContentStorage {
       join(this.tempDir, `c.${randomBytes(8).toString('hex')}`),
       fields,
     );
+    if (fields) {
+      // What is staged for this index now: a copy staged after this one began wins (commitLocked).
+      const key = `${this.upload(shareId, uploadKeyOf(fields.uploadId)).dir}${fields.index}`;
+      received.before = this.etag(key).catch(() => undefined);
+    }
     // The rest of an oversized body is read and dropped, so that the request can end.
     const bounded = new Transform({
       transform(data: Buffer, _encoding, done) {
@@ -362,6 +374,15 @@ export class S3Storage implements ContentStorage {
     const objects = await this.listUpload(upload);
     if (objects.finished !== undefined)
       throw new ChunkRefusedError('finished', 'This upload has already finished');
+    // A copy of this index staged after this one began to arrive wins (docs/API.md): this one,
+    // late (a stalled connection the client gave up on), must not replace what was acknowledged.
+    // A copy with the same bytes has the same ETag and changes nothing.
+    const before = await received.before;
+    if (before !== undefined && (objects.tags.get(fields.index) ?? null) !== before)
+      throw new ChunkRefusedError(
+        'superseded',
+        `Chunk ${fields.index} was sent again and the other copy was stored instead`,
+      );
     const { meta, changed } = await this.checkChunk(upload, objects, fields, received);
     const present = new Set(objects.chunks.keys()).add(fields.index);
     if (present.size < meta.total) {
@@ -1149,6 +1170,19 @@ export class S3Storage implements ContentStorage {
     );
   }
 
+  /** An object's ETag, or null when there is none. */
+  private async etag(key: string): Promise<string | null> {
+    try {
+      const head = await this.call(`HeadObject ${this.describe(key)}`, (c) =>
+        c.send(new HeadObjectCommand({ Bucket: this.bucket, Key: key })),
+      );
+      return head.ETag ?? '';
+    } catch (err) {
+      if (isMissing(err)) return null;
+      throw err;
+    }
+  }
+
   private async exists(key: string): Promise<boolean> {
     return (await this.modified(key)) !== null;
   }
@@ -1169,7 +1203,7 @@ export class S3Storage implements ContentStorage {
   /** Every object under a key prefix, page by page. */
   private async *objects(
     prefix: string,
-  ): AsyncGenerator<{ key: string; size: number; modified: number }> {
+  ): AsyncGenerator<{ key: string; size: number; modified: number; etag: string }> {
     let token: string | undefined;
     do {
       const page = await this.call(`ListObjectsV2 ${this.describe(prefix)}`, (c) =>
@@ -1183,7 +1217,12 @@ export class S3Storage implements ContentStorage {
       );
       for (const o of page.Contents ?? [])
         if (o.Key)
-          yield { key: o.Key, size: o.Size ?? 0, modified: o.LastModified?.getTime() ?? 0 };
+          yield {
+            key: o.Key,
+            size: o.Size ?? 0,
+            modified: o.LastModified?.getTime() ?? 0,
+            etag: o.ETag ?? '',
+          };
       token = page.IsTruncated ? page.NextContinuationToken : undefined;
     } while (token);
   }
@@ -1264,6 +1303,7 @@ function checkName(name: string, what: string): void {
 function emptyObjects(): UploadObjects {
   return {
     chunks: new Map(),
+    tags: new Map(),
     keys: [],
     meta: false,
     multipart: false,
@@ -1275,12 +1315,14 @@ function emptyObjects(): UploadObjects {
 function addObject(
   objects: UploadObjects,
   name: string,
-  object: { key: string; size: number; modified: number },
+  object: { key: string; size: number; modified: number; etag: string },
 ): void {
   objects.keys.push(object.key);
   objects.newest = Math.max(objects.newest, object.modified);
-  if (/^\d+$/.test(name)) objects.chunks.set(Number(name), object.size);
-  else if (name === 'meta') objects.meta = true;
+  if (/^\d+$/.test(name)) {
+    objects.chunks.set(Number(name), object.size);
+    objects.tags.set(Number(name), object.etag);
+  } else if (name === 'meta') objects.meta = true;
   else if (name === 'multipart') objects.multipart = true;
   else if (name === 'publishing') objects.publishing = true;
 }
