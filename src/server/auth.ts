@@ -159,3 +159,18 @@ export async function signedIn(req: Request, store: MetadataStore): Promise<User
   if (!user || (token && !speaksFor(token, user))) throw Errors.badToken();
   return user;
 }
+
+/**
+ * Checks again, where a slow request makes its change, that its signed-in caller still may: a
+ * user deleted, signed out everywhere (401) or stripped of the permission (403) while the
+ * request's body streamed in changes nothing.
+ */
+export async function stillAllowed(
+  req: Request,
+  store: MetadataStore,
+  permission: Permission,
+): Promise<void> {
+  if (req.caller.userId === null) return;
+  const user = await signedIn(req, store);
+  if (!user.permissions.includes(permission)) throw Errors.forbidden(permission);
+}

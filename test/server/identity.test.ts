@@ -2,7 +2,7 @@
 // per-user generation, so a deleted user's token never comes back to life with a new user of the
 // same name, a password change or "sign out everywhere" ends every older token, and shares are
 // owned by id. Changes to users are serialised: two users of one name can never exist.
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import jwt from 'jsonwebtoken';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -15,6 +15,7 @@ import {
   getShare,
   patch,
   post,
+  stalledChunk,
   unique,
 } from '../helpers/http.js';
 import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
@@ -51,6 +52,36 @@ describe('a deleted user', () => {
       403,
     );
     expectFail(await post(base, `/files/${share}/content`, { token: fresh.token, body: 'x' }), 403);
+  });
+});
+
+describe('a caller that changed while its chunk streamed in', () => {
+  // A chunk is committed only for a caller who still may send it. Found broken: a chunk whose
+  // request began before its user was deleted, signed out everywhere or stripped of CREATE was
+  // still committed (201), and a deleted user's share took content after the deletion.
+  it('deleted (401), signed out everywhere (401) or without CREATE (403): nothing is committed', async () => {
+    for (const [change, status] of [
+      ['delete', 401],
+      ['signout', 401],
+      ['permissions', 403],
+    ] as const) {
+      const user = await createUser(base, admin, ['CREATE', 'READ']);
+      const share = await createShare(base, user.token, `${change}.bin`);
+      const fields = { dzuuid: randomUUID(), dzchunkindex: 0, dztotalchunks: 1 };
+      const slow = await stalledChunk(base, user.token, share, fields, randomBytes(100_000), 1000);
+      await new Promise((r) => setTimeout(r, 200)); // the server has checked the caller, and waits
+      const path = `/users/${user.username}`;
+      if (change === 'delete') expectStatus(await del(base, path, { token: admin }), 200);
+      if (change === 'signout')
+        expectStatus(await del(base, `${path}/tokens`, { token: admin }), 200);
+      if (change === 'permissions')
+        expectStatus(
+          await patch(base, path, { token: admin, json: { permissions: ['READ'] } }),
+          200,
+        );
+      expectFail(await slow.finish(), status);
+      expect(await getShare(base, admin, share)).toMatchObject({ initialized: false, size: null });
+    }
   });
 });
 

@@ -23,6 +23,8 @@ import {
 } from '../store/index.js';
 import { hasChars, toWellFormed, UNSAFE_NAME_CHAR } from '../validate.js';
 import { checkOwner, findShare } from './shares.js';
+import { stillAllowed } from '../auth.js';
+import type { Permission } from '../../shared/permissions.js';
 
 /**
  * The chunk's form fields: API.md's dz* fields, plus Dropzone's layout fields and our dzsha256
@@ -210,6 +212,7 @@ export function contentRoutes(ctx: Context): Router {
     res: Response,
     share: ShareRecord,
     allowed: (s: ShareRecord) => void,
+    permission: Permission,
   ) => {
     const declared = Number(req.headers['content-length']);
     const length = Number.isSafeInteger(declared) && declared > 0 ? declared : 0;
@@ -251,6 +254,9 @@ export function contentRoutes(ctx: Context): Router {
           // is only ever committed for the share's owner (a handover ends their uploads).
           if (!current) throw Errors.shareNotFound();
           checkOwner(req, current);
+          // So is the caller: deleted, signed out everywhere or without the permission by now,
+          // its chunk is not committed (a deleted user's shares take no content).
+          await stillAllowed(req, store, permission);
           await checkNewUpload(req, share, chunkFields, quota, chunk.received.bytes);
           const stored = await commitChunk(req, share, chunkFields, chunk.received, allowed);
           // A handover (or DELETE) in the middle of this commit may have looked for the share's
@@ -328,12 +334,12 @@ export function contentRoutes(ctx: Context): Router {
     post: async (req, res) => {
       const share = await findShare(req, ctx, 'CREATE', true);
       checkCreate(share);
-      await acceptChunk(req, res, share, checkCreate);
+      await acceptChunk(req, res, share, checkCreate, 'CREATE');
     },
     put: async (req, res) => {
       const share = await findShare(req, ctx, 'MODIFY', true);
       checkReplace(share);
-      await acceptChunk(req, res, share, checkReplace);
+      await acceptChunk(req, res, share, checkReplace, 'MODIFY');
     },
     get: async (req, res) => {
       const share = await findShare(req, ctx, 'READ');
