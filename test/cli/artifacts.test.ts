@@ -20,7 +20,7 @@ import {
   utimes,
   writeFile,
 } from 'node:fs/promises';
-import { createServer, request as httpRequest } from 'node:http';
+import { createServer, request as httpRequest, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -209,6 +209,40 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     admin.json<PushJson>(['push', dir, '--name', name, ...args]);
   const pull = (name: string, dir: string, args: string[] = []) =>
     admin.json<PullJson>(['pull', name, dir, ...args]);
+
+  /**
+   * A proxy in front of the server that holds the requests `hold` picks (only the first, with
+   * `once`) until `release()`; `held` says whether one came. Everything else passes through.
+   */
+  const holdingProxy = async (hold: (req: IncomingMessage) => boolean, { once = false } = {}) => {
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let held = false;
+    const proxy = createServer((req, res) => {
+      const forward = () =>
+        req.pipe(
+          httpRequest(
+            `${serve.url}${req.url}`,
+            { method: req.method, headers: req.headers },
+            (up) => {
+              res.writeHead(up.statusCode ?? 502, up.headers);
+              up.pipe(res);
+            },
+          ),
+        );
+      if (!(once && held) && hold(req)) {
+        held = true;
+        void released.then(forward);
+      } else forward();
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    return {
+      url: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`,
+      held: () => held,
+      release,
+      close: () => new Promise((resolve) => proxy.close(resolve)),
+    };
+  };
 
   /** Shares whose name starts with `prefix`, read over HTTP as the administrator. */
   const sharesByPrefix = async (prefix: string): Promise<ShareJson[]> => {
@@ -619,39 +653,20 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     const pack = (await manifestOf(name)).manifest.files[0]!.share!;
 
     // A proxy that holds the pull's download of the old pack until the push is done.
-    let release!: () => void;
-    const released = new Promise<void>((resolve) => (release = resolve));
-    let heldOnce = false;
-    const proxy = createServer((req, res) => {
-      const forward = () =>
-        req.pipe(
-          httpRequest(
-            `${serve.url}${req.url}`,
-            { method: req.method, headers: req.headers },
-            (up) => {
-              res.writeHead(up.statusCode ?? 502, up.headers);
-              up.pipe(res);
-            },
-          ),
-        );
-      if (req.method === 'GET' && req.url === `/files/${pack}/content`) {
-        heldOnce = true;
-        void released.then(forward);
-      } else forward();
-    });
-    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
-    const via = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+    const proxy = await holdingProxy(
+      (req) => req.method === 'GET' && req.url === `/files/${pack}/content`,
+    );
     try {
       const out = await freshDir('race-out');
-      const pulling = admin.run(['--server', via, 'pull', name, out], {
+      const pulling = admin.run(['--server', proxy.url, 'pull', name, out], {
         env: { FSHARE_TOKEN: token },
       });
-      await until(() => heldOnce, 'the pull asked for the old pack');
+      await until(proxy.held, 'the pull asked for the old pack');
       await put(src, 'a.txt', 'a v2\n');
       await put(src, 'z.txt', 'z v2\n');
       await push(src, name);
       expectStatus(await get(serve.url, `/files/${pack}`, { token }), 404);
-      release();
+      proxy.release();
 
       const res = await pulling;
       expect(res.exitCode, res.stderr).toBe(0);
@@ -659,8 +674,8 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
       expect(await snapshot(out)).toEqual(await snapshot(src));
       expect(await leftovers(out)).toEqual([]);
     } finally {
-      release();
-      await new Promise((resolve) => proxy.close(resolve));
+      proxy.release();
+      await proxy.close();
     }
   }, 60_000);
 
@@ -740,39 +755,20 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
 
     // The second push's manifest write is held until the first push is over (its clean-up
     // deleted one.bin's old data, which the second push reuses).
-    let release!: () => void;
-    const released = new Promise<void>((resolve) => (release = resolve));
-    let held = false;
-    const proxy = createServer((req, res) => {
-      const forward = () =>
-        req.pipe(
-          httpRequest(
-            `${serve.url}${req.url}`,
-            { method: req.method, headers: req.headers },
-            (up) => {
-              res.writeHead(up.statusCode ?? 502, up.headers);
-              up.pipe(res);
-            },
-          ),
-        );
-      const write =
-        req.url?.startsWith(`/files/${manifestId}/content`) &&
+    const proxy = await holdingProxy(
+      (req) =>
+        req.url!.startsWith(`/files/${manifestId}/content`) &&
         req.method !== 'GET' &&
-        req.method !== 'HEAD';
-      if (write && !held) {
-        held = true;
-        void released.then(forward);
-      } else forward();
-    });
-    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
-    const via = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+        req.method !== 'HEAD',
+      { once: true },
+    );
     try {
-      const late = admin.run(['--server', via, 'push', second, '--name', name], {
+      const late = admin.run(['--server', proxy.url, 'push', second, '--name', name], {
         env: { FSHARE_TOKEN: token },
       });
-      await until(() => held, 'the second push writes its manifest');
+      await until(proxy.held, 'the second push writes its manifest');
       await push(first, name);
-      release();
+      proxy.release();
       const res = await late;
       expect(res.exitCode, res.stderr).toBe(0);
       expect(res.stderr).toContain(
@@ -782,8 +778,8 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
       await pull(name, out);
       expect(await snapshot(out)).toEqual(await snapshot(second));
     } finally {
-      release();
-      await new Promise((resolve) => proxy.close(resolve));
+      proxy.release();
+      await proxy.close();
     }
   }, 60_000);
 
@@ -907,37 +903,18 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     await put(src, 'big.bin', randomBytes(big.length));
 
     // The data share's creation is held until big.bin, hashed by then, is written again.
-    let release!: () => void;
-    const released = new Promise<void>((resolve) => (release = resolve));
-    let held = false;
-    const proxy = createServer((req, res) => {
-      const forward = () =>
-        req.pipe(
-          httpRequest(
-            `${serve.url}${req.url}`,
-            { method: req.method, headers: req.headers },
-            (up) => {
-              res.writeHead(up.statusCode ?? 502, up.headers);
-              up.pipe(res);
-            },
-          ),
-        );
-      if (req.method === 'POST' && req.url === '/files' && !held) {
-        held = true;
-        void released.then(forward);
-      } else forward();
+    const proxy = await holdingProxy((req) => req.method === 'POST' && req.url === '/files', {
+      once: true,
     });
-    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
-    const via = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
     try {
-      const pushing = admin.run(['--server', via, 'push', src, '--name', name], {
+      const pushing = admin.run(['--server', proxy.url, 'push', src, '--name', name], {
         env: { FSHARE_TOKEN: token },
       });
-      await until(() => held, 'the push creates the data share', 25, 20_000);
+      await until(proxy.held, 'the push creates the data share', 25, 20_000);
       const handle = await open(join(src, 'big.bin'), 'r+');
       await handle.write(randomBytes(100), 0, 100, 1000);
       await handle.close();
-      release();
+      proxy.release();
       const res = await pushing;
       expect(res.exitCode, res.stderr).toBe(7);
       expect(expectErrorLine(res.stderr)).toBe(
@@ -945,8 +922,8 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
       );
       expect((await manifestOf(name)).manifest).toEqual(before.manifest);
     } finally {
-      release();
-      await new Promise((resolve) => proxy.close(resolve));
+      proxy.release();
+      await proxy.close();
     }
   }, 60_000);
 
@@ -961,35 +938,16 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     await put(src, 'b.txt', 'b v2\n');
 
     // The push's look at the stored set is held until b.txt, already scanned, is gone.
-    let release!: () => void;
-    const released = new Promise<void>((resolve) => (release = resolve));
-    let held = false;
-    const proxy = createServer((req, res) => {
-      const forward = () =>
-        req.pipe(
-          httpRequest(
-            `${serve.url}${req.url}`,
-            { method: req.method, headers: req.headers },
-            (up) => {
-              res.writeHead(up.statusCode ?? 502, up.headers);
-              up.pipe(res);
-            },
-          ),
-        );
-      if (req.method === 'GET' && req.url?.startsWith('/files?')) {
-        held = true;
-        void released.then(forward);
-      } else forward();
-    });
-    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
-    const via = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+    const proxy = await holdingProxy(
+      (req) => req.method === 'GET' && req.url!.startsWith('/files?'),
+    );
     try {
-      const pushing = admin.run(['--server', via, 'push', src, '--name', name], {
+      const pushing = admin.run(['--server', proxy.url, 'push', src, '--name', name], {
         env: { FSHARE_TOKEN: token },
       });
-      await until(() => held, 'the push reads the stored set', 25, 20_000);
+      await until(proxy.held, 'the push reads the stored set', 25, 20_000);
       await unlink(join(src, 'b.txt'));
-      release();
+      proxy.release();
       const res = await pushing;
       expect(res.exitCode, res.stderr).toBe(7);
       expect(expectErrorLine(res.stderr)).toBe(
@@ -997,8 +955,8 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
       );
       expect((await manifestOf(name)).manifest).toEqual(before.manifest);
     } finally {
-      release();
-      await new Promise((resolve) => proxy.close(resolve));
+      proxy.release();
+      await proxy.close();
     }
   }, 60_000);
 

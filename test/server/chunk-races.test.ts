@@ -93,16 +93,7 @@ async function arriving(id: string, chunkSize: number): Promise<boolean> {
     const info = dir && (await stat(join(srv.dataDir, 'uploads', dir, 'data')).catch(() => null));
     return Boolean(info && info.size > chunkSize);
   }
-  const files = await incomingFiles(srv);
-  const sizes = await Promise.all(
-    files.map((f) =>
-      stat(f).then(
-        (s) => s.size,
-        () => 0,
-      ),
-    ),
-  );
-  return sizes.some((size) => size > 0);
+  return someBytesIn(await incomingFiles(srv));
 }
 
 describe('a placed chunk that stalls', () => {
@@ -160,12 +151,17 @@ describe('a placed chunk that stalls', () => {
 
 /** Whether some bytes of a chunk without layout fields are arriving for share `id`. */
 async function stagingBytes(id: string): Promise<boolean> {
-  const files =
+  return someBytesIn(
     BACKEND === 'embedded'
       ? (await walkFiles(join(srv.dataDir, 'uploads'))).filter(
           (f) => f.includes(`/${id}.`) && /\/s\.[0-9a-f]+$/.test(f),
         )
-      : await incomingFiles(srv);
+      : await incomingFiles(srv),
+  );
+}
+
+/** Whether any of these files (one gone counts as empty) holds a byte. */
+async function someBytesIn(files: string[]): Promise<boolean> {
   const sizes = await Promise.all(
     files.map((f) =>
       stat(f).then(
