@@ -280,16 +280,17 @@ describe('the same answers as the embedded store', () => {
     await refused(store.updateUser('nobody', {}));
     await store.deleteUser(carol.id); // her link l3 goes; her shares keep her id
     await refused(store.deleteUser(carol.id));
-    // Keys with a NUL (from a URL, say) match nothing.
+    // Keys with a NUL (from a URL, say) match nothing. Each change is made when its refusal is
+    // awaited: made all at once, the later ones' rejections waited unhandled for the first.
     for (const change of [
-      store.updateUser('u\u0000', {}),
-      store.deleteUser('u\u0000'),
-      store.updateShare('a1\u0000', { locked: true }),
-      store.deleteShare('a1\u0000'),
-      store.deleteLink('l1\u0000'),
-      store.countDownload('l1\u0000'),
+      () => store.updateUser('u\u0000', {}),
+      () => store.deleteUser('u\u0000'),
+      () => store.updateShare('a1\u0000', { locked: true }),
+      () => store.deleteShare('a1\u0000'),
+      () => store.deleteLink('l1\u0000'),
+      () => store.countDownload('l1\u0000'),
     ])
-      await refused(change);
+      await refused(change());
     await store.addUser(user('carol', { id: 'u-carol-2' })); // not the owner of her shares
     await store.deleteShare('a3');
 
