@@ -244,6 +244,38 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     };
   };
 
+  /**
+   * Pushes `src` as `name` through a holding proxy; `change` runs while the request `hold`
+   * picks is held. The push must be exit 7 with the one line `line`.
+   */
+  const changedDuringPush = async (
+    src: string,
+    name: string,
+    o: {
+      hold: (req: IncomingMessage) => boolean;
+      once?: boolean;
+      what: string;
+      change: () => Promise<unknown>;
+      line: string;
+    },
+  ) => {
+    const proxy = await holdingProxy(o.hold, { once: o.once });
+    try {
+      const pushing = admin.run(['--server', proxy.url, 'push', src, '--name', name], {
+        env: { FSHARE_TOKEN: token },
+      });
+      await until(proxy.held, o.what, 25, 20_000);
+      await o.change();
+      proxy.release();
+      const res = await pushing;
+      expect(res.exitCode, res.stderr).toBe(7);
+      expect(expectErrorLine(res.stderr)).toBe(o.line);
+    } finally {
+      proxy.release();
+      await proxy.close();
+    }
+  };
+
   /** Shares whose name starts with `prefix`, read over HTTP as the administrator. */
   const sharesByPrefix = async (prefix: string): Promise<ShareJson[]> => {
     const res = await get(
@@ -903,28 +935,18 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     await put(src, 'big.bin', randomBytes(big.length));
 
     // The data share's creation is held until big.bin, hashed by then, is written again.
-    const proxy = await holdingProxy((req) => req.method === 'POST' && req.url === '/files', {
+    await changedDuringPush(src, name, {
+      hold: (req) => req.method === 'POST' && req.url === '/files',
       once: true,
+      what: 'the push creates the data share',
+      change: async () => {
+        const handle = await open(join(src, 'big.bin'), 'r+');
+        await handle.write(randomBytes(100), 0, 100, 1000);
+        await handle.close();
+      },
+      line: 'fshare: big.bin changed while it was pushed; push again',
     });
-    try {
-      const pushing = admin.run(['--server', proxy.url, 'push', src, '--name', name], {
-        env: { FSHARE_TOKEN: token },
-      });
-      await until(proxy.held, 'the push creates the data share', 25, 20_000);
-      const handle = await open(join(src, 'big.bin'), 'r+');
-      await handle.write(randomBytes(100), 0, 100, 1000);
-      await handle.close();
-      proxy.release();
-      const res = await pushing;
-      expect(res.exitCode, res.stderr).toBe(7);
-      expect(expectErrorLine(res.stderr)).toBe(
-        'fshare: big.bin changed while it was pushed; push again',
-      );
-      expect((await manifestOf(name)).manifest).toEqual(before.manifest);
-    } finally {
-      proxy.release();
-      await proxy.close();
-    }
+    expect((await manifestOf(name)).manifest).toEqual(before.manifest);
   }, 60_000);
 
   it('a file removed while it is pushed: exit 7 and one line naming it, the old set whole; it was exit 1 ("no such file"), and Node could add warnings about a descriptor closed on garbage collection', async () => {
@@ -938,26 +960,13 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     await put(src, 'b.txt', 'b v2\n');
 
     // The push's look at the stored set is held until b.txt, already scanned, is gone.
-    const proxy = await holdingProxy(
-      (req) => req.method === 'GET' && req.url!.startsWith('/files?'),
-    );
-    try {
-      const pushing = admin.run(['--server', proxy.url, 'push', src, '--name', name], {
-        env: { FSHARE_TOKEN: token },
-      });
-      await until(proxy.held, 'the push reads the stored set', 25, 20_000);
-      await unlink(join(src, 'b.txt'));
-      proxy.release();
-      const res = await pushing;
-      expect(res.exitCode, res.stderr).toBe(7);
-      expect(expectErrorLine(res.stderr)).toBe(
-        'fshare: b.txt was removed while it was pushed; push again',
-      );
-      expect((await manifestOf(name)).manifest).toEqual(before.manifest);
-    } finally {
-      proxy.release();
-      await proxy.close();
-    }
+    await changedDuringPush(src, name, {
+      hold: (req) => req.method === 'GET' && req.url!.startsWith('/files?'),
+      what: 'the push reads the stored set',
+      change: () => unlink(join(src, 'b.txt')),
+      line: 'fshare: b.txt was removed while it was pushed; push again',
+    });
+    expect((await manifestOf(name)).manifest).toEqual(before.manifest);
   }, 60_000);
 
   it('artifacts never leaves a set out silently: a damaged manifest is named on stderr, a manifest the server fails to give is exit 1; such a set was left out of the list, exit 0', async () => {
