@@ -537,7 +537,12 @@ describe('verified transfers against fshare serve', () => {
     const dir = await tempDir('fifo');
     const fifo = join(dir, 'pipe');
     execFileSync('mkfifo', [fifo]);
-    const reader = execa('cat', [fifo], { encoding: 'buffer', reject: false, timeout: 30_000 });
+    const reader = execa('cat', [fifo], {
+      encoding: 'buffer',
+      stripFinalNewline: false, // bytes, not lines
+      reject: false,
+      timeout: 30_000,
+    });
     try {
       const res = await admin.run(['get', up!.share_id, '-o', fifo]);
       expect(res.exitCode, res.stderr).toBe(0);

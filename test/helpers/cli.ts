@@ -141,6 +141,9 @@ function spawn(
     reject: false,
     timeout: 60_000,
     encoding: binary ? 'buffer' : 'utf8',
+    // Bytes are bytes: execa strips a final newline by default, even from a buffer, and so cut
+    // the last byte off one download in 256 (random content ending in 0x0a; CI saw it once).
+    stripFinalNewline: !binary,
     // A descriptor the child inherits as is (execa's types do not list plain numbers).
     ...(options.stdoutFd === undefined ? {} : ({ stdout: options.stdoutFd } as object)),
   });
