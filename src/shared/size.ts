@@ -16,7 +16,7 @@ const UNITS: Record<string, number> = {
 };
 
 /**
- * Parses a human size: "512k", "8m", "1g", "1.5GiB" or plain bytes. Units are binary (k = 1024).
+ * Parses a human size: "512k", "8m", "1g", "1.5GiB" or whole bytes. Units are binary (k = 1024).
  * Returns null for anything else, so callers can report a usage error.
  */
 export function parseSize(text: string): number | null {
@@ -24,6 +24,8 @@ export function parseSize(text: string): number | null {
   if (!match) return null;
   const unit = UNITS[match[2]!.toLowerCase()];
   if (unit === undefined) return null;
+  // Bytes come whole: `1.5` (or `1.5b`) was rounded to 2 bytes, a quota nobody meant.
+  if (unit === 1 && match[1]!.includes('.')) return null;
   const bytes = Math.round(Number(match[1]) * unit);
   return Number.isSafeInteger(bytes) ? bytes : null;
 }

@@ -78,6 +78,8 @@ describe('bad input gives one clear line and the right exit code', () => {
     for (const args of [
       ['upload', file, '--chunk-size', 'lots'],
       ['upload', file, '--chunk-size', '0'],
+      ['upload', file, '--chunk-size', '1.5'], // bytes come whole
+      ['users', 'quota', 'admin', '1.5b'],
       ['upload', file, '--parallel', 'x'],
       ['get', randomUUID(), '--range', '9-3'],
       ['get', randomUUID(), '--continue', '-o', '-'],
