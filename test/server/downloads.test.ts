@@ -262,6 +262,27 @@ describe('Content-Disposition never breaks, whatever the file name', () => {
   }
 });
 
+describe('a share named "." or ".." is offered under a name that can be saved', () => {
+  // `curl -OJ` saved a share named ".." as "..", a directory: "Failed to open the file ..: Is a
+  // directory", exit 23. Such names are offered as "_" and "__", with nothing else to recover.
+  for (const [name, offered] of [
+    ['.', '_'],
+    ['..', '__'],
+  ] as const) {
+    it(`${JSON.stringify(name)} → ${JSON.stringify(offered)}`, async () => {
+      const share = await createShare(base, admin, name);
+      await upload(base, admin, share, Buffer.from('payload'));
+      const res = await fetchContent({}, 'GET', share);
+      expectStatus(res, 200);
+      const cd = parseContentDisposition(res.headers['content-disposition']!);
+      expect(cd.type).toBe('attachment');
+      expect(recoveredName(cd.params)).toBe(offered);
+      expect(cd.params['filename']).toBe(offered);
+      expect(res.buf.toString()).toBe('payload');
+    });
+  }
+});
+
 describe('Range', () => {
   it('bytes=a-b → 206 with Content-Range', async () => {
     expectRange(await fetchContent({ range: 'bytes=0-99' }), 0, 99);

@@ -372,15 +372,19 @@ export function contentRoutes(ctx: Context): Router {
 
 /**
  * The name a download is saved under: the whole stored name with "/" and "\\" made "_" (what
- * browsers do, and what the reference's browser client saves), never only its last part; any
+ * browsers do, and what the reference's browser client saves), never only its last part, and
+ * never "." or ".."; any
  * lone surrogate (names stored before names were checked) becomes U+FFFD, so the header can
  * always be made.
  */
 export function downloadName(fileName: string): string {
   // Names stored before control and bidi characters were refused have them as "_" too.
-  return toWellFormed(
+  const name = toWellFormed(
     fileName.replace(/[/\\]/g, '_').replace(new RegExp(UNSAFE_NAME_CHAR.source, 'g'), '_'),
   );
+  // "." and ".." name a directory wherever they are saved: `curl -OJ` failed ("Is a
+  // directory"). They are offered as "_" and "__".
+  return name === '.' || name === '..' ? name.replace(/\./g, '_') : name;
 }
 
 /**
