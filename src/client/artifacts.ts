@@ -9,8 +9,10 @@
  * - a push uploads what the stored manifest lacks, then replaces the manifest's content last
  *   (a PUT: old bytes or new, never a mix), then deletes data no manifest needs any more. An
  *   interrupted push leaves the previous set whole; running it again reuses what it uploaded.
- * - a pull checks every path, writes each file to a temporary file beside its place, verifies its
- *   sha256, sets its mode and renames it into place.
+ * - a pull checks every path, downloads every file it lacks into a temporary file (beside its
+ *   place, or higher up in DIR where a directory is still to be made), verifies its sha256 and
+ *   sets its mode; only once all are verified does the commit (pull-commit.ts) put them in place:
+ *   DIR holds the old set or the new one, never a mix.
  *
  * A set is its owner's: every function here takes the signed-in user's name and looks only at
  * manifests that user owns, and a pull only at data shares that user owns. Anyone with CREATE can
@@ -26,7 +28,6 @@ import {
   fchmodSync,
   openSync,
   readFileSync,
-  renameSync,
   writeSync,
 } from 'node:fs';
 import {
@@ -40,12 +41,11 @@ import {
   realpath,
   rename,
   rm,
-  rmdir,
   stat,
   writeFile,
 } from 'node:fs/promises';
 import type { FileHandle } from 'node:fs/promises';
-import { dirname, join, relative } from 'node:path';
+import { dirname, join, relative, sep } from 'node:path';
 import { Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import {
@@ -72,6 +72,14 @@ import {
 } from './errors.js';
 import type { ApiClient } from './http.js';
 import { createLimiter, type Limiter } from './limit.js';
+import {
+  commitPull,
+  finishInterruptedPulls,
+  isPullJournal,
+  TEMP,
+  TEMP_OLD,
+  TEMP_OWNED,
+} from './pull-commit.js';
 import { replaceFile, uploadFile, type ResumeStore } from './upload.js';
 
 export const ARTIFACT_PREFIX = 'fshare-artifact:';
@@ -489,6 +497,10 @@ async function scanTree(
         // folder would take it for its own leftover and remove it).
         if ((await pullTemp(childAbs, e.name)) !== 'no') {
           notice(`${childRel}: a temporary file of fshare pull, skipped`);
+          continue;
+        }
+        if (isPullJournal(e.name)) {
+          notice(`${childRel}: the journal of an interrupted fshare pull, skipped`);
           continue;
         }
         await checkLocalName(childAbs, childRel);
@@ -1042,11 +1054,6 @@ export interface PullResult {
   deleted: { files: number };
 }
 
-const TEMP = '.fshare-tmp-';
-/** `<pid>-<host tag>-<random>`, and `.part` while download() writes it; older fshares: `<random>`. */
-const TEMP_OWNED = /^(\d+)-([0-9a-f]{8})-[0-9a-f]{12}(\.part)?$/;
-const TEMP_OLD = /^[0-9a-f]{12}(\.part)?$/;
-
 /**
  * For a file named `name` in a pulled tree: 'no' when it is not a pull's temporary file (the
  * user's), 'live' when a running pull (this one or another) may still write it, 'stale' when no
@@ -1141,48 +1148,74 @@ async function countFiles(abs: string): Promise<number> {
 }
 
 /**
- * True when a regular file (not a link) with this size and sha256 is already at `abs`, given the
- * manifest's mode. A file with other names (hard links: a cache restored with `cp -al`, say)
- * shares its mode with them, outside DIR too: that one is not changed, the name in DIR becomes a
- * copy of its own with the mode.
+ * What a pull has ready for its commit (pull-commit.ts): each verified temporary file (its mode
+ * set) and the file of the set it becomes, and the files already there whose mode changes. Until
+ * the commit, nothing in DIR that a user sees as a file of the set changes.
  */
-async function alreadyThere(abs: string, f: ManifestFile): Promise<boolean> {
-  const st = await lstat(abs).catch(() => null);
-  if (!st || !st.isFile() || st.size !== f.size) return false;
-  if ((st.mode & 0o777) !== f.mode && st.nlink > 1) return ownCopy(abs, f);
-  if ((await sha256Of(abs)) !== f.sha256) return false;
-  if ((st.mode & 0o777) !== f.mode) await chmod(abs, f.mode);
-  return true;
-}
+class Staging {
+  /** Temporary file → its file of the set (absolute paths). */
+  readonly renames = new Map<string, string>();
+  /** A file already there with the set's bytes → the mode it gets. */
+  readonly modes = new Map<string, number>();
 
-/** Replaces `abs` by a copy of it with the manifest's mode, if the copy has its sha256. */
-async function ownCopy(abs: string, f: ManifestFile): Promise<boolean> {
-  const tmp = tempBeside(abs);
-  try {
-    await copyFile(abs, tmp, fsConstants.COPYFILE_EXCL);
-    if ((await sha256Of(tmp)) !== f.sha256) return false;
-    await finishFile(tmp, f, f.sha256, abs);
-    return true;
-  } finally {
-    await rm(tmp, { force: true });
-    settled(tmp);
+  /** A failed pull: every temporary file goes, DIR stays as it was. */
+  async discard(): Promise<void> {
+    for (const tmp of this.renames.keys()) await drop(tmp);
+    this.renames.clear();
+    this.modes.clear();
   }
 }
 
 /**
- * A temporary file's name beside `target`; it (and the `.part` download() may write) is removed
- * on a signal that ends fshare until `settled` says it was renamed or removed (Ctrl-C left them).
+ * True when a regular file (not a link) with this size and sha256 is already at `abs`; its mode,
+ * if it differs, is set by the commit. A file with other names (hard links: a cache restored with
+ * `cp -al`, say) shares its mode with them, outside DIR too: that one is not changed, the name in
+ * DIR becomes a copy of its own with the mode (renamed by the commit).
  */
-function tempBeside(target: string): string {
-  const tmp = join(
-    dirname(target),
-    `${TEMP}${process.pid}-${HOST_TAG}-${randomBytes(6).toString('hex')}`,
-  );
+async function alreadyThere(abs: string, f: ManifestFile, staging: Staging): Promise<boolean> {
+  const st = await lstat(abs).catch(() => null);
+  if (!st || !st.isFile() || st.size !== f.size) return false;
+  if ((st.mode & 0o777) !== f.mode && st.nlink > 1) return ownCopy(abs, f, staging);
+  if ((await sha256Of(abs)) !== f.sha256) return false;
+  if ((st.mode & 0o777) !== f.mode) staging.modes.set(abs, f.mode);
+  return true;
+}
+
+/** Stages a copy of `abs` with the manifest's mode to replace it, if the copy has its sha256. */
+async function ownCopy(abs: string, f: ManifestFile, staging: Staging): Promise<boolean> {
+  const tmp = tempIn(dirname(abs));
+  try {
+    await copyFile(abs, tmp, fsConstants.COPYFILE_EXCL);
+    if ((await sha256Of(tmp)) !== f.sha256) {
+      await drop(tmp);
+      return false;
+    }
+    await verified(tmp, f, f.sha256);
+    staging.renames.set(tmp, abs);
+    return true;
+  } catch (err) {
+    await drop(tmp);
+    throw err;
+  }
+}
+
+/**
+ * A new temporary file's name in `dir` (beside its file, or the deepest directory of its place
+ * that DIR has: same file system); it (and the `.part` download() may write) is removed on a
+ * signal that ends fshare until `settled` says it was renamed or removed (Ctrl-C left them).
+ */
+function tempIn(dir: string): string {
+  const tmp = join(dir, `${TEMP}${process.pid}-${HOST_TAG}-${randomBytes(6).toString('hex')}`);
   trackTempFiles(tmp, partPathOf(tmp));
   return tmp;
 }
 
 const settled = (tmp: string) => untrackTempFiles(tmp, partPathOf(tmp));
+
+async function drop(tmp: string): Promise<void> {
+  await rm(tmp, { force: true });
+  settled(tmp);
+}
 
 /**
  * A failure about a pull's temporary file names the file of the set it was for (`temps`: each
@@ -1200,46 +1233,51 @@ function namingTarget(err: unknown, temps: Map<string, string>, fallback?: strin
   return err;
 }
 
-/** A verified temporary file becomes the file: its mode, then the rename (atomic). */
-async function finishFile(tmp: string, f: ManifestFile, got: string, target: string) {
+/** A temporary file ready for the commit: its bytes verified, then its mode. */
+async function verified(tmp: string, f: ManifestFile, got: string) {
   if (got !== f.sha256)
     throw new VerificationError(
       `${f.path}: sha256 ${got} does not match the manifest's ${f.sha256}`,
     );
   await chmod(tmp, f.mode);
-  await rename(tmp, target);
-  settled(tmp);
 }
 
-async function emptyFile(f: ManifestFile, target: string): Promise<void> {
-  const tmp = tempBeside(target);
+async function emptyFile(
+  f: ManifestFile,
+  home: string,
+  target: string,
+  staging: Staging,
+): Promise<void> {
+  const tmp = tempIn(home);
   try {
     await writeFile(tmp, '', { flag: 'wx', mode: 0o600 });
-    await finishFile(tmp, f, createHash('sha256').digest('hex'), target);
+    await verified(tmp, f, EMPTY_SHA256);
+    staging.renames.set(tmp, target);
   } catch (err) {
-    await rm(tmp, { force: true });
-    settled(tmp);
+    await drop(tmp);
     throw namingTarget(err, new Map([[tmp, target]]));
   }
 }
 
-/** A file that is a share of its own: a verified download into a temporary file, renamed. */
+/** A file that is a share of its own: a verified download into a temporary file, staged. */
 async function downloadInto(
   client: ApiClient,
   share: string,
   f: ManifestFile,
-  target: string,
+  place: { home: string; target: string },
+  staging: Staging,
   signal?: AbortSignal,
 ): Promise<void> {
-  const tmp = tempBeside(target);
+  const { home, target } = place;
+  const tmp = tempIn(home);
   const part = partPathOf(tmp);
   try {
     const r = await download(client, share, { output: tmp, overwrite: true, signal });
-    await finishFile(tmp, f, r.sha256 ?? '', target);
+    await verified(tmp, f, r.sha256 ?? '');
+    staging.renames.set(tmp, target);
   } catch (err) {
-    await rm(tmp, { force: true });
+    await drop(tmp);
     await rm(part, { force: true });
-    settled(tmp);
     throw namingTarget(
       aboutShare(err, `the data of ${f.path} (share ${share})`),
       new Map([
@@ -1253,7 +1291,7 @@ async function downloadInto(
 
 /**
  * The bytes of a pack, as they stream in, into the files wanted from it: each range into a
- * temporary file beside its place, hashed, verified, given its mode and renamed once complete.
+ * temporary file, hashed, verified, given its mode and staged for the commit once complete.
  * Ranges no one wants are passed over; a range several paths share (identical files) is written
  * once and copied.
  */
@@ -1262,13 +1300,15 @@ class PackSplitter extends Writable {
   private at = 0;
   private next = 0;
   private open: { fd: number; tmp: string; hash: ReturnType<typeof createHash> } | null = null;
-  /** Each temporary file still on disk, and the file it is for. */
+  /** Each temporary file still on disk and not yet staged, and the file it is for. */
   private readonly temps = new Map<string, string>();
   private failure: Error | undefined;
 
   constructor(
     wanted: ManifestFile[],
     private readonly targets: Map<ManifestFile, string>,
+    private readonly homes: Map<ManifestFile, string>,
+    private readonly staging: Staging,
     private readonly placed: (f: ManifestFile) => void,
   ) {
     super();
@@ -1296,9 +1336,9 @@ class PackSplitter extends Writable {
           continue;
         }
         if (!this.open) {
-          const target = this.targets.get(range.files[0]!)!;
-          const tmp = tempBeside(target);
-          this.temps.set(tmp, target);
+          const first = range.files[0]!;
+          const tmp = tempIn(this.homes.get(first)!);
+          this.temps.set(tmp, this.targets.get(first)!);
           this.open = { fd: openSync(tmp, 'wx', 0o600), tmp, hash: createHash('sha256') };
         }
         const take = Math.min(chunk.length - pos, range.end - here);
@@ -1325,8 +1365,8 @@ class PackSplitter extends Writable {
 
   /**
    * A complete range: verified, then its file (and copies for the other paths of the same bytes)
-   * given its mode and renamed into place, synchronously: thousands of small files cost a few
-   * system calls each, not a chain of promises.
+   * given its mode and staged, synchronously: thousands of small files cost a few system calls
+   * each, not a chain of promises.
    */
   private place(files: ManifestFile[], fd: number, tmp: string, got: string): void {
     try {
@@ -1339,22 +1379,21 @@ class PackSplitter extends Writable {
       closeSync(fd);
     }
     for (const f of files.slice(1)) {
-      const copy = tempBeside(this.targets.get(f)!);
-      this.temps.set(copy, this.targets.get(f)!);
+      const target = this.targets.get(f)!;
+      const copy = tempIn(this.homes.get(f)!);
+      this.temps.set(copy, target);
       copyFileSync(tmp, copy);
       chmodSync(copy, f.mode);
-      renameSync(copy, this.targets.get(f)!);
-      settled(copy);
+      this.staging.renames.set(copy, target);
       this.temps.delete(copy);
       this.placed(f);
     }
-    renameSync(tmp, this.targets.get(files[0]!)!);
-    settled(tmp);
+    this.staging.renames.set(tmp, this.targets.get(files[0]!)!);
     this.temps.delete(tmp);
     this.placed(files[0]!);
   }
 
-  /** After the download: every wanted file placed, or the first failure. */
+  /** After the download: every wanted file staged, or the first failure. */
   async finish(): Promise<void> {
     if (this.failure) throw this.failure;
     if (this.next < this.ranges.length)
@@ -1363,14 +1402,12 @@ class PackSplitter extends Writable {
       );
   }
 
-  /** A failed download: temporary files go. */
+  /** A failed download: its temporary files not yet staged go (the staged ones with the pull). */
   async abandon(): Promise<void> {
     if (this.open) closeSync(this.open.fd);
     this.open = null;
-    for (const tmp of this.temps.keys()) {
-      await rm(tmp, { force: true });
-      settled(tmp);
-    }
+    for (const tmp of this.temps.keys()) await drop(tmp);
+    this.temps.clear();
   }
 }
 
@@ -1382,9 +1419,10 @@ const PULL_ATTEMPTS = 3;
 
 /**
  * A push that replaces the set deletes the data only the old manifest used, so a pull reading
- * the old one finds its data gone halfway (it stopped there, DIR part old, part new): when the
- * stored manifest is no longer the one it read, the pull starts over with the new one, and what
- * it already placed that the new set has too is kept as already there.
+ * the old one finds its data gone halfway: when the stored manifest is no longer the one it read,
+ * the pull starts over with the new one (DIR is still as it was: nothing is put in place before
+ * every file is verified). Before anything, a commit of an earlier pull into DIR that was killed
+ * halfway is finished.
  */
 export async function pull(
   client: ApiClient,
@@ -1393,6 +1431,7 @@ export async function pull(
   options: PullOptions,
 ): Promise<PullResult> {
   checkArtifactName(name);
+  await finishInterruptedPulls(dir, safeRelativePath, (line) => options.onNotice?.(line));
   for (let attempt = 1; ; attempt++) {
     let read: StoredManifest | undefined;
     try {
@@ -1404,6 +1443,66 @@ export async function pull(
       options.onNotice?.(`${name} was replaced while it was pulled; pulling the new set`);
     }
   }
+}
+
+/** Where a pull puts each file: its place, and the directory its temporary file goes in. */
+interface PullPlan {
+  root: string;
+  targets: Map<ManifestFile, string>;
+  /**
+   * The deepest directory of each file's place that DIR already has: its own directory, or one
+   * higher up when a directory of the set is still to be made (or a file in the way of one still
+   * stands): made (removed) only by the commit, on the same file system.
+   */
+  homes: Map<ManifestFile, string>;
+  /** What is in the way of the set (--delete): path → whether it is a directory. */
+  inTheWay: Map<string, boolean>;
+  /** The directories DIR has on the way to the set's paths (checked: real directories). */
+  dirsThere: Set<string>;
+}
+
+/**
+ * Every path is checked before anything is written. What DIR has where the set has something of
+ * the other kind (a file where a directory goes, a directory where a file goes: the set changed
+ * shape) is refused here, or with --delete left for the commit to remove.
+ */
+async function planPull(root: string, manifest: Manifest, options: PullOptions): Promise<PullPlan> {
+  const targets = new Map<ManifestFile, string>();
+  const checked = new Set<string>();
+  const inTheWay = new Map<string, boolean>();
+  const clash = (rel: string, what: string) =>
+    new ManifestError(
+      `${rel} is ${what} in ${root}, where the set has ${what === 'a directory' ? 'a file' : 'a directory'}; nothing written (pull with --delete to replace it)`,
+    );
+  const checkParent = async (rel: string) => {
+    const found = new Set<string>();
+    await safeParent(root, rel, false, checked, undefined, found);
+    for (const file of found) {
+      if (!options.delete) throw clash(relative(root, file), 'a file');
+      inTheWay.set(file, false);
+    }
+  };
+  for (const f of manifest.files) {
+    const target = join(root, ...f.path.split('/'));
+    targets.set(f, target);
+    await checkParent(f.path);
+    // A name too long for this file system fails here, before anything is written.
+    const there = await lstat(target).catch((err: NodeJS.ErrnoException) => {
+      if (err.code === 'ENOENT' || err.code === 'ENOTDIR') return null;
+      throw err;
+    });
+    if (there?.isDirectory()) {
+      if (!options.delete) throw clash(f.path, 'a directory');
+      inTheWay.set(target, true);
+    }
+  }
+  for (const d of manifest.dirs) await checkParent(`${d}/x`);
+  const homes = new Map<ManifestFile, string>();
+  for (const f of manifest.files) {
+    const parents = parentsOf(f.path).map((p) => join(root, ...p.split('/')));
+    homes.set(f, parents.reverse().find((p) => checked.has(p)) ?? root);
+  }
+  return { root, targets, homes, inTheWay, dirsThere: checked };
 }
 
 async function pullOnce(
@@ -1427,8 +1526,64 @@ async function pullOnce(
   };
   await mkdir(dir, { recursive: true });
   const root = await realpath(dir);
+  const plan = await planPull(root, manifest, options);
+  let deleted = 0;
+  for (const abs of plan.inTheWay.keys()) deleted += await countFiles(abs);
+  // A pull killed on the way left temporary files in the directories of its set: no one else
+  // would ever remove them (another pull running into DIR keeps its own).
+  await sweepTemps(new Set([root, ...plan.dirsThere]));
+
   const totalBytes = manifest.files.reduce((n, f) => n + f.size, 0);
   options.onStart?.(manifest.files.length, totalBytes);
+  const staging = new Staging();
+  let fetched: Awaited<ReturnType<typeof fetchSet>>;
+  let extra: Extra = { files: [], counted: 0, emptied: [] };
+  try {
+    fetched = await fetchSet(client, manifest, plan, dataShares, staging, options);
+    if (options.delete) extra = await listExtra(root, manifest, plan.inTheWay);
+  } catch (err) {
+    // Nothing in DIR changed: the temporary files go, and DIR is as it was.
+    await staging.discard();
+    throw err;
+  }
+  const rel = (abs: string) => relative(root, abs).split(sep).join('/');
+  commitPull(
+    root,
+    {
+      remove: [...plan.inTheWay].map(([abs, isDir]) => ({ path: rel(abs), dir: isDir })),
+      dirs: manifest.dirs.filter((d) => !plan.dirsThere.has(join(root, ...d.split('/')))),
+      rename: [...staging.renames].map(([tmp, target]) => [rel(tmp), rel(target)]),
+      modes: [...staging.modes].map(([abs, mode]) => [rel(abs), mode]),
+      extra: extra.files.map(rel),
+      emptied: extra.emptied.map(rel),
+    },
+    settled,
+  );
+  return {
+    name,
+    manifest_id: stored.share.share_id,
+    dir: root,
+    files: manifest.files.length,
+    bytes: totalBytes,
+    downloaded: fetched.downloaded,
+    skipped: fetched.skipped,
+    deleted: { files: deleted + extra.counted },
+  };
+}
+
+/**
+ * Phase one of a pull: every file of the set that DIR lacks downloaded and verified into a
+ * temporary file (staged), the others found already there. Nothing is put in place.
+ */
+async function fetchSet(
+  client: ApiClient,
+  manifest: Manifest,
+  plan: PullPlan,
+  dataShares: Map<string, Share>,
+  staging: Staging,
+  options: PullOptions,
+): Promise<{ downloaded: TransferCounts; skipped: TransferCounts }> {
+  const { root, targets, homes } = plan;
   let doneFiles = 0;
   let doneBytes = 0;
   const progress = (f: ManifestFile) => {
@@ -1436,74 +1591,25 @@ async function pullOnce(
     doneBytes += f.size;
     options.onProgress?.(doneFiles, doneBytes);
   };
-
-  // Every path is checked before anything is written (and again as it is written). What DIR has
-  // where the set has something of the other kind (a file where a directory goes, a directory
-  // where a file goes: the set changed shape) is refused here, or with --delete removed first;
-  // found only as it was written, it stopped the pull halfway, DIR a mix of two versions.
-  const targets = new Map<ManifestFile, string>();
-  const checked = new Set<string>();
-  const inTheWay = new Set<string>();
-  const clash = (rel: string, what: string) =>
-    new ManifestError(
-      `${rel} is ${what} in ${root}, where the set has ${what === 'a directory' ? 'a file' : 'a directory'}; nothing written (pull with --delete to replace it)`,
-    );
-  const checkParent = async (rel: string) => {
-    const found = new Set<string>();
-    await safeParent(root, rel, false, checked, undefined, found);
-    for (const file of found) {
-      if (!options.delete) throw clash(relative(root, file), 'a file');
-      inTheWay.add(file);
-    }
-  };
-  for (const f of manifest.files) {
-    const target = join(root, ...f.path.split('/'));
-    targets.set(f, target);
-    await checkParent(f.path);
-    // A name too long for this file system fails here, before anything is written.
-    const there = await lstat(target).catch((err: NodeJS.ErrnoException) => {
-      if (err.code === 'ENOENT' || err.code === 'ENOTDIR') return null;
-      throw err;
-    });
-    if (there?.isDirectory()) {
-      if (!options.delete) throw clash(f.path, 'a directory');
-      inTheWay.add(target);
-    }
-  }
-  for (const d of manifest.dirs) await checkParent(`${d}/x`);
-  let deleted = 0;
-  for (const abs of inTheWay) {
-    deleted += await countFiles(abs);
-    await rm(abs, { recursive: true, force: true });
-  }
-  // Each directory is made (or checked) once, not once per file in it.
-  const made = new Set<string>();
-  const fresh = new Set<string>();
-  for (const d of manifest.dirs) await safeParent(root, `${d}/x`, true, made, fresh);
-  // A pull killed on the way left temporary files beside the places of its files: no one else
-  // would ever remove them (another pull running into DIR keeps its own).
-  await sweepTemps(
-    new Set([root, ...manifest.files.map((f) => dirname(targets.get(f)!)), ...made]),
-  );
-
   const skipped: TransferCounts = { files: 0, bytes: 0 };
   const downloaded: TransferCounts = { files: 0, bytes: 0 };
   const byShare = new Map<string, ManifestFile[]>();
   const checks = createLimiter(4);
-  await Promise.all(
+  await settleAll(
+    'checks',
     manifest.files.map((f) =>
       checks(async () => {
         const target = targets.get(f)!;
-        const parent = await safeParent(root, f.path, true, made, fresh);
-        // In a directory this pull just made, nothing is there yet: no need to look.
-        if (!fresh.has(parent) && (await alreadyThere(target, f))) {
+        // Where the file's directory is still to be made, nothing is there yet: no need to look.
+        const whole = dirname(target) === root || plan.dirsThere.has(dirname(target));
+        if (whole && (await alreadyThere(target, f, staging))) {
           skipped.files++;
           skipped.bytes += f.size;
           progress(f);
           return;
         }
         if (f.share === null) {
-          await emptyFile(f, target);
+          await emptyFile(f, homes.get(f)!, target, staging);
           downloaded.files++;
           progress(f);
           return;
@@ -1531,9 +1637,10 @@ async function pullOnce(
     [...byShare].map(([share, wanted]) =>
       jobs(async () => {
         if (wanted.length === 1 && wholeShare(wanted[0]!, dataShares.get(share))) {
-          // A share of its own: straight into a temporary file beside its place.
+          // A share of its own: straight into a temporary file.
           const f = wanted[0]!;
-          await downloadInto(client, share, f, targets.get(f)!, options.signal).catch(
+          const place = { home: homes.get(f)!, target: targets.get(f)! };
+          await downloadInto(client, share, f, place, staging, options.signal).catch(
             (err: unknown) => {
               throw missing(err, f, share);
             },
@@ -1541,8 +1648,8 @@ async function pullOnce(
           placed(f);
           return;
         }
-        // A pack: split as it streams in, each file into a temporary file beside its place.
-        const splitter = new PackSplitter(wanted, targets, placed);
+        // A pack: split as it streams in, each file into a temporary file of its own.
+        const splitter = new PackSplitter(wanted, targets, homes, staging, placed);
         try {
           await download(client, share, { output: '-', stdout: splitter, signal: options.signal });
           await splitter.finish();
@@ -1557,48 +1664,49 @@ async function pullOnce(
       }),
     ),
   );
-
-  if (options.delete) deleted += await deleteExtra(root, manifest);
-  return {
-    name,
-    manifest_id: stored.share.share_id,
-    dir: root,
-    files: manifest.files.length,
-    bytes: totalBytes,
-    downloaded,
-    skipped,
-    deleted: { files: deleted },
-  };
+  return { downloaded, skipped };
 }
 
-/** Removes what the set does not have (never following a link), then emptied directories. */
-async function deleteExtra(root: string, manifest: Manifest): Promise<number> {
+/** --delete: what the commit removes, and how many of those files count as DIR's. */
+interface Extra {
+  files: string[];
+  counted: number;
+  /** Directories the set does not have, deepest first: removed by the commit if emptied. */
+  emptied: string[];
+}
+
+/**
+ * What the set does not have (never following a link); what is in the way of the set is left
+ * out (the commit removes it whole). A pull's temporary file or journal is not the user's: a
+ * stale temporary file goes uncounted, a live one (another pull into DIR) and a journal stay.
+ */
+async function listExtra(
+  root: string,
+  manifest: Manifest,
+  inTheWay: Map<string, boolean>,
+): Promise<Extra> {
   const keep = new Set(manifest.files.map((f) => f.path));
   const keepDirs = new Set(manifest.dirs);
-  for (const f of manifest.files) {
-    const parts = f.path.split('/');
-    for (let i = 1; i < parts.length; i++) keepDirs.add(parts.slice(0, i).join('/'));
-  }
-  let removed = 0;
+  for (const f of manifest.files) for (const d of parentsOf(f.path)) keepDirs.add(d);
+  const extra: Extra = { files: [], counted: 0, emptied: [] };
   const walk = async (abs: string, rel: string) => {
     for (const e of await readdir(abs, { withFileTypes: true })) {
       const childRel = rel ? `${rel}/${e.name}` : e.name;
       const childAbs = join(abs, e.name);
+      if (inTheWay.has(childAbs)) continue;
       if (e.isDirectory()) {
         await walk(childAbs, childRel);
-        if (!keepDirs.has(childRel)) await rmdir(childAbs).catch(() => undefined); // only when empty
-      } else if (!keep.has(childRel)) {
-        // A pull's temporary file is not the user's: a stale one goes uncounted, a live one
-        // (another pull into DIR, still running) is left alone.
+        if (!keepDirs.has(childRel)) extra.emptied.push(childAbs);
+      } else if (!keep.has(childRel) && !isPullJournal(e.name)) {
         const temp = await pullTemp(childAbs, e.name);
         if (temp === 'live') continue;
-        await rm(childAbs, { force: true });
-        if (temp === 'no') removed++;
+        extra.files.push(childAbs);
+        if (temp === 'no') extra.counted++;
       }
     }
   };
   await walk(root, '');
-  return removed;
+  return extra;
 }
 
 // --- listing and removing

@@ -139,7 +139,9 @@ export function registerArtifacts(program: Command): void {
 
   program
     .command('pull')
-    .description('download a named set into a folder: verified, atomic per file, only what differs')
+    .description(
+      'download a named set into a folder: verified, only what differs; the old set or the new, never a mix',
+    )
     .argument('<name>', 'the artifact name')
     .argument('[dir]', 'the folder (created if needed)', '.')
     .option('--delete', 'remove files in the folder that the set does not have')
