@@ -1,7 +1,9 @@
 import { createHash } from 'node:crypto';
 import { mkdir, open, readdir, readFile, rename, rm } from 'node:fs/promises';
+import { hostname } from 'node:os';
 import { join } from 'node:path';
-import type { ResumeStore, UploadRecord } from '../client/upload.js';
+import { busyElsewhere, type ResumeStore, type UploadRecord } from '../client/upload.js';
+import { withFileLock } from '../shared/filelock.js';
 import { ownedTempName, removeStaleTemps } from '../shared/owned-temp.js';
 import { naming, systemErrorText } from '../shared/syserr.js';
 
@@ -105,6 +107,23 @@ export function uploadRecords(
     records.sort((a, b) => a.started.localeCompare(b.started));
     return { records, damaged };
   };
+  const save = async (record: UploadRecord) => {
+    const target = fileOf(record);
+    const tmp = ownedTempName(target);
+    try {
+      await mkdir(dir, { recursive: true, mode: 0o700 });
+      const handle = await open(tmp, 'wx', 0o600);
+      try {
+        await handle.writeFile(JSON.stringify(record, null, 2));
+      } finally {
+        await handle.close();
+      }
+      await rename(tmp, target);
+    } catch (err) {
+      await rm(tmp, { force: true });
+      throw naming(err, target);
+    }
+  };
   return {
     scan,
     fileOf,
@@ -121,25 +140,27 @@ export function uploadRecords(
     async removeDamaged(record) {
       await rm(record.file, { force: true });
     },
-    async save(record) {
-      const target = fileOf(record);
-      const tmp = ownedTempName(target);
-      try {
-        await mkdir(dir, { recursive: true, mode: 0o700 });
-        const handle = await open(tmp, 'wx', 0o600);
-        try {
-          await handle.writeFile(JSON.stringify(record, null, 2));
-        } finally {
-          await handle.close();
-        }
-        await rename(tmp, target);
-      } catch (err) {
-        await rm(tmp, { force: true });
-        throw naming(err, target);
-      }
-    },
+    save,
     async remove(record) {
       await rm(fileOf(record), { force: true });
+    },
+    claim(record) {
+      // Under one lock for the records (uploads.lock beside them, as config.json.lock is beside
+      // config.json): the record is read again and taken only if it is
+      // still free, so of two runs that found it free, one resumes it and the other starts anew.
+      return withFileLock(join(configDir, 'uploads.lock'), async () => {
+        const file = fileOf(record);
+        let current: UploadRecord | string;
+        try {
+          current = asRecord(JSON.parse(await readFile(file, 'utf8')));
+        } catch {
+          return undefined; // gone (finished or cleaned by its holder), or damaged: not resumed
+        }
+        if (typeof current === 'string' || busyElsewhere(current)) return undefined;
+        const mine = { ...current, pid: process.pid, host: hostname() };
+        await save(mine);
+        return mine;
+      });
     },
   };
 }

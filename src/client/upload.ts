@@ -109,6 +109,21 @@ export interface ResumeStore {
   list(): Promise<UploadRecord[]>;
   save(record: UploadRecord): Promise<void>;
   remove(record: UploadRecord): Promise<void>;
+  /**
+   * Takes a record for this process, as one step: the record as it is now, saved with this
+   * process's pid, or undefined when it is gone or another live process holds it. Two runs of
+   * one interrupted upload both found its record free and both resumed it.
+   */
+  claim?(record: UploadRecord): Promise<UploadRecord | undefined>;
+}
+
+/** A remembered upload taken for this process; undefined when another live one has it. */
+async function claimRecord(
+  store: ResumeStore | undefined,
+  record: UploadRecord,
+): Promise<UploadRecord | undefined> {
+  if (!store?.claim) return busyElsewhere(record) ? undefined : record;
+  return store.claim(record);
 }
 
 /** How an upload ended, and what it proved. */
@@ -321,7 +336,7 @@ async function plan(
   // A share uploadFile has just made, with its record already kept (or said not to be).
   if (options.fresh)
     return { ...fresh(), uploadId: options.fresh.uploadId, record: options.fresh.record };
-  const remembered = (await options.resume?.list())?.find(
+  const found = (await options.resume?.list())?.find(
     (r) =>
       r.server === client.server &&
       r.share_id === id &&
@@ -329,6 +344,7 @@ async function plan(
       r.mode === mode &&
       !busyElsewhere(r),
   );
+  const remembered = found && !options.restart ? await claimRecord(options.resume, found) : found;
   let result = fresh();
   if (remembered && !options.restart) {
     const same =
@@ -522,6 +538,11 @@ interface Sent {
    * the share's sha256 does not then prove the upload, this refusal is what is reported.
    */
   refused?: ApiError;
+  /**
+   * A chunk of a new share was refused with 423: the share has content already (another run of
+   * this same upload may have completed it) or was locked. The rest is not sent.
+   */
+  stopped?: boolean;
 }
 
 /**
@@ -605,7 +626,14 @@ async function sendChunks(
     if ((res.statusCode === 409 || res.statusCode === 423) && res.repeated)
       sent.refusedAgain ??= await toApiError(res);
     else if (res.statusCode === 409) sent.refused ??= await toApiError(res);
-    else if (res.statusCode >= 400) throw await toApiError(res);
+    else if (res.statusCode === 423 && method === 'POST') {
+      // Its content came from elsewhere: the share's sha256 tells whether it is this file's
+      // (confirm), and a share with content is never deleted. It once was: a second run of one
+      // interrupted upload deleted the share the first had just completed and reported.
+      sent.refused ??= await toApiError(res);
+      sent.stopped = true;
+      return;
+    } else if (res.statusCode >= 400) throw await toApiError(res);
     else {
       await res.dump();
       if (res.statusCode === 201) sent.completed = true;
@@ -618,6 +646,7 @@ async function sendChunks(
   const run = (index: number) =>
     limit(async () => {
       if (abort.signal.aborted) return void (skipped = true);
+      if (sent.stopped) return;
       try {
         await sendChunk(index);
       } catch (err) {
@@ -1026,13 +1055,14 @@ async function earlierUpload(
 ): Promise<Earlier | undefined> {
   const records = (await options.resume?.list()) ?? [];
   // An upload of the same file that another live process is running is left to it.
-  const record = records.find(
+  const free = records.find(
     (r) =>
       r.server === client.server &&
       r.path === file.path &&
       r.mode === 'create' &&
       !busyElsewhere(r),
   );
+  const record = free && (await claimRecord(options.resume, free));
   if (!record) return undefined;
   let what = 'is gone';
   let fresh: ContentOptions['fresh'];

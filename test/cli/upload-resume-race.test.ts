@@ -1,0 +1,267 @@
+// An interrupted upload is resumed by one run only, and a resumed upload never deletes a share
+// that has content. Found from outside: two `fshare upload FILE` run at once after an
+// interrupted one both took its record; the first completed the share and reported it, exit 0;
+// the second's next chunk was refused with 423 (the share has content) and it deleted the share
+// "it had created": the upload the first run had just acknowledged was gone.
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import {
+  createServer,
+  request,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { execa } from 'execa';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  BIN,
+  cleanEnv,
+  createCli,
+  signIn,
+  startServe,
+  tempDir,
+  type Cli,
+  type Serve,
+} from '../helpers/cli.js';
+
+const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
+
+interface Transfer {
+  share_id: string;
+  sha256: string | null;
+  verified: boolean;
+  resumed_bytes: number;
+}
+
+/**
+ * A pass-through proxy that can hold requests: those `hold` matches wait until `releaseOn`
+ * matches a later request, or until `releaseAt` of them are waiting (never, when neither).
+ */
+async function gatedProxy(target: string) {
+  const upstream = new URL(target);
+  let rule:
+    | {
+        hold: (req: IncomingMessage) => boolean;
+        releaseOn?: (req: IncomingMessage) => boolean;
+        releaseAt?: number;
+      }
+    | undefined;
+  let waiting: (() => void)[] = [];
+  let arrivals: (() => void)[] = [];
+  let held = 0;
+  /** Lets the held requests go on; what comes after is not held any more. */
+  const releaseAll = () => {
+    rule = undefined;
+    const go = waiting;
+    waiting = [];
+    for (const forward of go) forward();
+  };
+  const server: Server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    req.on('error', () => undefined);
+    res.on('error', () => undefined);
+    const forward = () => {
+      const up = request(
+        {
+          host: upstream.hostname,
+          port: upstream.port,
+          method: req.method,
+          path: req.url,
+          headers: req.headers,
+        },
+        (answer) => {
+          res.writeHead(answer.statusCode ?? 502, answer.headers);
+          answer.pipe(res);
+        },
+      );
+      up.on('error', () => res.destroy());
+      req.pipe(up);
+    };
+    if (rule?.hold(req)) {
+      held++;
+      waiting.push(forward);
+      for (const arrived of arrivals) arrived();
+      arrivals = [];
+      if (rule.releaseAt !== undefined && waiting.length >= rule.releaseAt) releaseAll();
+      return;
+    }
+    if (rule?.releaseOn?.(req)) releaseAll();
+    forward();
+  });
+  await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    /** Holds what `hold` matches from now on (and forgets what was held before). */
+    gate(r: typeof rule) {
+      rule = r;
+      waiting = [];
+      held = 0;
+    },
+    get held() {
+      return held;
+    },
+    /** Resolves once `n` requests are being held. */
+    async heldAtLeast(n: number) {
+      while (held < n) await new Promise<void>((done) => arrivals.push(done));
+    },
+    release: releaseAll,
+    close: () =>
+      new Promise<void>((done) => {
+        server.closeAllConnections();
+        server.close(() => done());
+      }),
+  };
+}
+
+type Proxy = Awaited<ReturnType<typeof gatedProxy>>;
+
+async function recordsOf(cli: Cli): Promise<{ share_id: string | null }[]> {
+  const dir = join(cli.configDir, 'uploads');
+  if (!existsSync(dir)) return [];
+  const names = (await readdir(dir)).filter((n) => n.endsWith('.json'));
+  return Promise.all(names.map(async (n) => JSON.parse(await readFile(join(dir, n), 'utf8'))));
+}
+
+describe('an interrupted upload run again twice at once', () => {
+  let serve: Serve;
+  let cli: Cli;
+  let work: string;
+  let proxy: Proxy;
+  let token: string;
+
+  beforeAll(async () => {
+    serve = await startServe();
+    proxy = await gatedProxy(serve.url);
+    cli = await createCli();
+    work = await tempDir('resume-race');
+    await signIn(cli, proxy.url);
+    token = (await cli.run(['--server', proxy.url, 'token'])).stdout.trim();
+  });
+
+  afterAll(async () => {
+    await proxy?.close();
+    await serve?.stop();
+    for (const dir of [cli?.configDir, work])
+      if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  const upload = (file: string) =>
+    cli.run(['--server', proxy.url, '--json', 'upload', file, '--no-progress']);
+
+  const info = async (id: string) => {
+    const res = await fetch(`${serve.url}/files/${id}`, {
+      headers: { authorization: `Bearer ${token}` },
+    });
+    return { status: res.status, body: (await res.json()) as { sha256?: string | null } };
+  };
+
+  /**
+   * An upload of a 3-chunk file stopped with SIGKILL once its first chunk is stored: its record
+   * stays, naming its share.
+   */
+  async function interrupted(name: string): Promise<{ file: string; data: Buffer; id: string }> {
+    const file = join(work, name);
+    const data = randomBytes(3 * 1024 * 1024);
+    await writeFile(file, data);
+    let chunks = 0;
+    proxy.gate({
+      hold: (req) => req.method === 'POST' && /\/content$/.test(req.url!) && ++chunks > 1,
+    });
+    const child = execa(
+      'node',
+      [BIN, '--server', proxy.url, 'upload', file, '--chunk-size', '1m', '--parallel', '1'],
+      {
+        env: cleanEnv({ FSHARE_CONFIG_DIR: cli.configDir, FSHARE_KEYRING: 'off' }),
+        extendEnv: false,
+        reject: false,
+        input: '',
+      },
+    );
+    await proxy.heldAtLeast(1); // the second chunk: the first was answered
+    child.kill('SIGKILL');
+    await child;
+    proxy.gate(undefined);
+    const [record] = await recordsOf(cli);
+    expect(record?.share_id).toEqual(expect.any(String));
+    return { file, data, id: record!.share_id! };
+  }
+
+  it('one run resumes the share, the other uploads a share of its own; both are kept, whole', async () => {
+    const { file, data, id } = await interrupted('twice.bin');
+    // Both runs are held where they read the earlier share, so both have found its record by
+    // then; a run that finds it taken makes a share of its own (POST /files) instead.
+    proxy.gate({
+      hold: (req) => req.method === 'GET' && req.url === `/files/${id}`,
+      releaseOn: (req) => req.method === 'POST' && req.url === '/files',
+      releaseAt: 2,
+    });
+    const [a, b] = await Promise.all([upload(file), upload(file)]);
+    proxy.gate(undefined);
+    expect(a.exitCode, a.stderr).toBe(0);
+    expect(b.exitCode, b.stderr).toBe(0);
+    const shares = [a, b].map((r) => (JSON.parse(r.stdout) as Transfer[])[0]!);
+    expect(shares.map((s) => s.share_id)).toContain(id);
+    expect(new Set(shares.map((s) => s.share_id)).size).toBe(2);
+    expect([a, b].filter((r) => /resuming the upload/.test(r.stderr))).toHaveLength(1);
+    for (const s of shares) {
+      expect(s).toMatchObject({ sha256: sha256(data), verified: true });
+      const now = await info(s.share_id);
+      expect(now.status).toBe(200);
+      expect(now.body.sha256).toBe(sha256(data));
+    }
+    expect(await recordsOf(cli)).toEqual([]);
+  });
+
+  /** Completes share `id` from outside, with one chunk of `bytes`, as another client would. */
+  async function completeFromOutside(id: string, bytes: Buffer): Promise<void> {
+    const form = new FormData();
+    form.set('dzuuid', randomUUID());
+    form.set('dzchunkindex', '0');
+    form.set('dztotalchunks', '1');
+    form.set('upload', new Blob([bytes]), 'other.bin');
+    const res = await fetch(`${serve.url}/files/${id}/content`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}` },
+      body: form,
+    });
+    expect(res.status).toBe(201);
+  }
+
+  it('a share completed elsewhere with the same bytes while the run resumed it: reported, verified, kept', async () => {
+    const { file, data, id } = await interrupted('same.bin');
+    proxy.gate({ hold: (req) => req.method === 'POST' && req.url === `/files/${id}/content` });
+    const run = upload(file);
+    await proxy.heldAtLeast(1);
+    await completeFromOutside(id, data);
+    proxy.release();
+    const res = await run;
+    proxy.gate(undefined);
+    expect(res.exitCode, res.stderr).toBe(0);
+    const [done] = JSON.parse(res.stdout) as Transfer[];
+    expect(done).toMatchObject({ share_id: id, sha256: sha256(data), verified: true });
+    expect((await info(id)).body.sha256).toBe(sha256(data));
+    expect(await recordsOf(cli)).toEqual([]);
+  });
+
+  it('a share completed elsewhere with other bytes while the run resumed it: a failure, and the share is kept', async () => {
+    const { file, id } = await interrupted('other.bin');
+    const other = randomBytes(1000);
+    proxy.gate({ hold: (req) => req.method === 'POST' && req.url === `/files/${id}/content` });
+    const run = upload(file);
+    await proxy.heldAtLeast(1);
+    await completeFromOutside(id, other);
+    proxy.release();
+    const res = await run;
+    proxy.gate(undefined);
+    expect(res.exitCode).toBe(5); // HTTP 423
+    expect(res.stderr.trim().split('\n').at(-1)).toBe(
+      `fshare: The share already has content: use PUT to replace it (the share it had created, ${id}, was kept: it has content) (HTTP 423)`,
+    );
+    const now = await info(id);
+    expect(now.status).toBe(200);
+    expect(now.body.sha256).toBe(sha256(other));
+  });
+});
