@@ -425,7 +425,8 @@ interface State {
  * Downloads a share's content. Files are written to `NAME.part`, hashed as they are written, and
  * renamed only once the byte count matches what the server announced and the sha256 matches the
  * digest it gave; a mismatch keeps the bytes in `NAME.part` and throws VerificationError. A
- * broken connection is resumed with Range + If-Range, never without a validator.
+ * broken connection is resumed with Range + If-Range (a byte range, which nothing verifies, never
+ * without a validator).
  */
 export async function download(
   client: ApiClient,
@@ -708,7 +709,7 @@ async function transfer(
       download: true,
       signal: options.signal,
     }).catch(async (err: unknown) => {
-      throw await resumeHint(state, err);
+      throw await resumeHint(state, options, err);
     });
     if (res.statusCode === 416 && options.resume && state.offset > 0 && !started) {
       await res.dump();
@@ -734,6 +735,10 @@ async function transfer(
         throw err;
       });
       await rememberValidator(state, options, res.headers);
+    } else if (state.offset === 0) {
+      // A stream has no record, but a cut in the middle is resumed in this run all the same:
+      // only with If-Range, so a share replaced meanwhile never adds its bytes to the old ones.
+      state.validator = validatorOf(res.headers);
     }
     if (!started) {
       options.onStart?.({
@@ -751,11 +756,19 @@ async function transfer(
         code: 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH',
       });
     if (!cut) return;
-    if (attempt > client.retry.retries)
+    // Without a validator the rest could come from content that replaced these bytes, and only
+    // a digest of the whole would notice: a byte range (never verified) is not resumed then.
+    const unsafe = !state.validator && options.range !== undefined;
+    if (attempt > client.retry.retries || unsafe)
       throw await resumeHint(
         state,
+        options,
         new NetworkError(
-          `download from ${client.server} broke off: ${describeTransportError(cut)} (after ${attempt} attempts)`,
+          `download from ${client.server} broke off: ${describeTransportError(cut)} (` +
+            (unsafe
+              ? 'not resumed: the server gives no validator (ETag or Last-Modified) to ask for the same content with'
+              : `after ${attempt} attempts`) +
+            ')',
           attempt,
           { cause: cut },
         ),
@@ -973,11 +986,14 @@ async function startHash(state: State, part: string): Promise<void> {
 }
 
 /** A network failure that leaves data in the .part says how to pick it up again. */
-async function resumeHint(state: State, err: unknown): Promise<unknown> {
+async function resumeHint(state: State, options: DownloadOptions, err: unknown): Promise<unknown> {
   const part = state.target === undefined ? undefined : partPathOf(state.target);
   const held = part === undefined ? 0 : ((await sizeOf(part)) ?? 0);
+  // --continue cannot be combined with --range: a range is fetched again.
   if (err instanceof NetworkError && held > 0)
-    err.message += `; ${held} bytes kept in ${part}, run again with --continue`;
+    err.message += options.range
+      ? `; ${held} bytes kept in ${part}, run the command again for the whole range`
+      : `; ${held} bytes kept in ${part}, run again with --continue`;
   return err;
 }
 
