@@ -35,7 +35,10 @@ export type ByteRange = { start: number; end?: number } | { suffix: number };
 
 export function parseByteRange(text: string): ByteRange {
   const match = /^\s*(\d*)\s*-\s*(\d*)\s*$/.exec(text);
-  const bad = () => new ClientInputError(`not a byte range (A-B, A- or -N): ${text}`);
+  const bad = () =>
+    new ClientInputError(
+      `not a byte range (A-B, A- or -N): ${text.trim() === '' ? JSON.stringify(text) : text}`,
+    );
   if (!match || (match[1] === '' && match[2] === '')) throw bad();
   if (match[1] === '') {
     const suffix = Number(match[2]);

@@ -169,4 +169,25 @@ describe('a cut download is resumed only from the same content', () => {
     expect(piped.exitCode, piped.stderr).toBe(6);
     expect(piped.stdout.includes('B'), 'bytes of the new content were written').toBe(false);
   });
+
+  // Found: `get ID --range ""` (a script's `--range "$R"` with R unset) downloaded the whole
+  // content, exit 0: an empty option was taken for none. It is a usage error, before any request.
+  it('an empty --range is exit 2 with one line, and asks the server nothing', async () => {
+    const { id, share } = addShare(true);
+    const out = join(work, 'empty-range.bin');
+    for (const range of ['', ' ']) {
+      const res = await cli.run([...at, 'get', id, '--range', range, '-o', out], { env });
+      expect(res.exitCode, res.stderr).toBe(2);
+      expect(res.stderr.trimEnd()).toBe(
+        `fshare: not a byte range (A-B, A- or -N): ${JSON.stringify(range)}`,
+      );
+      const both = await cli.run([...at, 'get', id, '--range', range, '--continue', '-o', out], {
+        env,
+      });
+      expect(both.exitCode, both.stderr).toBe(2);
+      expect(both.stderr.trimEnd()).toBe('fshare: --continue and --range cannot be combined');
+    }
+    expect(share.requests).toBe(0);
+    expect(existsSync(out)).toBe(false);
+  });
 });

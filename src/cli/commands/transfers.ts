@@ -412,11 +412,11 @@ const get = (program: Command) =>
           throw new UsageError('--json cannot be combined with -o - (the content goes to stdout)');
         if (toStdout && options.continue) throw new UsageError('--continue needs a file, not -o -');
         if (toStdout) treatOutputAsContent();
-        if (options.continue && options.range)
+        // An empty --range (`--range "$R"` with R unset) is not a range, never the whole content.
+        if (options.continue && options.range !== undefined)
           throw new UsageError('--continue and --range cannot be combined');
-        const range: ByteRange | undefined = options.range
-          ? parseByteRange(options.range)
-          : undefined;
+        const range: ByteRange | undefined =
+          options.range !== undefined ? parseByteRange(options.range) : undefined;
         const { client, id } = await session.shareClient(ref);
         const progress = createProgress(progressEnabled(session.opts.progress));
         let bar: ReturnType<typeof progress.bar> | undefined;
