@@ -1081,61 +1081,36 @@ async function sweepTemps(dirs: Iterable<string>): Promise<void> {
 }
 
 /**
- * Makes the directories of `rel` under `root`, refusing to pass through anything that is not a
- * real directory (a symbolic link planted in DIR would lead the write elsewhere).
+ * Checks the directories of `rel` under `root` (nothing is made here: the commit makes what is
+ * missing), refusing to pass through a symbolic link (one planted in DIR would lead the write
+ * elsewhere). Each real directory found goes into `known`; a file (not a link) on the way goes
+ * into `inTheWay` (pull --delete replaces it), and the check stops there, as at a missing one.
  */
-async function safeParent(
+async function checkParents(
   root: string,
   rel: string,
-  create = true,
-  /** Directories already found to be real directories (made or checked) by this pull. */
-  known?: Set<string>,
-  /** Directories this pull made: nothing can be in them yet but what it puts there. */
-  created?: Set<string>,
-  /**
-   * Checking only: a file (not a link) on the way is added here and its path returned, not
-   * refused (pull --delete removes it before writing).
-   */
-  inTheWay?: Set<string>,
-): Promise<string> {
-  const parts = rel.split('/').slice(0, -1);
+  known: Set<string>,
+  inTheWay: Set<string>,
+): Promise<void> {
   let at = root;
-  for (const part of parts) {
+  for (const part of rel.split('/').slice(0, -1)) {
     at = join(at, part);
-    if (known?.has(at)) continue;
+    if (known.has(at)) continue;
     const st = await lstat(at).catch((err: NodeJS.ErrnoException) => {
       if (err.code === 'ENOENT') return null;
       throw err;
     });
-    if (st === null) {
-      // Checking only: what is missing is made later, under the directories checked here.
-      if (!create) return at;
-      const made = await mkdir(at).then(
-        () => true,
-        (err: NodeJS.ErrnoException) => {
-          if (err.code !== 'EEXIST') throw err;
-          return false;
-        },
-      );
-      if (made) created?.add(at);
-    } else if (st.isSymbolicLink())
+    if (st === null) return;
+    if (st.isSymbolicLink())
       throw new ManifestError(
         `${relative(root, at)} is a symbolic link; refusing to write through it`,
       );
-    else if (!st.isDirectory()) {
-      if (inTheWay && !create) {
-        inTheWay.add(at);
-        return at;
-      }
-      throw new ManifestError(`${relative(root, at)} is not a directory`);
+    if (!st.isDirectory()) {
+      inTheWay.add(at);
+      return;
     }
-    known?.add(at);
+    known.add(at);
   }
-  if (known?.has(at)) return at;
-  const st = await lstat(at);
-  if (!st.isDirectory() || st.isSymbolicLink())
-    throw new ManifestError(`${relative(root, at) || '.'} is not a directory`);
-  return at;
 }
 
 /** The files (of any kind but directories) at or under `abs`, never following a link. */
@@ -1476,7 +1451,7 @@ async function planPull(root: string, manifest: Manifest, options: PullOptions):
     );
   const checkParent = async (rel: string) => {
     const found = new Set<string>();
-    await safeParent(root, rel, false, checked, undefined, found);
+    await checkParents(root, rel, checked, found);
     for (const file of found) {
       if (!options.delete) throw clash(relative(root, file), 'a file');
       inTheWay.set(file, false);
