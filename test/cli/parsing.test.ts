@@ -78,6 +78,9 @@ describe('file names from Content-Disposition', () => {
     expect(sanitizeFileName('/abs/path.txt')).toBe('_abs_path.txt');
     expect(sanitizeFileName('dir/..')).toBe('dir_..');
     expect(sanitizeFileName('.hidden')).toBe('hidden');
+    // "." and ".." (as the reference server offers them): nothing left, the share id is used.
+    expect(sanitizeFileName('.')).toBeUndefined();
+    expect(sanitizeFileName('..')).toBeUndefined();
     expect(sanitizeFileName('evil\nname\u0007.txt')).toBe('evilname.txt');
     // A right-to-left override would show "invoice\u202Efdp.exe" as "invoiceexe.pdf".
     expect(sanitizeFileName('invoice\u202Efdp.exe')).toBe('invoicefdp.exe');
