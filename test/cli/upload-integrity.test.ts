@@ -3,8 +3,7 @@
 // left an empty share no record named; a file moved over the path mid-upload was only caught by
 // the server's digest. The built binary against a real `fshare serve`, through a small proxy.
 import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
-import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
@@ -13,6 +12,7 @@ import {
   BIN,
   cleanEnv,
   createCli,
+  uploadRecordsOf,
   signIn,
   startServe,
   tempDir,
@@ -41,12 +41,7 @@ interface Record {
   path: string;
 }
 
-async function recordsOf(cli: Cli): Promise<Record[]> {
-  const dir = join(cli.configDir, 'uploads');
-  if (!existsSync(dir)) return [];
-  const names = (await readdir(dir)).filter((n) => n.endsWith('.json'));
-  return Promise.all(names.map(async (n) => JSON.parse(await readFile(join(dir, n), 'utf8'))));
-}
+const recordsOf = (cli: Cli) => uploadRecordsOf<Record>(cli);
 
 describe('fshare upload: its record and its file', () => {
   let serve: Serve;

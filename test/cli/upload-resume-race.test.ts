@@ -4,8 +4,7 @@
 // the second's next chunk was refused with 423 (the share has content) and it deleted the share
 // "it had created": the upload the first run had just acknowledged was gone.
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
-import { existsSync } from 'node:fs';
-import { readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { rm, writeFile } from 'node:fs/promises';
 import {
   createServer,
   request,
@@ -21,6 +20,7 @@ import {
   BIN,
   cleanEnv,
   createCli,
+  uploadRecordsOf,
   signIn,
   startServe,
   tempDir,
@@ -118,12 +118,7 @@ async function gatedProxy(target: string) {
 
 type Proxy = Awaited<ReturnType<typeof gatedProxy>>;
 
-async function recordsOf(cli: Cli): Promise<{ share_id: string | null }[]> {
-  const dir = join(cli.configDir, 'uploads');
-  if (!existsSync(dir)) return [];
-  const names = (await readdir(dir)).filter((n) => n.endsWith('.json'));
-  return Promise.all(names.map(async (n) => JSON.parse(await readFile(join(dir, n), 'utf8'))));
-}
+const recordsOf = (cli: Cli) => uploadRecordsOf<{ share_id: string | null }>(cli);
 
 describe('an interrupted upload run again twice at once', () => {
   let serve: Serve;

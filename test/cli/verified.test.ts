@@ -25,6 +25,7 @@ import {
   BIN,
   cleanEnv,
   createCli,
+  uploadRecordsOf,
   signIn,
   startServe,
   tempDir,
@@ -46,12 +47,7 @@ interface Transfer {
   resumed_bytes: number;
 }
 
-async function recordsOf(cli: Cli): Promise<{ share_id: string; dzuuid: string }[]> {
-  const dir = join(cli.configDir, 'uploads');
-  if (!existsSync(dir)) return [];
-  const names = (await readdir(dir)).filter((n) => n.endsWith('.json'));
-  return Promise.all(names.map(async (n) => JSON.parse(await readFile(join(dir, n), 'utf8'))));
-}
+const recordsOf = (cli: Cli) => uploadRecordsOf<{ share_id: string; dzuuid: string }>(cli);
 
 /** The first record that names its share (one is written before its share's create is answered). */
 async function recordWithShare(cli: Cli) {

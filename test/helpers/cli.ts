@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -28,6 +28,16 @@ export function cleanEnv(extra: Record<string, string> = {}): Record<string, str
   for (const [key, value] of Object.entries(process.env))
     if (value !== undefined && !key.startsWith('FSHARE_')) env[key] = value;
   return { ...env, ...extra };
+}
+
+/** The upload records in a CLI's configuration directory (`uploads/*.json`), parsed. */
+export async function uploadRecordsOf<T = { share_id: string | null; dzuuid: string }>(
+  cli: Cli,
+): Promise<T[]> {
+  const dir = join(cli.configDir, 'uploads');
+  if (!existsSync(dir)) return [];
+  const names = (await readdir(dir)).filter((n) => n.endsWith('.json'));
+  return Promise.all(names.map(async (n) => JSON.parse(await readFile(join(dir, n), 'utf8')) as T));
 }
 
 export async function tempDir(prefix: string): Promise<string> {
