@@ -12,19 +12,21 @@ export interface ShareRef {
 /** Accepts a share id or a full URL such as http://host:5000/files/<uuid> (or …/content). */
 export function parseShareRef(ref: string): ShareRef {
   const text = ref.trim();
+  // An empty argument (a script's "$ID" unset) is shown as "", not as nothing after the colon.
+  const shown = text === '' ? JSON.stringify(ref) : ref;
   if (isUuid(text)) return { id: text.toLowerCase() };
   if (/^https?:\/\//i.test(text)) {
     let url: URL;
     try {
       url = new URL(text);
     } catch {
-      throw new ClientInputError(`not a share id or URL: ${ref}`);
+      throw new ClientInputError(`not a share id or URL: ${shown}`);
     }
     const match = /^(.*)\/files\/([^/]+)(?:\/content)?\/?$/.exec(url.pathname);
     if (match && isUuid(match[2]!))
       return { id: match[2]!.toLowerCase(), server: normalizeServer(url.origin + match[1]!) };
   }
-  throw new ClientInputError(`not a share id or URL: ${ref}`);
+  throw new ClientInputError(`not a share id or URL: ${shown}`);
 }
 
 /** The URL people paste: <server>/files/<id>. */

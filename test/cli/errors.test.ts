@@ -66,6 +66,10 @@ describe('bad input gives one clear line and the right exit code', () => {
     const bad = await cli.run(['info', 'not-a-share']);
     expect(bad.exitCode).toBe(2);
     expectOneLine(bad.stderr, /not a share id or URL: not-a-share/);
+    // An empty id (a script's "$ID" unset) is named as "", not as nothing.
+    const empty = await cli.run(['lock', '']);
+    expect(empty.exitCode).toBe(2);
+    expectOneLine(empty.stderr, /^fshare: not a share id or URL: ""$/);
     const badUrl = await cli.run(['get', `${serve.url}/users/admin`]);
     expect(badUrl.exitCode).toBe(2);
     const unknown = await cli.run(['get', randomUUID(), '-o', '-']);
