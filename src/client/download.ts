@@ -55,6 +55,11 @@ export function parseByteRange(text: string): ByteRange {
   return end === undefined ? { start } : { start, end };
 }
 
+/** A range as `A-B`, `A-` or `-N`, without the spaces or leading zeros it was typed with. */
+export function byteRangeText(range: ByteRange): string {
+  return 'suffix' in range ? `-${range.suffix}` : `${range.start}-${range.end ?? ''}`;
+}
+
 /** What identifies the content a `.part` was started from: a strong ETag, or Last-Modified. */
 export interface Validator {
   etag?: string;

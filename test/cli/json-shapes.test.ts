@@ -148,6 +148,10 @@ describe('--json: one documented shape per kind of object', () => {
         (await readFile(file)).subarray(5, 15),
       ),
     ).toBe(true);
+    // Typed with spaces and a leading zero, the range names the file as 5-14 all the same.
+    await rm(join(work, 'renamed.bin.5-14'));
+    const spaced = await json<{ path: string }>(['get', id, '--range', ' 05 - 14 ']);
+    expect(spaced.path).toBe(join(work, 'renamed.bin.5-14'));
     expect(existsSync(join(work, 'renamed.bin'))).toBe(false);
     const removed = await json<unknown[]>(['rm', id]);
     expectShape(removed[0], { share_id: 'string', deleted: 'boolean' }, 'rm[0]');

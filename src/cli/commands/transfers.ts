@@ -3,7 +3,7 @@ import { basename, join, resolve } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { Command } from 'commander';
 import { createLink, deleteFile, getFile, whoami } from '../../client/api.js';
-import { download, parseByteRange, type ByteRange } from '../../client/download.js';
+import { byteRangeText, download, parseByteRange, type ByteRange } from '../../client/download.js';
 import { ApiError, NetworkError } from '../../client/errors.js';
 import { createLimiter } from '../../client/limit.js';
 import { shareUrl } from '../../client/refs.js';
@@ -426,7 +426,7 @@ const get = (program: Command) =>
             output: toStdout ? '-' : options.output,
             // A slice is not the file: unless -o names the file, it is saved as NAME.A-B
             // (also in a directory -o names), never as NAME.
-            nameSuffix: range ? `.${options.range!.trim()}` : undefined,
+            nameSuffix: range ? `.${byteRangeText(range)}` : undefined,
             range,
             resume: options.continue,
             overwrite: options.clobber,
