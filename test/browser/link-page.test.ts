@@ -337,6 +337,42 @@ describe('a share link in Chromium', () => {
     }
   });
 
+  // An .html share is anyone's markup on the server's own origin, where the link pages and their
+  // grant cookies live. Content-Disposition makes Chromium save it; shown inline anyway (here a
+  // proxy drops that header), it ran its script as the server's origin: found without a
+  // sandboxing Content-Security-Policy on content. The sandbox must not stop the download.
+  it('an .html share is saved, and shown inline anyway runs no script', async () => {
+    const markup = Buffer.from(
+      '<!doctype html><title>inert</title><script>document.title = "ran as " + origin</script>',
+    );
+    const link = await createLink(await createShareWithContent(base, admin, 'page.html', markup));
+    const ctx = await newContext({ javaScriptEnabled: true });
+    const page = await ctx.newPage();
+
+    // As served: a download of exactly its bytes (page.goto fails: "Download is starting").
+    const [saved] = await Promise.all([
+      page.waitForEvent('download'),
+      page.goto(`${link.url}?download`).catch(() => null),
+    ]);
+    expect(await saved.failure(), 'the download failed').toBeNull();
+    expect(saved.suggestedFilename()).toBe('page.html');
+    const file = join(downloads, randomUUID());
+    await saved.saveAs(file);
+    expect((await readFile(file)).equals(markup)).toBe(true);
+
+    // Through a proxy that drops Content-Disposition: shown, and its script does not run.
+    await page.route('**/l/**', async (route) => {
+      const res = await route.fetch();
+      const headers = { ...res.headers() };
+      delete headers['content-disposition'];
+      await route.fulfill({ response: res, headers });
+    });
+    const shown = await open(page, `${link.url}?download`);
+    expect(shown.status()).toBe(200);
+    expect(shown.headers()['content-disposition']).toBeUndefined();
+    expect(await page.title()).toBe('inert');
+  });
+
   it('CSP: no script runs, and the one inline style is allowed by its hash', async () => {
     const link = await createLink(shareId);
     const used = await createLink(shareId, { max_downloads: 1 });

@@ -11,6 +11,7 @@ import {
   get,
   post,
   request,
+  sha256hex,
   upload,
   type Res,
 } from '../helpers/http.js';
@@ -180,6 +181,36 @@ describe('Content-Type from the file name', () => {
       expect(res.headers['x-content-type-options']).toBe('nosniff');
     });
   }
+
+  // Anyone's bytes are served from the server's own origin, where the share-link pages and their
+  // grant cookies live. Content-Disposition: attachment makes browsers save them, but an .html or
+  // .svg share shown inline anyway (a proxy that drops the header, a browser that ignores it)
+  // would run its script as the server's origin: found without a sandboxing CSP. Every answer
+  // of content (200, 206, HEAD, 304, and a share link's download) now sandboxes it.
+  it('content is sandboxed by its Content-Security-Policy, also through a share link', async () => {
+    const markup = Buffer.from(
+      '<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>',
+    );
+    const share = await createShareWithContent(base, admin, 'x.svg', markup);
+    const res = await post(base, `/files/${share}/links`, { token: admin, json: {} });
+    expectStatus(res, 201);
+    const link = new URL(res.body.download_url as string);
+    const answers = [
+      await fetchContent({}, 'GET', share),
+      await fetchContent({ range: 'bytes=0-9' }, 'GET', share),
+      await fetchContent({}, 'HEAD', share),
+      await fetchContent({ 'if-none-match': `"${sha256hex(markup)}"` }, 'GET', share),
+      await request(base, 'GET', link.pathname + link.search),
+    ];
+    expect(answers.map((a) => a.status)).toEqual([200, 206, 200, 304, 200]);
+    for (const answer of answers) {
+      const csp = (answer.headers['content-security-policy'] ?? '') as string;
+      const directives = csp.split(';').map((d) => d.trim().split(/\s+/));
+      // `sandbox` with no flags: no script, no same origin, no forms, no popups.
+      expect(directives).toContainEqual(['sandbox']);
+      expect(directives).toContainEqual(['default-src', "'none'"]);
+    }
+  });
 
   it('a share named after its id (no extension) → application/octet-stream', async () => {
     const share = await createShare(base, admin);

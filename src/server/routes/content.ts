@@ -473,6 +473,10 @@ export async function sendContent(
       'Content-Type': mime.lookup(share.file_name) || 'application/octet-stream',
       'Content-Disposition': attachment(share.file_name),
       'X-Content-Type-Options': 'nosniff',
+      // Content is anyone's bytes on the server's origin: should a browser ever show it instead of
+      // saving it (an .html or .svg share), it runs no script and loads nothing, as a document of
+      // no origin (docs/API.md "Downloads").
+      'Content-Security-Policy': "default-src 'none'; sandbox",
       'Cache-Control': 'private, no-cache',
       ...extra,
     };
