@@ -312,6 +312,8 @@ interface Plan {
   /** Chunks the server already holds (a resumed upload). */
   held: Set<number>;
   record?: UploadRecord;
+  /** Chunks this run had stored (answered 200 or 201). */
+  stored?: number;
 }
 
 /**
@@ -501,12 +503,22 @@ async function uploadOpen(
     if (sent && err instanceof Error) afterLastChunk.add(err);
     // Refused or disproved: nothing to resume. (An interruption keeps its record, and so does
     // a token ended under an upload: its share is still there, to finish or clean up.)
+    // A replacement stopped by a lock (423) after the server stored some of its chunks keeps
+    // its record too: the server keeps those chunks, and the same command once the share is
+    // unlocked sends only the others (it started over, while they held the quota for a day).
+    const lockedHalfway =
+      options.mode === 'replace' &&
+      err instanceof ApiError &&
+      err.status === 423 &&
+      p.held.size + (p.stored ?? 0) > 0;
     const over =
       (refusedForGood(err) &&
-        !(options.mode === 'create' && (unauthorized(err) || forbidden(err)))) ||
+        !(options.mode === 'create' && (unauthorized(err) || forbidden(err))) &&
+        !lockedHalfway) ||
       err instanceof VerificationError ||
       err instanceof FileChangedError;
     if (over && p.record) await options.resume?.remove(p.record);
+    if (lockedHalfway && p.record && err instanceof Error) recordKept.add(err);
     throw err;
   }
   if (p.record) await options.resume?.remove(p.record);
@@ -636,6 +648,7 @@ async function sendChunks(
     } else if (res.statusCode >= 400) throw await toApiError(res);
     else {
       await res.dump();
+      p.stored = (p.stored ?? 0) + 1;
       if (res.statusCode === 201) sent.completed = true;
     }
     bytes += end - start;

@@ -225,6 +225,70 @@ describe('an interrupted upload run again twice at once', () => {
     expect(res.status).toBe(201);
   }
 
+  // Found from outside: a replacement stopped by a lock (423) forgot its record, so the same
+  // command after the unlock started over, while the chunks it had sent stayed on the server,
+  // held against the owner's quota for a day.
+  it('a replacement locked on the way keeps its record: after the unlock the same command sends only the rest', async () => {
+    const first = join(work, 'locked-v1.bin');
+    await writeFile(first, randomBytes(1000));
+    const made = await upload(first);
+    expect(made.exitCode, made.stderr).toBe(0);
+    const [{ share_id: id }] = JSON.parse(made.stdout) as Transfer[];
+    const file = join(work, 'locked-v2.bin');
+    const data = randomBytes(3 * 1024 * 1024);
+    await writeFile(file, data);
+    const replace = () =>
+      cli.run([
+        '--server',
+        proxy.url,
+        '--json',
+        'replace',
+        id!,
+        file,
+        '--chunk-size',
+        '1m',
+        '--parallel',
+        '1',
+        '--no-progress',
+      ]);
+    // The second chunk waits while the share is locked; then it goes on, and gets 423.
+    let chunks = 0;
+    proxy.gate({
+      hold: (req) => req.method === 'PUT' && req.url === `/files/${id}/content` && ++chunks === 2,
+    });
+    const run = replace();
+    await proxy.heldAtLeast(1);
+    const lock = await fetch(`${serve.url}/files/${id}/lock`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}` },
+    });
+    expect(lock.status).toBe(200);
+    proxy.release();
+    const stopped = await run;
+    expect(stopped.exitCode).toBe(5);
+    expect(stopped.stderr).toContain(
+      `fshare: to finish once the share is unlocked: fshare replace ${id} ${file}`,
+    );
+    expect(await recordsOf(cli)).toHaveLength(1);
+
+    const unlock = await fetch(`${serve.url}/files/${id}/unlock`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}` },
+    });
+    expect(unlock.status).toBe(200);
+    const again = await replace();
+    expect(again.exitCode, again.stderr).toBe(0);
+    expect(again.stderr).toMatch(/resuming the upload of .*: the server holds 1 of 3 chunks/);
+    expect(JSON.parse(again.stdout)).toMatchObject({
+      share_id: id,
+      sha256: sha256(data),
+      verified: true,
+      resumed_bytes: 1024 * 1024,
+    });
+    expect((await info(id!)).body.sha256).toBe(sha256(data));
+    expect(await recordsOf(cli)).toEqual([]);
+  });
+
   it('a share completed elsewhere with the same bytes while the run resumed it: reported, verified, kept', async () => {
     const { file, data, id } = await interrupted('same.bin');
     proxy.gate({ hold: (req) => req.method === 'POST' && req.url === `/files/${id}/content` });

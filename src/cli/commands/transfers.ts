@@ -353,6 +353,9 @@ const replace = (program: Command) =>
             warn(
               `${errorLine(err).replace(/^fshare: /, '')}; to resume: fshare replace ${ref} ${file}`,
             );
+          // Locked on the way: the chunks stored stay on the server, and so does the record.
+          else if (err instanceof ApiError && err.status === 423 && leftToResume(err))
+            warn(`to finish once the share is unlocked: fshare replace ${ref} ${file}`);
           throw err;
         } finally {
           stop.done();
