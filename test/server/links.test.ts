@@ -3,13 +3,14 @@
 // download limits under concurrency and across restarts, and a request log without tokens.
 // Expiry, validation and the settings' limits are in expiry.test.ts.
 import { createHash, randomBytes } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
+import { appendFile, readFile } from 'node:fs/promises';
 import http from 'node:http';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import contentDisposition from 'content-disposition';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import type { RequestEntry } from '../../src/server/options.js';
+import { encodeLine } from '../../src/server/store/journal.js';
 import type { Link } from '../../src/shared/types.js';
 import {
   createShare,
@@ -673,6 +674,45 @@ describe('hostile file names on the page', () => {
     // Offered as browsers would save it: slashes become underscores (API.md "Downloads").
     expect(cd.parameters.filename).toBe(name.replace(/[/\\]/g, '_'));
   });
+
+  // Control and bidi characters are refused in names now, but an older server stored them, and
+  // the page showed such a name as stored: U+202E before "gpj.exe" showed "exe.jpg" as the
+  // file's name (and a CR or NUL went into the page), while the download was offered as
+  // "_gpj.exe". The page now shows what the download offers: "_" for each such character.
+  // The old name is planted in db.journal, which only the embedded store has.
+  if (BACKEND === 'embedded') {
+    it('a name stored with control or bidi characters is shown without them', async () => {
+      const own = await startServer();
+      const token = await login(own.url, ADMIN.username, ADMIN.password);
+      const id = await createShareWithContent(own.url, token, 'soon-old.txt', DATA);
+      const made = await makeLink(own.url, token, id);
+      await own.server.close();
+      const stored = '\u202egpj.exe \u2066x\u2069\r\n\u0000';
+      const db = JSON.parse(await readFile(join(own.dataDir, 'db.json'), 'utf8'));
+      await appendFile(
+        join(own.dataDir, 'db.journal'),
+        encodeLine({ seq: db.seq + 1, op: 'updateShare', id, changes: { file_name: stored } }),
+      );
+      const again = await startServer({ dataDir: own.dataDir });
+      try {
+        const res = await get(again.url, made.path, { headers: HTML });
+        expectPage(res, 200);
+        expect(res.text).toContain('<h1 id="name">_gpj.exe _x____</h1>');
+        expect(res.text).toContain('<title>_gpj.exe _x____</title>');
+        expect(res.text).not.toMatch(/[\u0000\r\u202a-\u202e\u2066-\u2069]/);
+        // The same name as the download offers.
+        const bytes = await download(again.url, made.path);
+        expectBytes(bytes, DATA);
+        const cd = contentDisposition.parse(String(bytes.headers['content-disposition']));
+        expect(cd.parameters.filename).toBe('_gpj.exe _x____');
+        // The JSON view is data: the name as stored.
+        const view = await get(again.url, made.path, { headers: JSON_ONLY });
+        expect(view.body.file_name).toBe(stored);
+      } finally {
+        await again.close();
+      }
+    });
+  }
 });
 
 describe('download limits', () => {

@@ -371,6 +371,15 @@ export function contentRoutes(ctx: Context): Router {
 }
 
 /**
+ * A stored name as it may be shown (the share-link page) or offered: names stored before control
+ * and bidi characters were refused have "_" in their place (a U+202E before "gpj.exe" shows it as
+ * "exe.jpg"), and a lone surrogate becomes U+FFFD.
+ */
+export function shownName(fileName: string): string {
+  return toWellFormed(fileName.replace(new RegExp(UNSAFE_NAME_CHAR.source, 'g'), '_'));
+}
+
+/**
  * The name a download is saved under: the whole stored name with "/" and "\\" made "_" (what
  * browsers do, and what the reference's browser client saves), never only its last part, and
  * never "." or ".."; any
@@ -378,10 +387,7 @@ export function contentRoutes(ctx: Context): Router {
  * always be made.
  */
 export function downloadName(fileName: string): string {
-  // Names stored before control and bidi characters were refused have them as "_" too.
-  const name = toWellFormed(
-    fileName.replace(/[/\\]/g, '_').replace(new RegExp(UNSAFE_NAME_CHAR.source, 'g'), '_'),
-  );
+  const name = shownName(fileName.replace(/[/\\]/g, '_'));
   // "." and ".." name a directory wherever they are saved: `curl -OJ` failed ("Is a
   // directory"). They are offered as "_" and "__".
   return name === '.' || name === '..' ? name.replace(/\./g, '_') : name;

@@ -25,7 +25,7 @@ import {
   stringField,
 } from '../validate.js';
 import { clientAddress } from './auth.js';
-import { sendContent } from './content.js';
+import { sendContent, shownName } from './content.js';
 import { findShare, isAdmin, refuseOrphan } from './shares.js';
 import { isUuid } from '../../shared/ids.js';
 import { countAttempt } from '../throttle.js';
@@ -386,7 +386,8 @@ export function linkRoutes(ctx: Context): Router {
     }
     res.set(PAGE_HEADERS).send(
       sharePage({
-        fileName: share.file_name,
+        // Without the control and bidi characters an old name may hold, as the download offers it.
+        fileName: shownName(share.file_name),
         size: view.size,
         sha256: view.sha256,
         expires: view.expires,
