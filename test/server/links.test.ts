@@ -271,6 +271,39 @@ describe('creating a link', () => {
       await own.close();
     }
   });
+
+  // The grant is Secure behind a TLS proxy that says so (docs/API.md "Share links"), and only
+  // when the proxy is trusted: X-Forwarded-Proto from anyone else changes nothing. Directly to
+  // one server: the two-servers balancer is itself a trusted proxy.
+  it('the password cookie is Secure when a trusted proxy forwarded HTTPS, only then', async () => {
+    const cookies = async (trustProxy: string[], protos: (string | undefined)[]) => {
+      const own = await startServer({ trustProxy });
+      try {
+        const token = await login(own.direct, ADMIN.username, ADMIN.password);
+        const id = await createShareWithContent(own.direct, token, 'tls.bin', DATA);
+        const made = await makeLink(own.direct, token, id, { password: 'pp' });
+        const found: string[] = [];
+        for (const proto of protos) {
+          const headers = { ...FORM, ...(proto ? { 'x-forwarded-proto': proto } : {}) };
+          const unlock = await post(own.direct, made.path, { body: 'password=pp', headers });
+          expectStatus(unlock, 303);
+          found.push(cookieOf(unlock));
+        }
+        return found;
+      } finally {
+        await own.close();
+      }
+    };
+    const [https, http, none] = await cookies(['127.0.0.1'], ['https', 'http', undefined]);
+    expect(https).toMatch(/;\s*Secure(;|$)/);
+    expect(http).not.toMatch(/Secure/);
+    expect(none).not.toMatch(/Secure/);
+    // The two-servers configuration always trusts its balancer's address.
+    if (BACKEND !== 'two-servers') {
+      const [untrusted] = await cookies([], ['https']);
+      expect(untrusted).not.toMatch(/Secure/);
+    }
+  });
 });
 
 describe('who may manage links', () => {
