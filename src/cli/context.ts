@@ -13,7 +13,7 @@ import {
   writeWholeSync,
   type Config,
 } from './config.js';
-import { createCredentialStore, type CredentialStore } from './credentials.js';
+import { createCredentialStore, envToken, type CredentialStore } from './credentials.js';
 import { warn } from './output.js';
 
 export const DEFAULT_SERVER = 'http://127.0.0.1:5000';
@@ -92,8 +92,19 @@ export function openSession(cmd: Command, { savesLogin = false } = {}): Session 
     }
   };
 
+  // FSHARE_TOKEN is the token for the command's server: a share URL naming another server (one
+  // pasted from anywhere) gets that server's stored token or none, never the variable's.
+  const withheldFrom = new Set<string>();
   const client = async (target = server): Promise<ApiClient> => {
-    const token = await credentials.getToken(target, usernameFor(target));
+    const other = normalizeServer(target);
+    const foreign = other !== server;
+    if (foreign && envToken() !== undefined && !withheldFrom.has(other)) {
+      withheldFrom.add(other);
+      warn(
+        `FSHARE_TOKEN is not sent to ${other}, which is not the command's server (${server}); to use it there, set FSHARE_SERVER=${other}`,
+      );
+    }
+    const token = await credentials.getToken(target, usernameFor(target), { stored: foreign });
     return createClient({ server: target, token });
   };
 

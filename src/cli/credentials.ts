@@ -32,8 +32,15 @@ export function envToken(): string | undefined {
 }
 
 export interface CredentialStore {
-  /** Token for server+user: FSHARE_TOKEN env first, then keychain, then the 0600 fallback file; undefined if none. */
-  getToken(server: string, username: string | undefined): Promise<string | undefined>;
+  /**
+   * Token for server+user: FSHARE_TOKEN env first (unless `stored` asks for the stored one only),
+   * then keychain, then the 0600 fallback file; undefined if none.
+   */
+  getToken(
+    server: string,
+    username: string | undefined,
+    options?: { stored?: boolean },
+  ): Promise<string | undefined>;
   /** Saves in the keychain; falls back to the 0600 file with a one-line stderr warning (via `warn`). Returns where it went. */
   /** The user whose stored token getToken finds for `server` (FSHARE_TOKEN aside), if any. */
   storedUser(server: string, username: string | undefined): Promise<string | undefined>;
@@ -215,8 +222,8 @@ export function createCredentialStore(
   }
 
   return {
-    async getToken(server, username) {
-      const fromEnv = envToken();
+    async getToken(server, username, { stored = false } = {}) {
+      const fromEnv = stored ? undefined : envToken();
       if (fromEnv) return fromEnv;
 
       if (username === undefined) return findSoleToken(server);

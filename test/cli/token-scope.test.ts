@@ -1,0 +1,98 @@
+// Which token goes to which server, through the built binary against a real `fshare serve` and a
+// stand-in server that records what it is sent. Found broken: FSHARE_TOKEN went to whatever
+// server a share URL named, so `FSHARE_TOKEN=… fshare get http://elsewhere/files/<id>` (a URL
+// pasted from a chat or a web page) handed the CI's token to that host. The variable is now the
+// token of the command's server only; another server named by a URL gets its own stored token or
+// none, and one warning line says how to send the variable there.
+import { writeFile, rm } from 'node:fs/promises';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createCli, signIn, startServe, tempDir, type Cli, type Serve } from '../helpers/cli.js';
+
+let serve: Serve;
+let cli: Cli;
+let work: string;
+let spy: Server;
+let spyUrl: string;
+/** The Authorization header of every request the stand-in server got ('' when none). */
+const seen: string[] = [];
+
+beforeAll(async () => {
+  serve = await startServe();
+  cli = await createCli();
+  await signIn(cli, serve.url);
+  work = await tempDir('token-scope');
+  spy = createServer((req, res) => {
+    seen.push(req.headers.authorization ?? '');
+    req.resume();
+    res.writeHead(404, { 'content-type': 'application/json' });
+    res.end('{"status":"fail","message":"no such share"}');
+  });
+  await new Promise<void>((done) => spy.listen(0, '127.0.0.1', done));
+  spyUrl = `http://127.0.0.1:${(spy.address() as AddressInfo).port}`;
+});
+afterAll(async () => {
+  await serve?.stop();
+  await new Promise<void>((done) => (spy ? spy.close(() => done()) : done()));
+  if (cli) await rm(cli.configDir, { recursive: true, force: true });
+  if (work) await rm(work, { recursive: true, force: true });
+});
+
+const ID = '0b6c3b8e-3a8f-4d1c-9a57-2f1f3c0e5d11';
+
+describe('FSHARE_TOKEN goes to the command server only', () => {
+  it('a share URL naming another server gets no FSHARE_TOKEN, and a warning says so', async () => {
+    const token = (await cli.run(['token'])).stdout.trim();
+    expect(token).toMatch(/^\S{20,}$/);
+    // A CI job: the token in the environment, the server in FSHARE_SERVER, its own config dir.
+    const ci = await createCli();
+    const env = { FSHARE_TOKEN: token, FSHARE_SERVER: serve.url };
+    try {
+      seen.length = 0;
+      const get = await ci.run(['get', `${spyUrl}/files/${ID}`, '-o', join(work, 'x')], { env });
+      expect(get.exitCode).toBe(4);
+      const info = await ci.run(['info', `${spyUrl}/files/${ID}/content`], { env });
+      expect(info.exitCode).toBe(4);
+      expect(seen.length).toBeGreaterThanOrEqual(2);
+      for (const auth of seen) expect(auth).toBe('');
+      expect(get.stderr).toContain(
+        `fshare: FSHARE_TOKEN is not sent to ${spyUrl}, which is not the command's server (${serve.url}); to use it there, set FSHARE_SERVER=${spyUrl}`,
+      );
+      expect(get.stderr).not.toContain(token);
+
+      // The same variable still serves a URL of the command's own server, and that server itself.
+      const file = join(work, 'a.txt');
+      await writeFile(file, 'scoped\n');
+      const up = await ci.json<{ share_id: string }[]>(['upload', file], { env });
+      const id = up[0]!.share_id;
+      const own = await ci.run(['get', `${serve.url}/files/${id}`, '-o', '-'], { env });
+      expect(own.exitCode, own.stderr).toBe(0);
+      expect(own.stdout).toBe('scoped');
+      expect(own.stderr).not.toContain('FSHARE_TOKEN');
+    } finally {
+      await rm(ci.configDir, { recursive: true, force: true });
+    }
+  });
+
+  it('a URL of another server still gets the token stored for that server', async () => {
+    // The stored login is for the spy's address: FSHARE_TOKEN (for serve) must not replace it.
+    const both = await createCli();
+    try {
+      await writeFile(
+        join(both.configDir, 'credentials.json'),
+        `${JSON.stringify({ [`admin@${spyUrl}`]: 'stored-token-for-spy' })}\n`,
+        { mode: 0o600 },
+      );
+      seen.length = 0;
+      const res = await both.run(['info', `${spyUrl}/files/${ID}`], {
+        env: { FSHARE_TOKEN: 'token-for-serve', FSHARE_SERVER: serve.url },
+      });
+      expect(res.exitCode).toBe(4);
+      expect(seen).toEqual(['Bearer stored-token-for-spy']);
+    } finally {
+      await rm(both.configDir, { recursive: true, force: true });
+    }
+  });
+});
