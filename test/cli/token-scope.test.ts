@@ -3,13 +3,25 @@
 // server a share URL named, so `FSHARE_TOKEN=… fshare get http://elsewhere/files/<id>` (a URL
 // pasted from a chat or a web page) handed the CI's token to that host. The variable is now the
 // token of the command's server only; another server named by a URL gets its own stored token or
-// none, and one warning line says how to send the variable there.
-import { writeFile, rm } from 'node:fs/promises';
+// none, and one warning line says how to send the variable there. Also found: `passwd` (or
+// `token extend`) by a user an administrator had renamed stored the new token under the new name
+// and left the old entry, holding the token passwd had just ended: two accounts stored for the
+// server, so a later `--server URL` command (the last login elsewhere) found neither and went
+// anonymous. The old entry now goes when the new one takes its place.
+import { readFile, writeFile, rm } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createCli, signIn, startServe, tempDir, type Cli, type Serve } from '../helpers/cli.js';
+import {
+  ADMIN,
+  createCli,
+  signIn,
+  startServe,
+  tempDir,
+  type Cli,
+  type Serve,
+} from '../helpers/cli.js';
 
 let serve: Serve;
 let cli: Cli;
@@ -93,6 +105,53 @@ describe('FSHARE_TOKEN goes to the command server only', () => {
       expect(seen).toEqual(['Bearer stored-token-for-spy']);
     } finally {
       await rm(both.configDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('the account renamed under the client', () => {
+  it('passwd and token extend store the new name and drop the entry of the old one', async () => {
+    const admin = (await cli.run(['token'])).stdout.trim();
+    const add = await cli.run(['users', 'add', 'ivy', '--perms', 'READ', '--password-stdin'], {
+      input: 'ivy-pw-1\n',
+    });
+    expect(add.exitCode, add.stderr).toBe(0);
+    const ivy = await createCli();
+    const stored = async () =>
+      Object.keys(
+        JSON.parse(await readFile(join(ivy.configDir, 'credentials.json'), 'utf8')) as object,
+      );
+    const rename = async (from: string, to: string) => {
+      const res = await fetch(`${serve.url}/users/${from}`, {
+        method: 'PATCH',
+        headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ username: to }),
+      });
+      expect(res.status).toBe(200);
+    };
+    try {
+      await signIn(ivy, serve.url, { username: 'ivy', password: 'ivy-pw-1' });
+      await rename('ivy', 'ivy2');
+      const passwd = await ivy.run(['passwd', '--password-stdin'], {
+        input: 'ivy-pw-1\nivy-pw-2\n',
+      });
+      expect(passwd.exitCode, passwd.stderr).toBe(0);
+      expect(await stored()).toEqual([`ivy2@${serve.url}`]);
+
+      await rename('ivy2', 'ivy3');
+      const extend = await ivy.run(['token', 'extend']);
+      expect(extend.exitCode, extend.stderr).toBe(0);
+      expect(extend.stdout).toContain('Token renewed for ivy3');
+      expect(await stored()).toEqual([`ivy3@${serve.url}`]);
+
+      // With the last login elsewhere, --server finds the server's one stored account.
+      const config = join(ivy.configDir, 'config.json');
+      await writeFile(config, `${JSON.stringify({ server: spyUrl, username: ADMIN.username })}\n`);
+      const who = await ivy.run(['--server', serve.url, 'whoami']);
+      expect(who.exitCode, who.stderr).toBe(0);
+      expect(who.stdout).toMatch(/^ivy3 on /);
+    } finally {
+      await rm(ivy.configDir, { recursive: true, force: true });
     }
   });
 });

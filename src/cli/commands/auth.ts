@@ -9,12 +9,35 @@ import { AuthError, UsageError, examples, printJson, printLine, warn } from '../
 
 const STORED = { keychain: 'the OS keychain', file: 'the config directory' } as const;
 
-/** Stores a freshly issued token and makes its server and user the defaults. */
-async function remember(session: Session, res: LoginResponse): Promise<'keychain' | 'file'> {
+/**
+ * Stores a freshly issued token and makes its server and user the defaults. `replaces` is the
+ * stored account whose token asked for it (passwd, token extend): when the server now names that
+ * user otherwise (an administrator renamed them), the old entry goes, as the new one takes its
+ * place. Left behind, it kept a token passwd had ended, and two accounts stored for the server
+ * left a command naming it with --server without either (anonymous).
+ */
+async function remember(
+  session: Session,
+  res: LoginResponse,
+  replaces?: string,
+): Promise<'keychain' | 'file'> {
   const where = await session.credentials.saveToken(session.server, res.username, res.auth_token);
   session.config.set('server', session.server);
   session.config.set('username', res.username);
+  if (replaces !== undefined && replaces !== res.username)
+    await session.credentials.deleteToken(session.server, replaces).catch((err: unknown) => {
+      if (!(err instanceof TokenNotRemovedError)) throw err;
+      warn(
+        `fshare: the token stored for ${replaces} (now ${res.username}) could not be removed from ${err.where} (${err.reason})`,
+      );
+    });
   return where;
+}
+
+/** The stored account whose token the session's client carries (undefined for FSHARE_TOKEN). */
+async function storedAccount(session: Session): Promise<string | undefined> {
+  if (envToken() !== undefined) return undefined;
+  return session.credentials.storedUser(session.server, session.usernameFor(session.server));
 }
 
 /** Plain HTTP to another machine: what is sent can be read on the way (loopback cannot). */
@@ -178,6 +201,7 @@ export function registerAuth(program: Command): void {
       const client = await session.client();
       if (!client.token)
         throw new AuthError(`not signed in to ${session.server}; run fshare login`);
+      const account = await storedAccount(session);
       const res = await extend(client);
       if (envToken() !== undefined) {
         // A token from the environment cannot be updated in place: hand the new one back.
@@ -185,7 +209,7 @@ export function registerAuth(program: Command): void {
         else printLine(res.auth_token);
         return;
       }
-      const where = await remember(session, res);
+      const where = await remember(session, res, account);
       if (session.opts.json)
         printJson({ server: session.server, username: res.username, stored: where });
       else printLine(`Token renewed for ${res.username} (kept in ${STORED[where]})`);
@@ -210,6 +234,7 @@ export function registerAuth(program: Command): void {
       const client = await session.client();
       if (!client.token)
         throw new AuthError(`not signed in to ${session.server}; run fshare login`);
+      const account = await storedAccount(session);
       let oldPassword: string;
       let newPassword: string;
       if (options.passwordStdin) {
@@ -228,7 +253,7 @@ export function registerAuth(program: Command): void {
       // fshare serve ended every older token, this one too, and sent a new one: keep it.
       let stored: 'keychain' | 'file' | undefined;
       if (res.auth_token && res.username && envToken() === undefined)
-        stored = await remember(session, res as LoginResponse);
+        stored = await remember(session, res as LoginResponse, account);
       if (session.opts.json)
         printJson({ status: res.status, message: res.message, stored: stored ?? null });
       else
