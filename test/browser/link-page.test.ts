@@ -373,6 +373,18 @@ describe('a share link in Chromium', () => {
     expect(await page.title()).toBe('inert');
   });
 
+  // A ?download that fails after its headers were chosen (here a Range past the end, 416) kept
+  // Content-Disposition on its error page: Chromium took the page for a download, which then
+  // failed, and the page never showed. It is now shown, saying what went wrong.
+  it('a ?download refused with 416 shows its error page, not a failed download', async () => {
+    const link = await createLink(shareId);
+    const ctx = await newContext({ extraHTTPHeaders: { range: `bytes=${DATA.length}-` } });
+    const page = await ctx.newPage();
+    const res = await open(page, `${link.url}?download`);
+    expect(res.status()).toBe(416);
+    expect(await page.locator('#message').textContent()).toMatch(/cannot be satisfied/);
+  });
+
   it('CSP: no script runs, and the one inline style is allowed by its hash', async () => {
     const link = await createLink(shareId);
     const used = await createLink(shareId, { max_downloads: 1 });

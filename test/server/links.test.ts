@@ -572,6 +572,24 @@ describe('the public side /l/<token>', () => {
     }
   });
 
+  // A download that fails after its headers were chosen (412, 416) kept Content-Disposition on
+  // the HTML page a browser gets: Chromium took the error page for the download (the page
+  // never showed, and the download failed). The page is a page; JSON callers are unchanged.
+  it('a 412 or 416 of ?download for a browser is a page, not an attachment', async () => {
+    const made = await makeLink(base, alice.token, shareId);
+    for (const [headers, status] of [
+      [{ range: `bytes=${DATA.length}-` }, 416],
+      [{ 'if-match': '"not-the-etag"' }, 412],
+    ] as const) {
+      const page = await download(base, made.path, { headers: { ...HTML, ...headers } });
+      expectPage(page, status);
+      expect(page.headers['content-disposition']).toBeUndefined();
+      const json = await download(base, made.path, { headers: { ...JSON_ONLY, ...headers } });
+      expectFail(json, status);
+      expect(json.headers['content-disposition']).toBeUndefined();
+    }
+  });
+
   it('a revoked link is a 404 at once, for the page, the JSON and the bytes', async () => {
     const doomed = await makeLink(base, alice.token, shareId);
     expectBytes(await download(base, doomed.path), DATA);

@@ -338,6 +338,9 @@ export function linkRoutes(ctx: Context): Router {
             : err.status === 410
               ? 'This link cannot be used any more'
               : 'This link cannot be opened right now';
+        // A download that failed after setting its headers (412, 416): the page must not be
+        // saved as the share's file (errorHandler does the same for JSON).
+        res.removeHeader('Content-Disposition');
         res
           .status(err.status)
           .set(err.headers)
