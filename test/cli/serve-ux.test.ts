@@ -267,6 +267,22 @@ describe('fshare serve, as an operator meets it', () => {
     }
   });
 
+  // Property: a link's redirect never leads to another host. Found: --public-url https://h//x
+  // made the redirect after a link password go to //x/l/…, which browsers read as host x.
+  it('--public-url whose path starts with //: one line, exit 2, the server not started', async () => {
+    const url = 'https://files.example.com//x';
+    const res = await execa('node', [BIN, 'serve', '--port', '0', '--public-url', url], {
+      env: cleanEnv(),
+      extendEnv: false,
+      reject: false,
+      timeout: 20_000,
+    });
+    expect(res.exitCode, res.stderr).toBe(2);
+    expect(res.stderr.trim().split('\n')).toEqual([
+      `fshare: option '--public-url <url>' argument '${url}' is invalid. expected a path that does not start with //`,
+    ]);
+  });
+
   // Property: a full disk under the log never takes the server down. Standard error redirected
   // to a file is the request log: a line that cannot be written is dropped, requests are still
   // answered (an upload included), and lines are written again once there is room. The server

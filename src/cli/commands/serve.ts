@@ -93,6 +93,9 @@ function publicUrl(value: string): string {
     throw new InvalidArgumentError(
       'expected an http or https URL without user name, password, query or fragment',
     );
+  // A path that starts with "//" made links' redirects (Location: //x/l/…) lead to another host.
+  if (url.pathname.startsWith('//'))
+    throw new InvalidArgumentError('expected a path that does not start with //');
   return url.href.replace(/\/+$/, '');
 }
 
