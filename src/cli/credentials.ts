@@ -45,8 +45,12 @@ export interface CredentialStore {
   /** The user whose stored token getToken finds for `server` (FSHARE_TOKEN aside), if any. */
   storedUser(server: string, username: string | undefined): Promise<string | undefined>;
   saveToken(server: string, username: string, token: string): Promise<'keychain' | 'file'>;
-  /** Removes the stored token (keychain and file); TokenNotRemovedError when a copy stays. */
-  deleteToken(server: string, username: string): Promise<void>;
+  /**
+   * Removes the stored token (keychain and file); TokenNotRemovedError when a copy stays. With
+   * `only`, an entry holding another token (a login run meanwhile stored a new one) is kept:
+   * 'kept' says so.
+   */
+  deleteToken(server: string, username: string, only?: string): Promise<'removed' | 'kept'>;
 }
 
 /** Keychain service name shared by every fshare entry. */
@@ -181,18 +185,24 @@ export function createCredentialStore(
     });
   }
 
-  /** Throws TokenNotRemovedError when a copy is there and cannot be removed. */
-  async function removeFromFile(account: string): Promise<void> {
+  /**
+   * Throws TokenNotRemovedError when a copy is there and cannot be removed. With `only`, the entry
+   * goes only while it holds that token (checked under the lock); false when it held another.
+   */
+  async function removeFromFile(account: string, only?: string): Promise<boolean> {
+    let kept = false;
     try {
       // Most often there is nothing to remove (the keychain holds the tokens): no lock for that.
-      if (!Object.hasOwn(await readFileTokens(), account)) return;
-      await changeFileTokens(
-        (tokens) => Object.hasOwn(tokens, account) && delete tokens[account],
-        false,
-      );
+      if (!Object.hasOwn(await readFileTokens(), account)) return true;
+      await changeFileTokens((tokens) => {
+        if (!Object.hasOwn(tokens, account)) return false;
+        if (only !== undefined && tokens[account] !== only) return !(kept = true);
+        return delete tokens[account];
+      }, false);
     } catch (err) {
       throw new TokenNotRemovedError(file, err);
     }
+    return !kept;
   }
 
   /** Without a username, the token of the server's only account, if exactly one is stored. */
@@ -270,9 +280,20 @@ export function createCredentialStore(
       return 'file';
     },
 
-    async deleteToken(server, username) {
+    async deleteToken(server, username, only) {
       const account = keychainAccount(server, username);
+      let kept = false;
       if (!keychainOff()) {
+        // A token stored meanwhile by another command (a login) is not the one to forget.
+        const current =
+          only === undefined
+            ? null
+            : await keychain((entry, signal) => entry.getPassword(signal), account).catch(
+                () => null,
+              );
+        if (current && current !== only) kept = true;
+      }
+      if (!keychainOff() && !kept) {
         const deleted = await keychain(
           (entry, signal) => entry.deletePassword(signal),
           account,
@@ -289,7 +310,8 @@ export function createCredentialStore(
             );
         }
       }
-      await removeFromFile(account);
+      if (!(await removeFromFile(account, only))) kept = true;
+      return kept ? 'kept' : 'removed';
     },
   };
 }

@@ -7,9 +7,12 @@
 // `token extend`) by a user an administrator had renamed stored the new token under the new name
 // and left the old entry, holding the token passwd had just ended: two accounts stored for the
 // server, so a later `--server URL` command (the last login elsewhere) found neither and went
-// anonymous. The old entry now goes when the new one takes its place.
+// anonymous. The old entry now goes when the new one takes its place. And: a `logout` racing a
+// `login` of the same account (two terminals) deleted the token that login had just stored and
+// reported ("Signed in"), not the one it revoked: the user was signed out, unsaid. A logout now
+// removes the stored entry only while it holds the token it revoked.
 import { readFile, writeFile, rm } from 'node:fs/promises';
-import { createServer, type Server } from 'node:http';
+import { createServer, request, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -152,6 +155,68 @@ describe('the account renamed under the client', () => {
       expect(who.stdout).toMatch(/^ivy3 on /);
     } finally {
       await rm(ivy.configDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('logout racing a login', () => {
+  it('a login stored meanwhile keeps its token: logout removes only the one it revoked', async () => {
+    // A proxy in front of serve that holds POST /users/logout until the second login is done.
+    let held!: () => void;
+    const logoutArrived = new Promise<void>((done) => (held = done));
+    let release!: () => void;
+    const released = new Promise<void>((done) => (release = done));
+    const upstream = new URL(serve.url);
+    const proxy = createServer((req, res) => {
+      const forward = () => {
+        const out = request(
+          {
+            host: upstream.hostname,
+            port: upstream.port,
+            method: req.method,
+            path: req.url,
+            headers: { ...req.headers, host: upstream.host },
+          },
+          (answer) => {
+            res.writeHead(answer.statusCode ?? 502, answer.headers);
+            answer.pipe(res);
+          },
+        );
+        out.on('error', () => res.destroy());
+        req.pipe(out);
+      };
+      if (req.method === 'POST' && req.url === '/users/logout') {
+        held();
+        void released.then(forward);
+      } else forward();
+    });
+    await new Promise<void>((done) => proxy.listen(0, '127.0.0.1', done));
+    const via = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+    const user = await createCli();
+    try {
+      await signIn(user, via);
+      const first = (await user.run(['token'])).stdout.trim();
+      const logout = user.run(['logout']);
+      await logoutArrived;
+      await signIn(user, via); // the second terminal, while the logout waits for its answer
+      const second = (await user.run(['token'])).stdout.trim();
+      expect(second).not.toBe(first);
+      release();
+      const out = await logout;
+      expect(out.exitCode, out.stderr).toBe(0);
+      expect(out.stderr.trim()).toBe(
+        `fshare: a newer token of ${ADMIN.username} was stored meanwhile (another login); it is kept, and still signs you in`,
+      );
+      const who = await user.run(['whoami']);
+      expect(who.exitCode, who.stderr).toBe(0);
+      expect(who.stdout).toMatch(new RegExp(`^${ADMIN.username} on `));
+      expect((await user.run(['token'])).stdout.trim()).toBe(second);
+    } finally {
+      release();
+      const closed = new Promise<void>((done) => proxy.close(() => done()));
+      proxy.closeAllConnections();
+      await closed;
+      await rm(user.configDir, { recursive: true, force: true });
     }
   });
 });

@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import { changePassword, extend, login, logout, revokeTokens, whoami } from '../../client/api.js';
 import { ApiError } from '../../client/errors.js';
+import type { ApiClient } from '../../client/http.js';
 import type { LoginResponse } from '../../shared/types.js';
 import { openSession, type Session } from '../context.js';
 import { envToken, TokenNotRemovedError } from '../credentials.js';
@@ -19,25 +20,34 @@ const STORED = { keychain: 'the OS keychain', file: 'the config directory' } as 
 async function remember(
   session: Session,
   res: LoginResponse,
-  replaces?: string,
+  replaces?: { username: string; token: string },
 ): Promise<'keychain' | 'file'> {
   const where = await session.credentials.saveToken(session.server, res.username, res.auth_token);
   session.config.set('server', session.server);
   session.config.set('username', res.username);
-  if (replaces !== undefined && replaces !== res.username)
-    await session.credentials.deleteToken(session.server, replaces).catch((err: unknown) => {
-      if (!(err instanceof TokenNotRemovedError)) throw err;
-      warn(
-        `fshare: the token stored for ${replaces} (now ${res.username}) could not be removed from ${err.where} (${err.reason})`,
-      );
-    });
+  if (replaces !== undefined && replaces.username !== res.username)
+    await session.credentials
+      .deleteToken(session.server, replaces.username, replaces.token)
+      .catch((err: unknown) => {
+        if (!(err instanceof TokenNotRemovedError)) throw err;
+        warn(
+          `fshare: the token stored for ${replaces.username} (now ${res.username}) could not be removed from ${err.where} (${err.reason})`,
+        );
+      });
   return where;
 }
 
-/** The stored account whose token the session's client carries (undefined for FSHARE_TOKEN). */
-async function storedAccount(session: Session): Promise<string | undefined> {
-  if (envToken() !== undefined) return undefined;
-  return session.credentials.storedUser(session.server, session.usernameFor(session.server));
+/** The stored account whose token `client` carries (undefined for FSHARE_TOKEN). */
+async function storedAccount(
+  session: Session,
+  client: ApiClient,
+): Promise<{ username: string; token: string } | undefined> {
+  if (envToken() !== undefined || client.token === undefined) return undefined;
+  const username = await session.credentials.storedUser(
+    session.server,
+    session.usernameFor(session.server),
+  );
+  return username === undefined ? undefined : { username, token: client.token };
 }
 
 /** Plain HTTP to another machine: what is sent can be read on the way (loopback cannot). */
@@ -129,12 +139,17 @@ export function registerAuth(program: Command): void {
         serverError = err;
       }
       // The local copy goes even when the server could not be told (issue 3).
+      // Only the token revoked: a login run meanwhile stored a new one, which stays.
       let kept: TokenNotRemovedError | undefined;
+      let newer = false;
       if (username && !fromEnv)
-        await session.credentials.deleteToken(session.server, username).catch((err: unknown) => {
-          if (!(err instanceof TokenNotRemovedError)) throw err;
-          kept = err;
-        });
+        newer =
+          (await session.credentials
+            .deleteToken(session.server, username, client.token)
+            .catch((err: unknown) => {
+              if (!(err instanceof TokenNotRemovedError)) throw err;
+              kept = err;
+            })) === 'kept';
       const copy =
         kept && `its local copy could not be removed from ${kept.where} (${kept.reason})`;
       const gone = serverError instanceof ApiError && [400, 401].includes(serverError.status);
@@ -152,6 +167,10 @@ export function registerAuth(program: Command): void {
             : `the token was revoked on the server (so it no longer works), but ${copy}`,
         );
       if (gone) warn('the server had already ended that token');
+      if (newer)
+        warn(
+          `a newer token of ${username} was stored meanwhile (another login); it is kept, and still signs you in`,
+        );
       if (fromEnv) warn('the token in FSHARE_TOKEN is revoked; unset the variable');
       if (session.opts.json)
         printJson({ server: session.server, username: username ?? null, revoked: !gone });
@@ -201,7 +220,7 @@ export function registerAuth(program: Command): void {
       const client = await session.client();
       if (!client.token)
         throw new AuthError(`not signed in to ${session.server}; run fshare login`);
-      const account = await storedAccount(session);
+      const account = await storedAccount(session, client);
       const res = await extend(client);
       if (envToken() !== undefined) {
         // A token from the environment cannot be updated in place: hand the new one back.
@@ -234,7 +253,7 @@ export function registerAuth(program: Command): void {
       const client = await session.client();
       if (!client.token)
         throw new AuthError(`not signed in to ${session.server}; run fshare login`);
-      const account = await storedAccount(session);
+      const account = await storedAccount(session, client);
       let oldPassword: string;
       let newPassword: string;
       if (options.passwordStdin) {
