@@ -10,7 +10,9 @@
 // anonymous. The old entry now goes when the new one takes its place. And: a `logout` racing a
 // `login` of the same account (two terminals) deleted the token that login had just stored and
 // reported ("Signed in"), not the one it revoked: the user was signed out, unsaid. A logout now
-// removes the stored entry only while it holds the token it revoked.
+// removes the stored entry only while it holds the token it revoked. And: `fshare login -u bob`
+// in a shell with FSHARE_TOKEN set (alice's, from a CI recipe) said "Signed in ... as bob" and
+// every next command was alice, unsaid; login now says in one line that the variable wins.
 import { readFile, writeFile, rm } from 'node:fs/promises';
 import { createServer, request, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -217,6 +219,41 @@ describe('logout racing a login', () => {
       proxy.closeAllConnections();
       await closed;
       await rm(user.configDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('login with FSHARE_TOKEN set', () => {
+  it('says that the variable, not the token just stored, signs the next commands', async () => {
+    const admin = (await cli.run(['token'])).stdout.trim();
+    const add = await cli.run(['users', 'add', 'jay', '--perms', 'READ', '--password-stdin'], {
+      input: 'jay-pw\n',
+    });
+    expect(add.exitCode, add.stderr).toBe(0);
+    const shell = await createCli();
+    const env = { FSHARE_TOKEN: admin };
+    try {
+      const login = await shell.run(
+        ['--server', serve.url, 'login', '-u', 'jay', '--password-stdin'],
+        { input: 'jay-pw\n', env },
+      );
+      expect(login.exitCode, login.stderr).toBe(0);
+      expect(login.stdout).toContain(`Signed in to ${serve.url} as jay`);
+      expect(login.stderr.trim()).toBe(
+        `fshare: FSHARE_TOKEN is set, and commands to ${serve.url} use it, not the token of jay stored now, until it is unset`,
+      );
+      expect(login.stderr).not.toContain(admin);
+      // What the line warns of: the next command is the variable's user, not jay.
+      const who = await shell.run(['whoami'], { env });
+      expect(who.stdout).toMatch(new RegExp(`^${ADMIN.username} on `));
+      // Without the variable: no such line.
+      const plain = await shell.run(['login', '-u', 'jay', '--password-stdin'], {
+        input: 'jay-pw\n',
+      });
+      expect(plain.exitCode, plain.stderr).toBe(0);
+      expect(plain.stderr).toBe('');
+    } finally {
+      await rm(shell.configDir, { recursive: true, force: true });
     }
   });
 });

@@ -50,6 +50,15 @@ async function storedAccount(
   return username === undefined ? undefined : { username, token: client.token };
 }
 
+/** FSHARE_TOKEN holds something (even a malformed value, which later commands refuse). */
+function envTokenSet(): boolean {
+  try {
+    return envToken() !== undefined;
+  } catch {
+    return true;
+  }
+}
+
 /** Plain HTTP to another machine: what is sent can be read on the way (loopback cannot). */
 export function travelsInClear(server: string): boolean {
   const url = new URL(server);
@@ -103,6 +112,11 @@ export function registerAuth(program: Command): void {
       else
         printLine(
           `Signed in to ${session.server} as ${res.username} (token kept in ${STORED[where]})`,
+        );
+      // FSHARE_TOKEN wins over the token just stored: every next command would be someone else.
+      if (envTokenSet())
+        warn(
+          `FSHARE_TOKEN is set, and commands to ${session.server} use it, not the token of ${res.username} stored now, until it is unset`,
         );
     });
 
