@@ -13,6 +13,8 @@
 // removes the stored entry only while it holds the token it revoked. And: `fshare login -u bob`
 // in a shell with FSHARE_TOKEN set (alice's, from a CI recipe) said "Signed in ... as bob" and
 // every next command was alice, unsaid; login now says in one line that the variable wins.
+// `passwd` with FSHARE_TOKEN said "every other session was signed out", though the variable's
+// token had been ended too (and the new one dropped): it now says so.
 import { readFile, writeFile, rm } from 'node:fs/promises';
 import { createServer, request, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -254,6 +256,34 @@ describe('login with FSHARE_TOKEN set', () => {
       expect(plain.stderr).toBe('');
     } finally {
       await rm(shell.configDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('passwd with FSHARE_TOKEN', () => {
+  it('says that the token in the variable was ended too', async () => {
+    const add = await cli.run(['users', 'add', 'kim', '--perms', 'READ', '--password-stdin'], {
+      input: 'kim-pw-1\n',
+    });
+    expect(add.exitCode, add.stderr).toBe(0);
+    const ci = await createCli();
+    try {
+      await signIn(ci, serve.url, { username: 'kim', password: 'kim-pw-1' });
+      const token = (await ci.run(['token'])).stdout.trim();
+      const env = { FSHARE_TOKEN: token };
+      const res = await ci.run(['passwd', '--password-stdin'], {
+        input: 'kim-pw-1\nkim-pw-2\n',
+        env,
+      });
+      expect(res.exitCode, res.stderr).toBe(0);
+      expect(res.stdout).toBe('Password changed');
+      expect(res.stderr.trim()).toBe(
+        'fshare: every session was signed out, the token in FSHARE_TOKEN too: set it to a new one (fshare login, then fshare token)',
+      );
+      // What it says is so: the variable's token no longer works.
+      expect((await ci.run(['whoami'], { env })).exitCode).toBe(3);
+    } finally {
+      await rm(ci.configDir, { recursive: true, force: true });
     }
   });
 });

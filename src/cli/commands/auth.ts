@@ -287,13 +287,20 @@ export function registerAuth(program: Command): void {
       let stored: 'keychain' | 'file' | undefined;
       if (res.auth_token && res.username && envToken() === undefined)
         stored = await remember(session, res as LoginResponse, account);
+      // The variable's token was ended too, and the new one is not printed (stdout goes to CI
+      // logs): "every other session" would say this one goes on.
+      const envEnded = res.auth_token !== undefined && envToken() !== undefined;
       if (session.opts.json)
         printJson({ status: res.status, message: res.message, stored: stored ?? null });
       else
         printLine(
-          res.auth_token
+          res.auth_token && !envEnded
             ? `Password changed; every other session was signed out${stored ? ` (new token kept in ${STORED[stored]})` : ''}`
             : 'Password changed',
+        );
+      if (envEnded)
+        warn(
+          'every session was signed out, the token in FSHARE_TOKEN too: set it to a new one (fshare login, then fshare token)',
         );
     });
 }
