@@ -728,7 +728,10 @@ describe('verified transfers against fshare serve', () => {
       const refused = await admin.run(['uploads', 'clean']);
       expect(refused.exitCode).toBe(3);
       expect(await recordsOf(admin)).toHaveLength(1);
-      const cleaned = await admin.run(['uploads', 'clean'], { env: { FSHARE_TOKEN: token } });
+      // FSHARE_TOKEN is the token of the command's server only: the record's server is named.
+      const cleaned = await admin.run(['--server', via, 'uploads', 'clean'], {
+        env: { FSHARE_TOKEN: token },
+      });
       expect(cleaned.exitCode, cleaned.stderr).toBe(0);
       expect((await admin.run(['info', shareId])).exitCode).toBe(4);
       expect(await admin.json<unknown[]>(['uploads'])).toEqual([]);
