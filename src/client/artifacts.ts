@@ -76,6 +76,7 @@ import {
   commitPull,
   finishInterruptedPulls,
   isPullJournal,
+  journalWaits,
   TEMP,
   TEMP_OLD,
   TEMP_OWNED,
@@ -1056,15 +1057,20 @@ export interface PullResult {
 
 /**
  * For a file named `name` in a pulled tree: 'no' when it is not a pull's temporary file (the
- * user's), 'live' when a running pull (this one or another) may still write it, 'stale' when no
- * live process owns it: a pull killed on the way left it, and nothing will ever finish it. An
+ * user's), 'live' when a running pull (this one or another) may still write it or the journal
+ * of a killed commit names it, 'stale' when no live process owns it: a pull killed on the way
+ * left it, and nothing will ever finish it. An
  * older fshare's temporary name says no owner: stale once untouched for a day.
  */
 async function pullTemp(abs: string, name: string): Promise<'no' | 'live' | 'stale'> {
   if (!name.startsWith(TEMP)) return 'no';
   const rest = name.slice(TEMP.length);
   const owned = TEMP_OWNED.exec(rest);
-  if (owned) return owned[2] === HOST_TAG && !processAlive(Number(owned[1])) ? 'stale' : 'live';
+  if (owned) {
+    if (owned[2] !== HOST_TAG || processAlive(Number(owned[1]))) return 'live';
+    // Named by the journal of a commit that was killed: the next pull into its DIR needs it.
+    return (await journalWaits(dirname(abs), `${owned[1]}-${owned[2]}`)) ? 'live' : 'stale';
+  }
   if (!TEMP_OLD.test(rest)) return 'no';
   const st = await lstat(abs).catch(() => null);
   return st?.isFile() && Date.now() - st.mtimeMs > ORPHAN_AGE_MS ? 'stale' : 'live';

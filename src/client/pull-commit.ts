@@ -24,7 +24,7 @@ import {
   unlinkSync,
   writeSync,
 } from 'node:fs';
-import { realpath } from 'node:fs/promises';
+import { readdir, realpath } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { HOST_TAG, processAlive } from '../shared/owned-temp.js';
 
@@ -36,6 +36,20 @@ export const TEMP_OLD = /^[0-9a-f]{12}(\.part)?$/;
 
 const JOURNAL = /^\.fshare-pull-(\d+)-([0-9a-f]{8})-[0-9a-f]{12}$/;
 const FORMAT = 'fshare-pull-journal/1';
+
+/**
+ * Whether a journal of the pull `owner` (`<pid>-<host tag>`) waits in `dir` or a directory above
+ * it: a killed commit's temporary files are kept for the next pull into that journal's DIR, even
+ * when a pull into a directory below it comes first (it would take them for plain leftovers).
+ */
+export async function journalWaits(dir: string, owner: string): Promise<boolean> {
+  const prefix = `.fshare-pull-${owner}-`;
+  for (let at = dir; ; at = dirname(at)) {
+    const names = await readdir(at).catch(() => [] as string[]);
+    if (names.some((n) => n.startsWith(prefix) && JOURNAL.test(n))) return true;
+    if (dirname(at) === at) return false;
+  }
+}
 
 /** True for the name of a pull's journal: not a file of DIR (push and --delete pass it over). */
 export function isPullJournal(name: string): boolean {

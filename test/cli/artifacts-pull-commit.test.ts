@@ -290,4 +290,34 @@ describe('fshare pull leaves DIR holding the old set or the new set, never a mix
     expect(again.deleted.files).toBe(0);
     expect(await snapshot(out)).toEqual(v2);
   }, 120_000);
+
+  it("a pull into a subdirectory of DIR, between a commit killed there and the next pull into DIR, keeps the temporary files the journal names, so that pull still finishes the commit: DIR is exactly version 2 (with the subdirectory pull's file); it took them for leftovers of a dead pull and removed them, and their files stayed version 1", async () => {
+    const name = 'killed-then-subdir';
+    const { out, v2 } = await twoVersions(name);
+    const killed = await pullProcess(serve.url, [name, out, '--delete'], {
+      FSHARE_TEST_KILL_AFTER_RENAMES: '1', // b/one.txt: b/two.txt's waits in b/
+    });
+    expect(killed.signal, String(killed.stderr)).toBe('SIGKILL');
+    expect(await journals(out)).toHaveLength(1);
+    const waiting = (await leftovers(out)).filter((p) => p.includes('/'));
+    expect(waiting.length).toBeGreaterThan(0);
+    const sub = dirname(waiting[0]!);
+
+    // Another set pulled into that subdirectory (a pull of its own, with its own sweep).
+    const src = await freshDir(`${name}-sub-src`);
+    await put(src, 'extra.txt', 'a set of its own\n');
+    await admin.json(['push', src, '--name', `${name}-sub`]);
+    await admin.json(['pull', `${name}-sub`, join(out, ...sub.split('/'))]);
+    expect(await leftovers(out)).toEqual(expect.arrayContaining(waiting));
+
+    const next = await admin.run(['pull', 'no-such-set', out]);
+    expect(next.exitCode, next.stderr).toBe(4);
+    expect(next.stderr).toContain('fshare: finished an interrupted pull into ');
+    expect(await snapshot(out)).toEqual({
+      ...v2,
+      [`${sub}/extra.txt`]: (await snapshot(src))['extra.txt'],
+    });
+    expect(await journals(out)).toEqual([]);
+    expect(await leftovers(out)).toEqual([]);
+  }, 120_000);
 });
