@@ -76,6 +76,8 @@ import {
   commitPull,
   finishInterruptedPulls,
   isPullJournal,
+  PULL_LOCK,
+  PullLock,
   journalWaits,
   TEMP,
   TEMP_OLD,
@@ -502,6 +504,10 @@ async function scanTree(
         }
         if (isPullJournal(e.name)) {
           notice(`${childRel}: the journal of an interrupted fshare pull, skipped`);
+          continue;
+        }
+        if (e.name === PULL_LOCK) {
+          notice(`${childRel}: the lock file of fshare pull, skipped`);
           continue;
         }
         await checkLocalName(childAbs, childRel);
@@ -1412,17 +1418,25 @@ export async function pull(
   options: PullOptions,
 ): Promise<PullResult> {
   checkArtifactName(name);
-  await finishInterruptedPulls(dir, safeRelativePath, (line) => options.onNotice?.(line));
-  for (let attempt = 1; ; attempt++) {
-    let read: StoredManifest | undefined;
-    try {
-      return await pullOnce(client, name, dir, options, (m) => (read = m));
-    } catch (err) {
-      if (!(err instanceof DataGoneError) || !read || attempt === PULL_ATTEMPTS) throw err;
-      const now = await readManifest(client, name, options.owner, options.signal);
-      if (!now || JSON.stringify(now.manifest) === JSON.stringify(read.manifest)) throw err;
-      options.onNotice?.(`${name} was replaced while it was pulled; pulling the new set`);
+  const notice = (line: string) => options.onNotice?.(line);
+  const lock = new PullLock();
+  try {
+    const there = await realpath(dir).catch(() => null);
+    if (there !== null) await lock.take(there, notice);
+    await finishInterruptedPulls(dir, safeRelativePath, notice);
+    for (let attempt = 1; ; attempt++) {
+      let read: StoredManifest | undefined;
+      try {
+        return await pullOnce(client, name, dir, options, lock, (m) => (read = m));
+      } catch (err) {
+        if (!(err instanceof DataGoneError) || !read || attempt === PULL_ATTEMPTS) throw err;
+        const now = await readManifest(client, name, options.owner, options.signal);
+        if (!now || JSON.stringify(now.manifest) === JSON.stringify(read.manifest)) throw err;
+        notice(`${name} was replaced while it was pulled; pulling the new set`);
+      }
     }
+  } finally {
+    await lock.release();
   }
 }
 
@@ -1491,6 +1505,7 @@ async function pullOnce(
   name: string,
   dir: string,
   options: PullOptions,
+  lock: PullLock,
   onManifest: (stored: StoredManifest) => void,
 ): Promise<PullResult> {
   const { own, others } = await manifestShares(client, name, options.owner);
@@ -1507,6 +1522,7 @@ async function pullOnce(
   };
   await mkdir(dir, { recursive: true });
   const root = await realpath(dir);
+  await lock.take(root, (line) => options.onNotice?.(line)); // DIR was made just now
   const plan = await planPull(root, manifest, options);
   let deleted = 0;
   for (const abs of plan.inTheWay.keys()) deleted += await countFiles(abs);
@@ -1678,7 +1694,7 @@ async function listExtra(
       if (e.isDirectory()) {
         await walk(childAbs, childRel);
         if (!keepDirs.has(childRel)) extra.emptied.push(childAbs);
-      } else if (!keep.has(childRel) && !isPullJournal(e.name)) {
+      } else if (!keep.has(childRel) && !isPullJournal(e.name) && e.name !== PULL_LOCK) {
         const temp = await pullTemp(childAbs, e.name);
         if (temp === 'live') continue;
         extra.files.push(childAbs);

@@ -24,9 +24,10 @@ import {
   unlinkSync,
   writeSync,
 } from 'node:fs';
-import { readdir, realpath } from 'node:fs/promises';
+import { lstat, open, readdir, realpath, unlink, type FileHandle } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
-import { HOST_TAG, processAlive } from '../shared/owned-temp.js';
+import { loadLocks } from '../shared/filelock.js';
+import { HOST_TAG, processAlive, trackTempFiles, untrackTempFiles } from '../shared/owned-temp.js';
 
 /** A pull's temporary files: `.fshare-tmp-<pid>-<host tag>-<random>` (see artifacts.ts). */
 export const TEMP = '.fshare-tmp-';
@@ -48,6 +49,74 @@ export async function journalWaits(dir: string, owner: string): Promise<boolean>
     const names = await readdir(at).catch(() => [] as string[]);
     if (names.some((n) => n.startsWith(prefix) && JOURNAL.test(n))) return true;
     if (dirname(at) === at) return false;
+  }
+}
+
+/** The lock file a pull holds in DIR from its plan to its commit (see PullLock). */
+export const PULL_LOCK = '.fshare-pull.lock';
+
+/**
+ * One pull into a DIR at a time. Two at once each planned against what DIR held when they began,
+ * so the later commit could skip a file it took for already right that the earlier commit had just
+ * changed, and report a set DIR no longer held; a commit killed under another pull's plan was
+ * rolled forward over that pull's files. The lock is the kernel's, on `.fshare-pull.lock` in DIR
+ * (dropped however its holder ends); the file is removed when the pull ends. A waiter that gets
+ * the lock of a file already removed takes the new one. Where no lock can be had (a file system
+ * without locks, a DIR it cannot write), the pull goes on unguarded, as before.
+ */
+export class PullLock {
+  private handle: FileHandle | undefined;
+  private ino = 0;
+  private root: string | undefined;
+
+  /** Takes the lock of `root` (DIR's real path) unless held; `waiting` is said once if it must wait. */
+  async take(root: string, waiting: (line: string) => void): Promise<void> {
+    if (this.root !== undefined) return;
+    this.root = root;
+    const path = join(root, PULL_LOCK);
+    let told = false;
+    for (;;) {
+      let handle: FileHandle;
+      try {
+        handle = await open(path, 'a', 0o600);
+      } catch {
+        return;
+      }
+      try {
+        if (!loadLocks().tryLock(handle.fd)) {
+          if (!told) waiting(`waiting for another fshare pull into ${root} to finish`);
+          told = true;
+          await loadLocks().waitForLock(handle.fd);
+        }
+      } catch {
+        await handle.close();
+        return;
+      }
+      const held = (await handle.stat()).ino;
+      const now = await lstat(path).catch(() => null);
+      if (now?.ino === held) {
+        this.handle = handle;
+        this.ino = held;
+        trackTempFiles(path); // a signal that ends fshare (Ctrl-C) removes it too
+        return;
+      }
+      await handle.close(); // its holder removed that file as it ended: take the new one
+    }
+  }
+
+  /** Removes the lock file (if it is still the one held), then lets go. */
+  async release(): Promise<void> {
+    const handle = this.handle;
+    this.handle = undefined;
+    if (!handle) return;
+    const path = join(this.root!, PULL_LOCK);
+    untrackTempFiles(path);
+    try {
+      if ((await lstat(path).catch(() => null))?.ino === this.ino) await unlink(path);
+    } catch {
+      // left for the next pull into DIR, which takes it as it is
+    }
+    await handle.close();
   }
 }
 

@@ -47,13 +47,14 @@ type Tree = Record<string, string>;
 
 /**
  * What a tree holds: each file's size, mode and sha256, each directory and link. With
- * `withoutTemps`, the temporary files of a killed pull are left out (the next pull removes them).
+ * `withoutTemps`, the temporary files and the lock file of a killed pull are left out (the next
+ * pull removes them).
  */
 async function snapshot(root: string, withoutTemps = false): Promise<Tree> {
   const tree: Tree = {};
   const walk = async (abs: string, rel: string) => {
     for (const name of (await readdir(abs)).sort()) {
-      if (withoutTemps && name.startsWith(TEMP)) continue;
+      if (withoutTemps && (name.startsWith(TEMP) || name === '.fshare-pull.lock')) continue;
       const childAbs = join(abs, name);
       const childRel = rel ? `${rel}/${name}` : name;
       const st = await lstat(childAbs);
@@ -181,31 +182,35 @@ describe('fshare pull leaves DIR holding the old set or the new set, never a mix
   };
 
   /**
-   * A proxy in front of the server that holds every request `hold` picks (never released: the
-   * client is killed while it waits); `held` says whether one came.
+   * A proxy in front of the server that holds every request `hold` picks until `release()` (or
+   * for ever: the client is killed while it waits); `held` says whether one came.
    */
   const holdingProxy = async (hold: (req: IncomingMessage) => boolean) => {
-    let held = false;
+    const waiting: (() => void)[] = [];
+    let released = false;
     const proxy = createServer((req, res) => {
-      if (hold(req)) {
-        held = true;
-        return;
-      }
-      req.pipe(
-        httpRequest(
-          `${serve.url}${req.url}`,
-          { method: req.method, headers: req.headers },
-          (up) => {
-            res.writeHead(up.statusCode ?? 502, up.headers);
-            up.pipe(res);
-          },
-        ).on('error', () => res.destroy()),
-      );
+      const forward = () =>
+        req.pipe(
+          httpRequest(
+            `${serve.url}${req.url}`,
+            { method: req.method, headers: req.headers },
+            (up) => {
+              res.writeHead(up.statusCode ?? 502, up.headers);
+              up.pipe(res);
+            },
+          ).on('error', () => res.destroy()),
+        );
+      if (!released && hold(req)) waiting.push(forward);
+      else forward();
     });
     await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
     return {
       url: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`,
-      held: () => held,
+      held: () => waiting.length > 0,
+      release: () => {
+        released = true;
+        for (const forward of waiting.splice(0)) forward();
+      },
       close: async () => {
         proxy.closeAllConnections();
         await new Promise((resolve) => proxy.close(resolve));
@@ -319,5 +324,54 @@ describe('fshare pull leaves DIR holding the old set or the new set, never a mix
     });
     expect(await journals(out)).toEqual([]);
     expect(await leftovers(out)).toEqual([]);
+  }, 120_000);
+
+  it("two pulls into one DIR at once run one after the other: the second waits (saying so) and plans against what the first left, so DIR ends holding its set; it planned against DIR as it was before, skipped f.bin as already right, and reported its set while f.bin held the first pull's bytes", async () => {
+    const name = 'one-at-a-time';
+    const srcP = await freshDir(`${name}-p`);
+    await put(srcP, 'f.bin', randomBytes(MiB + 50));
+    await put(srcP, 'a.txt', 'only in p\n');
+    const srcQ = await freshDir(`${name}-q`);
+    await put(srcQ, 'f.bin', randomBytes(MiB + 60));
+    await put(srcQ, 'b.txt', 'only in q\n');
+    await admin.json(['push', srcP, '--name', `${name}-p`]);
+    await admin.json(['push', srcQ, '--name', `${name}-q`]);
+    const out = await freshDir(`${name}-out`);
+    await admin.json(['pull', `${name}-q`, out]);
+    await rm(join(out, 'b.txt')); // the second pull has a file to fetch between plan and commit
+    const pF = (await manifestFiles(`${name}-p`)).find((f) => f.path === 'f.bin')!;
+    const qB = (await manifestFiles(`${name}-q`)).find((f) => f.path === 'b.txt')!;
+    const contentOf = (share: string | null) => (req: IncomingMessage) =>
+      req.method === 'GET' && req.url === `/files/${share}/content`;
+    const gateP = await holdingProxy(contentOf(pF.share));
+    const gateQ = await holdingProxy(contentOf(qB.share));
+    try {
+      const first = pullProcess(gateP.url, [`${name}-p`, out]);
+      await until(gateP.held, "the first pull's download of f.bin", 25, 60_000);
+      const second = pullProcess(gateQ.url, [`${name}-q`, out]);
+      let stderr = '';
+      second.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+      await until(
+        () => stderr.includes('waiting for another fshare pull') || gateQ.held(),
+        'the second pull to wait or to fetch b.txt',
+        25,
+        60_000,
+      );
+      expect(stderr).toContain(`fshare: waiting for another fshare pull into `);
+      gateP.release();
+      const done = await first;
+      expect(done.exitCode, String(done.stderr)).toBe(0);
+      gateQ.release();
+      const later = await second;
+      expect(later.exitCode, String(later.stderr)).toBe(0);
+    } finally {
+      gateP.release();
+      gateQ.release();
+      await gateP.close();
+      await gateQ.close();
+    }
+    const p = await snapshot(srcP);
+    const q = await snapshot(srcQ);
+    expect(await snapshot(out)).toEqual({ 'a.txt': p['a.txt'], ...q });
   }, 120_000);
 });

@@ -871,6 +871,7 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
         else expect(res.signal, String(res.stderr)).toBe(ending.signal);
         expect(await leftovers(out)).toEqual([]);
         expect(existsSync(join(out, 'big.bin'))).toBe(false);
+        expect(await readdir(out)).toEqual([]); // nor its lock file (.fshare-pull.lock)
       }
     } finally {
       proxy.closeAllConnections();
