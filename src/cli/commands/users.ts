@@ -15,7 +15,15 @@ import type { User } from '../../shared/types.js';
 import { formatSize, parseSize } from '../../shared/size.js';
 import { openSession } from '../context.js';
 import { readNewPassword } from '../input.js';
-import { UsageError, examples, printDetails, printJson, printLine, printTable } from '../output.js';
+import {
+  UsageError,
+  examples,
+  printDetails,
+  printJson,
+  printLine,
+  printTable,
+  warn,
+} from '../output.js';
 import { addPageOptions, listPaged, localIso, shortDate } from '../lists.js';
 import { userShape } from '../shapes.js';
 import { applyPermissionChanges, formatPermissions, parsePermissionList } from './perms.js';
@@ -33,6 +41,13 @@ async function findUser(client: ApiClient, name: string): Promise<User> {
     if (me?.permissions.includes('ADMIN')) throw new ApiError(404, `no such user: ${name}`);
     throw err;
   }
+}
+
+/** Whether NAME is the signed-in caller (a server without GET /whoami: taken as not). */
+async function isCaller(client: ApiClient, name: string): Promise<boolean> {
+  if (client.token === undefined) return false;
+  const me = await whoami(client).catch(() => undefined);
+  return me?.username === name;
 }
 
 /**
@@ -157,12 +172,16 @@ export function registerUsers(program: Command): void {
       names.forEach(checkName); // before any is deleted
       const client = await session.client();
       const done: { username: string; deleted: true }[] = [];
-      for (const name of names) {
-        await deleteUser(client, name);
-        done.push({ username: name, deleted: true });
-        if (!session.opts.json) printLine(`Deleted user ${name}`);
+      try {
+        for (const name of names) {
+          await deleteUser(client, name);
+          done.push({ username: name, deleted: true });
+          if (!session.opts.json) printLine(`Deleted user ${name}`);
+        }
+      } finally {
+        // Also when one failed: a script learns which users are gone (as `rm` tells its shares).
+        if (session.opts.json) printJson(done);
       }
-      if (session.opts.json) printJson(done);
     });
 
   users
@@ -218,9 +237,17 @@ export function registerUsers(program: Command): void {
         `New password for ${name}`,
       );
       const client = await session.client();
+      // Your own name: the new password ends this session's token too, so the user is read
+      // before (after, the read would be a 401 for a change that was made).
+      const self = await isCaller(client, name);
+      const before = self && session.opts.json ? await getUser(client, name) : undefined;
       await patchUser(client, name, { password });
-      if (session.opts.json) printJson(userShape(await getUser(client, name)));
+      if (session.opts.json) printJson(userShape(before ?? (await getUser(client, name))));
       else printLine(`Password of ${name} changed`);
+      if (self)
+        warn(
+          `fshare: that ended every session of ${name}, this one too: run \`fshare login\` with the new password (\`fshare passwd\` changes your own and keeps you signed in)`,
+        );
     });
 
   users
@@ -249,8 +276,11 @@ export function registerUsers(program: Command): void {
     .addHelpText('after', examples(['fshare users signout bob']))
     .action(async (name: string, _options: object, cmd: Command) => {
       const session = openSession(cmd);
-      await revokeTokens(await session.client(), checkName(name));
+      const client = await session.client();
+      const self = await isCaller(client, checkName(name));
+      await revokeTokens(client, name);
       if (session.opts.json) printJson({ username: name, signed_out: true });
       else printLine(`Every token of ${name} was revoked`);
+      if (self) warn('fshare: that ended this session too: run `fshare login`');
     });
 }

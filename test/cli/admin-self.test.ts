@@ -1,0 +1,101 @@
+// Administration through the built binary against a real `fshare serve`, where the administrator
+// acts on themself or a command stops halfway: what it prints must say what was done.
+import { rm } from 'node:fs/promises';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ADMIN, createCli, startServe, type Cli, type Serve } from '../helpers/cli.js';
+
+let serve: Serve;
+const clis: Cli[] = [];
+
+async function signedIn(user: string, password: string): Promise<Cli> {
+  const cli = await createCli();
+  clis.push(cli);
+  const res = await cli.run(['--server', serve.url, 'login', '-u', user, '--password-stdin'], {
+    input: `${password}\n`,
+  });
+  expect(res.exitCode, res.stderr).toBe(0);
+  return cli;
+}
+
+async function addUser(admin: Cli, name: string, perms: string, password: string): Promise<void> {
+  const res = await admin.run(['users', 'add', name, '--perms', perms, '--password-stdin'], {
+    input: `${password}\n`,
+  });
+  expect(res.exitCode, res.stderr).toBe(0);
+}
+
+beforeAll(async () => {
+  serve = await startServe();
+});
+afterAll(async () => {
+  await serve?.stop();
+  for (const cli of clis) await rm(cli.configDir, { recursive: true, force: true });
+});
+
+describe('an administrator acting on themself', () => {
+  // `users passwd` of your own name changes the password and, by it, ends this session's token:
+  // with --json it then read the user back with that dead token and failed, exit 3 "run fshare
+  // login", for a change that had been made; without --json it said only "changed", and the next
+  // command met a 401. Now: exit 0, the user (read before), and one line that this session ended.
+  it('users passwd of yourself reports the change and says this session ended too', async () => {
+    const admin = await signedIn(ADMIN.username, ADMIN.password);
+    await addUser(admin, 'root2', 'ADMIN', 'root2-old');
+    const root2 = await signedIn('root2', 'root2-old');
+    const res = await root2.run(['--json', 'users', 'passwd', 'root2', '--password-stdin'], {
+      input: 'root2-new\n',
+    });
+    expect(res.exitCode, res.stderr).toBe(0);
+    expect(JSON.parse(res.stdout)).toMatchObject({ username: 'root2', permissions: ['ADMIN'] });
+    expect(res.stderr.trim().split('\n')).toEqual([
+      'fshare: that ended every session of root2, this one too: run `fshare login` with the new password (`fshare passwd` changes your own and keeps you signed in)',
+    ]);
+    // What the line says is so: this session is over, the new password signs in.
+    expect((await root2.run(['whoami'])).exitCode).toBe(3);
+    await signedIn('root2', 'root2-new');
+
+    // Another user's password: no such line.
+    await addUser(admin, 'plain', 'READ', 'plain-old');
+    const other = await admin.run(['users', 'passwd', 'plain', '--password-stdin'], {
+      input: 'plain-new\n',
+    });
+    expect(other.exitCode, other.stderr).toBe(0);
+    expect(other.stdout.trim()).toBe('Password of plain changed');
+    expect(other.stderr).toBe('');
+  });
+
+  // `users signout` of yourself ended this session silently ("Every token of NAME was revoked"
+  // and nothing more); it now says so, as the next command will find.
+  it('users signout of yourself says this session ended too', async () => {
+    const admin = await signedIn(ADMIN.username, ADMIN.password);
+    await addUser(admin, 'root3', 'ADMIN', 'root3-pw');
+    const root3 = await signedIn('root3', 'root3-pw');
+    const res = await root3.run(['users', 'signout', 'root3']);
+    expect(res.exitCode, res.stderr).toBe(0);
+    expect(res.stdout.trim()).toBe('Every token of root3 was revoked');
+    expect(res.stderr.trim()).toBe('fshare: that ended this session too: run `fshare login`');
+    expect((await root3.run(['whoami'])).exitCode).toBe(3);
+  });
+});
+
+describe('users rm stopped by a failure', () => {
+  // `users rm a missing b --json` deleted a, stopped at the 404 and printed no JSON: a script
+  // could not learn that a was gone. It now prints the array of the users it deleted (as `rm`
+  // does for shares), with the error line and its exit code.
+  it('--json lists the users deleted before the failure', async () => {
+    const admin = await signedIn(ADMIN.username, ADMIN.password);
+    await addUser(admin, 'gone1', 'READ', 'pw-gone1');
+    await addUser(admin, 'kept1', 'READ', 'pw-kept1');
+    const res = await admin.run(['--json', 'users', 'rm', 'gone1', 'nosuchuser', 'kept1']);
+    expect(res.exitCode).toBe(4);
+    expect(JSON.parse(res.stdout)).toEqual([{ username: 'gone1', deleted: true }]);
+    expect(res.stderr.trim()).toBe('fshare: No user with this name (HTTP 404)');
+    const left = await admin.json<{ users: { username: string }[] }>(['users', 'ls', '--all']);
+    const names = left.users.map((u) => u.username);
+    expect(names).not.toContain('gone1');
+    expect(names).toContain('kept1');
+
+    const none = await admin.run(['--json', 'users', 'rm', 'nosuchuser']);
+    expect(none.exitCode).toBe(4);
+    expect(JSON.parse(none.stdout)).toEqual([]);
+  });
+});
