@@ -1423,7 +1423,7 @@ export async function pull(
   try {
     const there = await realpath(dir).catch(() => null);
     if (there !== null) await lock.take(there, notice);
-    await finishInterruptedPulls(dir, safeRelativePath, notice);
+    await finishInterruptedPulls(dir, safeRelativePath, notice, lock.held);
     for (let attempt = 1; ; attempt++) {
       let read: StoredManifest | undefined;
       try {

@@ -69,6 +69,11 @@ export class PullLock {
   private ino = 0;
   private root: string | undefined;
 
+  /** Whether the lock is held: then no other pull (of any process or host) is at work in DIR. */
+  get held(): boolean {
+    return this.handle !== undefined;
+  }
+
   /** Takes the lock of `root` (DIR's real path) unless held; `waiting` is said once if it must wait. */
   async take(root: string, waiting: (line: string) => void): Promise<void> {
     if (this.root !== undefined) return;
@@ -326,13 +331,16 @@ function readJournal(file: string, checkPath: (p: unknown) => string): PullCommi
 
 /**
  * Before a pull into `dir` does anything else: finishes the commit of every pull into it that was
- * killed during its commit (its journal's process is no longer running on this host), then
- * removes the journal. A journal of a running pull, or of another host's, is left alone.
+ * killed during its commit, then removes the journal. With DIR's lock held (`locked`, PullLock)
+ * every journal there is one: a commit is made holding that lock, so none can still be under
+ * way, whatever process or host wrote it (a pid reused since, another host on a shared DIR).
+ * Without the lock, only a journal of a process no longer running on this host is finished.
  */
 export async function finishInterruptedPulls(
   dir: string,
   checkPath: (p: unknown) => string,
   notice: (line: string) => void,
+  locked = false,
 ): Promise<void> {
   const root = await realpath(dir).catch(() => null);
   if (root === null) return;
@@ -344,7 +352,8 @@ export async function finishInterruptedPulls(
   }
   for (const name of names.filter((n) => JOURNAL.test(n)).sort()) {
     const [, pid, host] = JOURNAL.exec(name)!;
-    if (host !== HOST_TAG || Number(pid) === process.pid || processAlive(Number(pid))) continue;
+    if (host === HOST_TAG && Number(pid) === process.pid) continue;
+    if (!locked && (host !== HOST_TAG || processAlive(Number(pid)))) continue;
     const file = join(root, name);
     try {
       const commit = readJournal(file, checkPath);

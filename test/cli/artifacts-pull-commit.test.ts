@@ -4,7 +4,17 @@
 // SIGKILL during the short commit can leave a mix, and the next pull into DIR finishes it.
 // The built binary against a real `fshare serve`.
 import { createHash, randomBytes } from 'node:crypto';
-import { chmod, lstat, mkdir, readdir, readFile, readlink, rm, writeFile } from 'node:fs/promises';
+import {
+  chmod,
+  lstat,
+  mkdir,
+  readdir,
+  readFile,
+  readlink,
+  rename,
+  rm,
+  writeFile,
+} from 'node:fs/promises';
 import { createServer, request as httpRequest, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { dirname, join } from 'node:path';
@@ -373,5 +383,33 @@ describe('fshare pull leaves DIR holding the old set or the new set, never a mix
     const p = await snapshot(srcP);
     const q = await snapshot(srcQ);
     expect(await snapshot(out)).toEqual({ 'a.txt': p['a.txt'], ...q });
+  }, 120_000);
+
+  it('the journal of a commit killed on another host (a DIR shared over NFS) or by a process whose pid now runs something else is finished by the next pull into DIR, which holds the lock no commit is made without: DIR exactly version 2; it was left alone for good, DIR a mix', async () => {
+    for (const owner of ['another host', 'a live pid'] as const) {
+      const name = `killed-${owner.replace(/ /g, '-')}`;
+      const { out, v1, v2 } = await twoVersions(name);
+      const killed = await pullProcess(serve.url, [name, out, '--delete'], {
+        FSHARE_TEST_KILL_AFTER_RENAMES: '2',
+      });
+      expect(killed.signal, String(killed.stderr)).toBe('SIGKILL');
+      const [journal] = await journals(out);
+      const [, pid, host, rest] = /^\.fshare-pull-(\d+)-([0-9a-f]{8})-(.*)$/.exec(journal!)!;
+      const renamed =
+        owner === 'another host'
+          ? `.fshare-pull-${pid}-${host === '0badf00d' ? '0badcafe' : '0badf00d'}-${rest}`
+          : `.fshare-pull-${process.pid}-${host}-${rest}`; // this test's own process: alive
+      await rename(join(out, journal!), join(out, renamed));
+      const mixed = await snapshot(out, true);
+      delete mixed[renamed];
+      expect(mixed).not.toEqual(v1);
+      expect(mixed).not.toEqual(v2);
+
+      const next = await admin.run(['pull', 'no-such-set', out]);
+      expect(next.exitCode, next.stderr).toBe(4);
+      expect(next.stderr).toContain('fshare: finished an interrupted pull into ');
+      expect(await snapshot(out)).toEqual(v2);
+      expect(await journals(out)).toEqual([]);
+    }
   }, 120_000);
 });
