@@ -153,24 +153,33 @@ export function need(req: Request, permission: Permission | null, anonymous = tr
 export async function signedIn(req: Request, store: MetadataStore): Promise<UserRecord> {
   need(req, null, false);
   const user = await store.getUserById(req.caller.userId!);
-  // Deleted, or every token of the user ended (a new password, "sign out everywhere"), while
-  // this request was on its way: else a token ended meanwhile could still be renewed by extend.
+  // Deleted, or every token of the user ended (a new password, "sign out everywhere"), or this
+  // token revoked (a logout, possibly on another server), while this request was on its way:
+  // else a token ended meanwhile could still be renewed by extend or commit a chunk.
   const token = req.caller.token;
-  if (!user || (token && !speaksFor(token, user))) throw Errors.badToken();
+  if (!user || (token && (!speaksFor(token, user) || (await store.isRevoked(token.jti)))))
+    throw Errors.badToken();
   return user;
 }
 
 /**
- * Checks again, where a slow request makes its change, that its signed-in caller still may: a
- * user deleted, signed out everywhere (401) or stripped of the permission (403) while the
- * request's body streamed in changes nothing.
+ * Checks again, where a slow request makes its change, that its caller still may: a user
+ * deleted, signed out (everywhere, or this token) (401) or stripped of the permission (403), or
+ * an anonymous caller whose permission left default_permissions (401), while the request's body
+ * streamed in changes nothing.
  */
 export async function stillAllowed(
   req: Request,
   store: MetadataStore,
   permission: Permission,
 ): Promise<void> {
-  if (req.caller.userId === null) return;
+  if (req.caller.userId === null) {
+    // An anonymous caller holds what default_permissions hold now (an ADMIN may have taken the
+    // permission away, on any server, while the body streamed in): 401 as for a new request.
+    const { default_permissions } = await store.getSettings();
+    if (!default_permissions.includes(permission)) throw Errors.authRequired();
+    return;
+  }
   const user = await signedIn(req, store);
   if (!user.permissions.includes(permission)) throw Errors.forbidden(permission);
 }

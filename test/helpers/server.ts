@@ -1,4 +1,4 @@
-import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { inject } from 'vitest';
@@ -198,6 +198,30 @@ export async function incomingFiles(srv: TestServer): Promise<string[]> {
   if (BACKEND === 'two-servers')
     files.push(...(await walkFiles(join(`${srv.dataDir}-second`, 'incoming'))));
   return files;
+}
+
+/**
+ * Whether bytes of a chunk without layout fields (not the last of its upload) are arriving for
+ * share `shareId`: in its staging file in the upload's directory (files), or in the temp file of
+ * an incoming chunk (S3; with two servers, on either server). Once they are, the server has
+ * checked the request's caller and share and is reading its body.
+ */
+export async function chunkArriving(srv: TestServer, shareId: string): Promise<boolean> {
+  const files =
+    BACKEND === 'embedded'
+      ? (await walkFiles(join(srv.dataDir, 'uploads'))).filter(
+          (f) => f.includes(`/${shareId}.`) && /\/s\.[0-9a-f]+$/.test(f),
+        )
+      : await incomingFiles(srv);
+  const sizes = await Promise.all(
+    files.map((f) =>
+      stat(f).then(
+        (s) => s.size,
+        () => 0,
+      ),
+    ),
+  );
+  return sizes.some((size) => size > 0);
 }
 
 /**

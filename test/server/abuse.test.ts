@@ -33,6 +33,7 @@ import { encodeLine } from '../../src/server/store/journal.js';
 import {
   ADMIN,
   BACKEND,
+  chunkArriving,
   incomingFiles,
   login,
   startServer,
@@ -523,6 +524,48 @@ describe('storage quotas', () => {
       expectFail(await slow.finish(), 413);
       const me = await get(srv.url, `/users/${user.username}`, { token: user.token });
       expect(me.body).toMatchObject({ quota: 10_000, used: 10_000 });
+    } finally {
+      await srv.close();
+    }
+  });
+
+  // A quota given to a user while their chunk streams in is applied when it commits, as a
+  // lowered one already was. Found from outside on two servers: an ADMIN set a quota of 5,000
+  // bytes through server A while the user's last chunk (2 MB) streamed into server B; the chunk
+  // was committed (201) and the user owned 2,001,000 bytes under that quota (a user who had any
+  // quota before got 413).
+  it('a quota set while a chunk streams in is applied when it commits', async () => {
+    const srv = await startServer();
+    try {
+      const admin = await login(srv.url, ADMIN.username, ADMIN.password);
+      const user = await createUser(srv.url, admin, ['CREATE', 'MODIFY', 'READ']);
+      const id = await createShare(srv.url, user.token, 'quota-later.bin');
+      const dzuuid = randomUUID();
+      const first = await sendParts(srv.url, user.token, id, [
+        { name: 'dzuuid', value: dzuuid },
+        { name: 'dzchunkindex', value: '0' },
+        { name: 'dztotalchunks', value: '3' },
+        { name: 'upload', filename: 'b', data: randomBytes(1000) },
+      ]);
+      expectStatus(first, 200);
+      const slow = await stalledChunk(
+        srv.url,
+        user.token,
+        id,
+        { dzuuid, dzchunkindex: 1, dztotalchunks: 3 },
+        randomBytes(3 * 1024 * 1024),
+        2 * 1024 * 1024,
+      );
+      await until(() => chunkArriving(srv, id), 'the chunk to reach the server');
+      expectStatus(
+        await patch(srv.url, `/users/${user.username}`, { token: admin, json: { quota: 5000 } }),
+        200,
+      );
+      expectFail(await slow.finish(), 413);
+      const me = await get(srv.url, `/users/${user.username}`, { token: user.token });
+      expect(me.body).toMatchObject({ quota: 5000, used: 0 });
+      const status = await get(srv.url, `/files/${id}/uploads/${dzuuid}`, { token: user.token });
+      expect(status.body).toMatchObject({ received: [0], bytes: 1000 });
     } finally {
       await srv.close();
     }

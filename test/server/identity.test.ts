@@ -15,10 +15,19 @@ import {
   getShare,
   patch,
   post,
+  setDefaultPermissions,
   stalledChunk,
   unique,
+  until,
 } from '../helpers/http.js';
-import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
+import {
+  ADMIN,
+  chunkArriving,
+  login,
+  startServer,
+  storedUploads,
+  type TestServer,
+} from '../helpers/server.js';
 
 let srv: TestServer;
 let base: string;
@@ -29,6 +38,8 @@ beforeAll(async () => {
   admin = await login(base, ADMIN.username, ADMIN.password);
 });
 afterAll(() => srv.close());
+
+const MiB = 1024 * 1024;
 
 const whoami = async (token: string) => (await get(base, '/whoami', { token })).body;
 
@@ -81,6 +92,48 @@ describe('a caller that changed while its chunk streamed in', () => {
         );
       expectFail(await slow.finish(), status);
       expect(await getShare(base, admin, share)).toMatchObject({ initialized: false, size: null });
+    }
+  });
+});
+
+describe('a caller that changed while its chunk streamed in, on another server', () => {
+  // Found from outside on two servers: a chunk streaming into server B whose token was signed
+  // out with POST /users/logout on server A (the token then got 401 on B at once) was still
+  // committed once its body arrived (201), as was an anonymous chunk whose CREATE an ADMIN had
+  // taken out of default_permissions meanwhile. Both are now 401, and nothing is committed.
+  it('its token revoked by a logout (401): nothing is committed', async () => {
+    const user = await createUser(base, admin, ['CREATE', 'READ']);
+    const share = await createShare(base, user.token, 'logout.bin');
+    const fields = { dzuuid: randomUUID(), dzchunkindex: 0, dztotalchunks: 2 };
+    const slow = await stalledChunk(base, user.token, share, fields, randomBytes(3 * MiB), 2 * MiB);
+    await until(() => chunkArriving(srv, share), 'the chunk to reach the server');
+    expectStatus(
+      await post(base, '/users/logout', { token: user.token, json: { token: user.token } }),
+      200,
+    );
+    expectFail(await slow.finish(), 401);
+    expect(await storedUploads(srv, share)).toEqual([]);
+  });
+
+  it('anonymous, its permission taken out of default_permissions (401): nothing is committed', async () => {
+    await setDefaultPermissions(base, admin, ['CREATE', 'READ']);
+    try {
+      const share = await createShare(base, undefined, 'anonymous.bin');
+      const fields = { dzuuid: randomUUID(), dzchunkindex: 0, dztotalchunks: 2 };
+      const slow = await stalledChunk(
+        base,
+        undefined,
+        share,
+        fields,
+        randomBytes(3 * MiB),
+        2 * MiB,
+      );
+      await until(() => chunkArriving(srv, share), 'the chunk to reach the server');
+      await setDefaultPermissions(base, admin, ['READ']);
+      expectFail(await slow.finish(), 401);
+      expect(await storedUploads(srv, share)).toEqual([]);
+    } finally {
+      await setDefaultPermissions(base, admin, []);
     }
   });
 });

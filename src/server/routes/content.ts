@@ -234,14 +234,22 @@ export function contentRoutes(ctx: Context): Router {
         // The quota and the bounds on unfinished uploads count what other requests committed:
         // checked and committed under one lock per user (per share for an anonymous caller), so
         // chunks that race cannot all pass a check that only one of them may.
+        // A quota an ADMIN gave the caller (on any server) while the body streamed in counts
+        // too, as one lowered meanwhile does.
+        const quotaSince =
+          owner === undefined &&
+          req.caller.userId !== null &&
+          ((await store.getUserById(req.caller.userId))?.quota ?? null) !== null;
         const guarded =
-          owner !== undefined || !(await storage.isUnfinished(share.share_id, fields.uploadId));
+          owner !== undefined ||
+          quotaSince ||
+          !(await storage.isUnfinished(share.share_id, fields.uploadId));
         const checkAndCommit = async () => {
           // A replacement is credited with the content the share holds now, which another
           // upload may have replaced while this body streamed in, not with what it held then.
           const current = await store.getShare(share.share_id);
           const quota =
-            guarded && owner
+            guarded && (owner || quotaSince)
               ? await quotaRoom(req, current ?? share, share.initialized)
               : { room, owner };
           if (
