@@ -364,7 +364,7 @@ export async function finishInterruptedPulls(
       unlinkSync(file);
     } catch (err) {
       throw new CommitError(
-        `an interrupted pull into ${root} could not be finished (${(err as Error).message}); its journal is ${file}`,
+        `an interrupted pull into ${root} could not be finished (${(err as Error).message}); its journal is ${file}: remove it to pull without finishing that step`,
         { cause: err },
       );
     }

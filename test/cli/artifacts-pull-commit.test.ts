@@ -412,4 +412,26 @@ describe('fshare pull leaves DIR holding the old set or the new set, never a mix
       expect(await journals(out)).toEqual([]);
     }
   }, 120_000);
+
+  it('a killed commit that cannot be finished (a file put where its directory goes) stops the next pull with exit 1 and one line naming the journal and what to do, the journal kept; once the journal is removed, the pull with --delete gives version 2 exactly', async () => {
+    const name = 'killed-unfinishable';
+    const { out, v2 } = await twoVersions(name);
+    const killed = await pullProcess(serve.url, [name, out, '--delete'], {
+      FSHARE_TEST_KILL_AFTER_RENAMES: '2',
+    });
+    expect(killed.signal, String(killed.stderr)).toBe('SIGKILL');
+    const [journal] = await journals(out);
+    await writeFile(join(out, 'n'), 'a file where the set makes a directory\n');
+    const stuck = await admin.run(['pull', name, out, '--delete']);
+    expect(stuck.exitCode, stuck.stderr).toBe(1);
+    expect(stuck.stderr.trim().split('\n')).toEqual([
+      `fshare: an interrupted pull into ${out} could not be finished (${join(out, 'n')} is not a directory); its journal is ${join(out, journal!)}: remove it to pull without finishing that step`,
+    ]);
+    expect(await journals(out)).toEqual([journal]); // kept, as the line says
+
+    await rm(join(out, journal!));
+    const res = await admin.run(['pull', name, out, '--delete']);
+    expect(res.exitCode, res.stderr).toBe(0);
+    expect(await snapshot(out)).toEqual(v2);
+  }, 120_000);
 });
