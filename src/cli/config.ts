@@ -76,6 +76,15 @@ export class Config {
     this.update(key, () => value);
   }
 
+  /**
+   * Sets several keys in one write under the lock: a login's server and user name, which two
+   * logins run at once (to two servers) could otherwise interleave into one's server with the
+   * other's user.
+   */
+  assign(values: Partial<ConfigSchema>): void {
+    this.updateMany((data) => Object.assign(data, values));
+  }
+
   delete(key: keyof ConfigSchema): void {
     this.update(key, () => undefined);
   }
@@ -88,6 +97,17 @@ export class Config {
     key: K,
     change: (current: ConfigSchema[K]) => ConfigSchema[K],
   ): void {
+    this.updateMany((data) => {
+      const value = change(data[key]);
+      if (value === undefined) {
+        if (!(key in data)) return false;
+        delete data[key];
+      } else data[key] = value;
+    });
+  }
+
+  /** Reads, changes (`false`: nothing to write) and writes the whole file under the lock. */
+  private updateMany(change: (data: ConfigSchema) => unknown): void {
     try {
       mkdirSync(dirname(this.path), { recursive: true, mode: 0o700 }); // for the lock file
     } catch {
@@ -95,12 +115,7 @@ export class Config {
     }
     withFileLockSync(`${this.path}.lock`, () => {
       const data = this.read(true); // a damaged file is never written over
-      const value = change(data[key]);
-      if (value === undefined) {
-        if (!(key in data)) return;
-        delete data[key];
-      } else data[key] = value;
-      this.write(data);
+      if (change(data) !== false) this.write(data);
     });
   }
 }

@@ -23,8 +23,7 @@ async function remember(
   replaces?: { username: string; token: string },
 ): Promise<'keychain' | 'file'> {
   const where = await session.credentials.saveToken(session.server, res.username, res.auth_token);
-  session.config.set('server', session.server);
-  session.config.set('username', res.username);
+  session.config.assign({ server: session.server, username: res.username });
   if (replaces !== undefined && replaces.username !== res.username)
     await session.credentials
       .deleteToken(session.server, replaces.username, replaces.token)
