@@ -143,13 +143,30 @@ export function createHttpServer(
           ? [408, 'The request headers did not arrive in time']
           : [400, 'The request is not valid HTTP'];
     const body = JSON.stringify({ status: 'fail', message });
-    socket.end(
+    const answer =
       `HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\n` +
-        'Content-Type: application/json; charset=utf-8\r\n' +
-        `Content-Length: ${Buffer.byteLength(body)}\r\n` +
-        'Connection: close\r\n\r\n' +
-        body,
-    );
+      'Content-Type: application/json; charset=utf-8\r\n' +
+      `Content-Length: ${Buffer.byteLength(body)}\r\n` +
+      'Connection: close\r\n\r\n' +
+      body;
+    // Bytes that come after a request on a keep-alive connection (pipelined, or a body longer
+    // than its Content-Length) may fail to parse while that request's answer is still to come,
+    // or half sent. Written now, this answer would be taken for that request's (a chunk that is
+    // then stored, answered 400) or land in the middle of a download's bytes. It goes after every
+    // earlier answer, in order, and then the connection closes.
+    const answerInTurn = () => {
+      const pending = (socket as Socket & { _httpMessage?: http.ServerResponse | null })
+        ._httpMessage;
+      if (pending) {
+        pending.once('finish', answerInTurn);
+        return;
+      }
+      if (socket.writable && !socket.destroyed) socket.end(answer);
+      else socket.destroy();
+    };
+    // Node stops a failed connection's idle timer; an earlier answer still being sent needs it.
+    socket.setTimeout(limits.idleTimeoutMs);
+    answerInTurn();
   });
   return server;
 }
