@@ -139,9 +139,13 @@ export function debugText(err: unknown): string {
   return parts.join('\n');
 }
 
-/** A one-line warning on stderr (never stdout, which belongs to the command's output). */
+/**
+ * A one-line warning on stderr (never stdout, which belongs to the command's output). Names in
+ * it (a user name a server sent, a path) are made printable, as on stdout.
+ */
 export function warn(line: string): void {
-  process.stderr.write(line.startsWith('fshare:') ? `${line}\n` : `fshare: ${line}\n`);
+  const text = printable(line);
+  process.stderr.write(text.startsWith('fshare:') ? `${text}\n` : `fshare: ${text}\n`);
 }
 
 /** Control characters from the server (names) shown as "?", so they cannot drive the terminal. */

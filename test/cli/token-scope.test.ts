@@ -260,6 +260,40 @@ describe('login with FSHARE_TOKEN set', () => {
   });
 });
 
+describe('warnings carry names a server sent', () => {
+  // A server answered a sign-in with a user name holding terminal escapes (clear the screen, set
+  // the window title, a new line that looks like fshare's own): stdout showed it as '?', but the
+  // FSHARE_TOKEN warning wrote it to the terminal as it came. Every warning line is now printable.
+  it('shows control characters in a warning as ?, as stdout does', async () => {
+    const evil = 'bob\u001b[2J\u001b]0;pwned\u0007\nfshare: fake line';
+    const hostile = createServer((req, res) => {
+      req.resume();
+      const body = JSON.stringify({ status: 'success', username: evil, auth_token: 'tok-123' });
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(body);
+    });
+    await new Promise<void>((resolve) => hostile.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(hostile.address() as AddressInfo).port}`;
+    const shell = await createCli();
+    try {
+      const login = await shell.run(['--server', url, 'login', '-u', 'bob', '--password-stdin'], {
+        input: 'pw\n',
+        env: { FSHARE_TOKEN: 'another-token' },
+      });
+      expect(login.exitCode, login.stderr).toBe(0);
+      const shown = 'bob?[2J?]0;pwned??fshare: fake line';
+      expect(login.stdout).toContain(`as ${shown} (`);
+      expect(login.stderr).toBe(
+        `fshare: FSHARE_TOKEN is set, and commands to ${url} use it, not the token of ${shown} stored now, until it is unset`,
+      );
+    } finally {
+      hostile.closeAllConnections();
+      await new Promise((resolve) => hostile.close(resolve));
+      await rm(shell.configDir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('passwd with FSHARE_TOKEN', () => {
   it('says that the token in the variable was ended too', async () => {
     const add = await cli.run(['users', 'add', 'kim', '--perms', 'READ', '--password-stdin'], {
