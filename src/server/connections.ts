@@ -147,6 +147,8 @@ export function createHttpServer(
       `HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\n` +
       'Content-Type: application/json; charset=utf-8\r\n' +
       `Content-Length: ${Buffer.byteLength(body)}\r\n` +
+      // Every answer allows any origin (API.md "CORS"): a browser page then reads this error.
+      'Access-Control-Allow-Origin: *\r\n' +
       'Connection: close\r\n\r\n' +
       body;
     // Bytes that come after a request on a keep-alive connection (pipelined, or a body longer

@@ -142,6 +142,32 @@ describe('pipelined requests after bytes that are not HTTP', () => {
   });
 });
 
+// Every answer allows any origin (API.md "CORS"), also those the HTTP parser's refusals get: found
+// broken, a 431 (headers too large), 400 (not HTTP) or 408 had no Access-Control-Allow-Origin, so
+// a browser page saw a network error instead of the JSON answer.
+describe('answers to requests that are not HTTP', () => {
+  let srv: TestServer;
+  beforeAll(async () => {
+    srv = await startServer();
+  });
+  afterAll(() => srv.close());
+
+  it('allow any origin, as every other answer does', async () => {
+    for (const [request, status] of [
+      [
+        `GET /whoami HTTP/1.1\r\nHost: x\r\nOrigin: http://page.example\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`,
+        431,
+      ],
+      ['NOT HTTP\u0000\r\n\r\n', 400],
+    ] as const) {
+      const [answer] = answersIn(await exchange(srv.direct, Buffer.from(request)));
+      expect(answer!.status).toBe(status);
+      expect(answer!.headers['access-control-allow-origin']).toBe('*');
+      expect(JSON.parse(answer!.body.toString())).toMatchObject({ status: 'fail' });
+    }
+  });
+});
+
 // The error answer now waits for the answers before it: a reader that stops reading must not
 // keep such a connection (and its download) open for good.
 describe('a download whose reader stops, with bad bytes pipelined behind it', () => {
