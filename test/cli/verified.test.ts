@@ -182,6 +182,29 @@ describe('verified transfers against fshare serve', () => {
     }
   });
 
+  // Property: `upload -` keeps standard input in TMPDIR before it sends it; when that is full the
+  // command fails in one line that says where and what to do, and nothing reaches the server.
+  // It said only "fshare: no space left on the device", naming neither the place nor TMPDIR.
+  it('upload of standard input whose TMPDIR is full: exit 1, one line naming TMPDIR, no share, nothing left there', async () => {
+    const disk = await mountSmallDisk(1);
+    if (typeof disk === 'string') throw new Error(disk); // CI runs as root: a tmpfs always mounts
+    try {
+      const before = await admin.json(['ls', '--all']);
+      const res = await admin.run(['upload', '-', '--name', 'stdin-full.bin'], {
+        input: 'x'.repeat(3 * 1024 * 1024),
+        env: { TMPDIR: disk.dir },
+      });
+      expect(res.exitCode).toBe(1);
+      expect(res.stderr.trim().split('\n')).toEqual([
+        `fshare: standard input could not be kept in ${disk.dir} to upload it (no space left on the device); set TMPDIR to a directory with room for all of it`,
+      ]);
+      expect(await admin.json(['ls', '--all'])).toEqual(before);
+      expect(await readdir(disk.dir)).toEqual([]);
+    } finally {
+      await disk.unmount();
+    }
+  });
+
   // Property: output that does not fit is a failure, never a success with the output cut short.
   // Node writes standard output redirected to a file with one write() per piece and ignores a
   // short count, so the free space ending inside the last piece used to lose its tail with exit 0

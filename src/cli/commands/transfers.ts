@@ -1,5 +1,5 @@
 import { createWriteStream, fstatSync, rmSync, statSync } from 'node:fs';
-import { basename, join, resolve } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { Command } from 'commander';
 import { createLink, deleteFile, getFile, whoami } from '../../client/api.js';
@@ -21,6 +21,7 @@ import {
   type UploadRecord,
 } from '../../client/upload.js';
 import { ownedTempDir } from '../../shared/owned-temp.js';
+import { systemErrorText } from '../../shared/syserr.js';
 import { formatSize } from '../../shared/size.js';
 import type { Whoami } from '../../shared/types.js';
 import { parseChunkSize, parseDuration, parsePositiveInt } from '../args.js';
@@ -86,10 +87,19 @@ async function spoolStdin(): Promise<Spool> {
     removeDir();
   };
   const file = join(dir, 'stdin');
+  const spool = createWriteStream(file, { mode: 0o600, flags: 'wx' });
+  let writeFailed = false;
+  spool.once('error', () => (writeFailed = true));
   try {
-    await pipeline(process.stdin, createWriteStream(file, { mode: 0o600, flags: 'wx' }));
+    await pipeline(process.stdin, spool);
   } catch (err) {
     remove();
+    // A full temp directory said only "no space left on the device", not where, nor what to do.
+    if (writeFailed)
+      throw new Error(
+        `standard input could not be kept in ${dirname(dir)} to upload it (${systemErrorText(err) ?? (err as Error).message}); set TMPDIR to a directory with room for all of it`,
+        { cause: err },
+      );
     throw err;
   }
   return { file, remove };
