@@ -386,6 +386,21 @@ export function getUser(client: ApiClient, username: string): Promise<User> {
   return callJson(client, { method: 'GET', path: userPath(username), expect: USER });
 }
 
+/** GET /users/<name> with its ETag (fshare serve; undefined from a server that sends none). */
+export async function getUserTagged(
+  client: ApiClient,
+  username: string,
+): Promise<{ user: User; etag: string | undefined }> {
+  let etag: string | undefined;
+  const user = await callJson<User>(client, {
+    method: 'GET',
+    path: userPath(username),
+    expect: USER,
+    onHeaders: (headers) => (etag = header(headers, 'etag')),
+  });
+  return { user, etag };
+}
+
 export interface NewUser {
   username: string;
   password: string;
@@ -400,12 +415,14 @@ export function patchUser(
   client: ApiClient,
   username: string,
   changes: Partial<NewUser>,
+  ifMatch?: string,
 ): Promise<StatusResponse> {
   return callJson(client, {
     method: 'PATCH',
     path: userPath(username),
     json: changes,
     expect: SUCCESS,
+    ifMatch,
   });
 }
 

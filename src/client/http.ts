@@ -355,6 +355,8 @@ export interface JsonRequest {
   repeatable?: boolean;
   /** Told the headers of the answer (before its body is read). */
   onHeaders?: (headers: IncomingHttpHeaders) => void;
+  /** A condition for the request (`If-Match`). */
+  ifMatch?: string;
 }
 
 /** The shape of the answer a request asks for: a JSON object that `ok` accepts. */
@@ -388,6 +390,7 @@ export async function callJson<T>(client: ApiClient, req: JsonRequest): Promise<
     headers: {
       accept: 'application/json',
       ...(req.idempotencyKey === undefined ? {} : { 'idempotency-key': req.idempotencyKey }),
+      ...(req.ifMatch === undefined ? {} : { 'if-match': req.ifMatch }),
     },
     body: payload === undefined ? undefined : () => payload,
     idempotent,

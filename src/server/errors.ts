@@ -7,7 +7,12 @@ import {
   InsufficientStorageError,
   StorageUnavailableError,
 } from './storage/index.js';
-import { DuplicateUserError, LastAdminError, MissingRecordError } from './store/index.js';
+import {
+  ChangedMeanwhileError,
+  DuplicateUserError,
+  LastAdminError,
+  MissingRecordError,
+} from './store/index.js';
 import { ThrottledError } from './throttle.js';
 import { redactLinkPath } from './redact.js';
 
@@ -108,6 +113,7 @@ export function asHttpError(err: unknown): unknown {
         : Errors.userNotFound();
   if (err instanceof DuplicateUserError) return Errors.userExists();
   if (err instanceof LastAdminError) return new HttpError(409, err.message);
+  if (err instanceof ChangedMeanwhileError) return new HttpError(412, err.message);
   return err;
 }
 

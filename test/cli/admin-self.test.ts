@@ -99,3 +99,27 @@ describe('users rm stopped by a failure', () => {
     expect(JSON.parse(none.stdout)).toEqual([]);
   });
 });
+
+describe('users perms run at once', () => {
+  // `users perms NAME +PERM` reads the permissions, changes them and writes them all back: four
+  // administrators adding one each at once all got exit 0, and the user was left with one or two
+  // of the four (each write went over the others). Now each write carries If-Match and is done
+  // again on what is there when another came first: every change stays.
+  it('+PERM changes made at once by several administrators are all kept', async () => {
+    const admin = await signedIn(ADMIN.username, ADMIN.password);
+    const others = await Promise.all([1, 2, 3].map(() => signedIn(ADMIN.username, ADMIN.password)));
+    await addUser(admin, 'many', '', 'many-pw');
+    for (let round = 0; round < 3; round++) {
+      const reset = await admin.run(['users', 'perms', 'many', '--set', 'none']);
+      expect(reset.exitCode, reset.stderr).toBe(0);
+      const runs = await Promise.all(
+        [admin, ...others].map((cli, i) =>
+          cli.run(['users', 'perms', 'many', `+${['READ', 'LIST', 'LOCK', 'CREATE'][i]}`]),
+        ),
+      );
+      for (const run of runs) expect(run.exitCode, run.stderr).toBe(0);
+      const shown = await admin.json<{ permissions: string[] }>(['users', 'show', 'many']);
+      expect(shown.permissions).toEqual(['CREATE', 'LOCK', 'LIST', 'READ']);
+    }
+  });
+});

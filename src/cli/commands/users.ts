@@ -3,6 +3,7 @@ import {
   createUser,
   deleteUser,
   getUser,
+  getUserTagged,
   listUsers,
   patchUser,
   revokeTokens,
@@ -11,6 +12,7 @@ import {
 } from '../../client/api.js';
 import { ApiError } from '../../client/errors.js';
 import type { ApiClient } from '../../client/http.js';
+import type { Permission } from '../../shared/permissions.js';
 import type { User } from '../../shared/types.js';
 import { formatSize, parseSize } from '../../shared/size.js';
 import { openSession } from '../context.js';
@@ -33,13 +35,41 @@ import { applyPermissionChanges, formatPermissions, parsePermissionList } from '
  * administrator may see every user, so for one a 403 can only mean the second, and says so.
  */
 async function findUser(client: ApiClient, name: string): Promise<User> {
+  return asAdmin(client, name, () => getUser(client, name));
+}
+
+/** A read of user NAME whose 403, for an administrator, means there is no such user (404). */
+async function asAdmin<T>(client: ApiClient, name: string, read: () => Promise<T>): Promise<T> {
   try {
-    return await getUser(client, name);
+    return await read();
   } catch (err) {
     if (!(err instanceof ApiError) || err.status !== 403) throw err;
     const me = await whoami(client).catch(() => undefined);
     if (me?.permissions.includes('ADMIN')) throw new ApiError(404, `no such user: ${name}`);
     throw err;
+  }
+}
+
+/**
+ * +PERM/-PERM changes: read the user, change, write back with If-Match (fshare serve), so that
+ * another change made in between (another administrator's `users perms`) is never overwritten:
+ * the server refuses the write (412) and it is done again on what is there now.
+ */
+async function changePermissions(
+  client: ApiClient,
+  name: string,
+  changes: string[],
+): Promise<Permission[]> {
+  for (let attempt = 1; ; attempt++) {
+    const { user, etag } = await asAdmin(client, name, () => getUserTagged(client, name));
+    const permissions = applyPermissionChanges(user.permissions, changes);
+    try {
+      await patchUser(client, name, { permissions }, etag);
+      return permissions;
+    } catch (err) {
+      const again = err instanceof ApiError && err.status === 412 && etag !== undefined;
+      if (!again || attempt >= 10) throw err;
+    }
   }
 }
 
@@ -208,11 +238,12 @@ export function registerUsers(program: Command): void {
         throw new UsageError('nothing to change: pass +PERM, -PERM or --set LIST');
       if (changes.length) applyPermissionChanges([], changes); // reject typos before any request
       const client = await session.client();
-      const permissions =
-        options.set !== undefined
-          ? parsePermissionList([options.set])
-          : applyPermissionChanges((await findUser(client, name)).permissions, changes);
-      await patchUser(client, name, { permissions });
+      let permissions: Permission[];
+      if (options.set === undefined) permissions = await changePermissions(client, name, changes);
+      else {
+        permissions = parsePermissionList([options.set]);
+        await patchUser(client, name, { permissions });
+      }
       if (session.opts.json) printJson(userShape(await getUser(client, name)));
       else printLine(`${name}: ${formatPermissions(permissions)}`);
     });

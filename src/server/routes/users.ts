@@ -1,11 +1,16 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { Router, type Request, type Response } from 'express';
 import { isoNoZone } from '../../shared/dates.js';
 import { need } from '../auth.js';
 import type { Context } from '../context.js';
 import { Errors } from '../errors.js';
 import { paginate, route, success, userJson } from '../http.js';
-import type { UserChanges, UserRecord } from '../store/index.js';
+import {
+  ChangedMeanwhileError,
+  type UserChanges,
+  type UserRecord,
+  type UserState,
+} from '../store/index.js';
 import {
   noJsonBody,
   onlyFields,
@@ -23,6 +28,25 @@ const FIELDS = ['username', 'password', 'permissions'] as const;
 const EXTRA = ['quota'] as const;
 const READ_ONLY = ['register_date', 'used'];
 
+/** A user's ETag (additive): stands for its name, permissions and quota (not `used`). */
+function userTag(user: UserState): string {
+  const state = JSON.stringify([user.username, user.permissions, user.quota ?? null]);
+  return `"${createHash('sha256').update(state).digest('base64url').slice(0, 22)}"`;
+}
+
+/**
+ * Whether the request has an If-Match to hold the change to (RFC 9110 §13.1.1): none, false; one
+ * that does not match the user as it is now, 412 (ChangedMeanwhileError) before anything else.
+ */
+function matchesIfMatch(req: Request, user: UserState): boolean {
+  const header = req.get('if-match');
+  if (header === undefined) return false;
+  const tags = header.split(',').map((t) => t.trim());
+  if (tags.includes('*')) return false; // any current user: target() found one
+  if (!tags.includes(userTag(user))) throw new ChangedMeanwhileError();
+  return true;
+}
+
 export function userRoutes({ store, passwords }: Context): Router {
   const router = Router();
 
@@ -38,6 +62,9 @@ export function userRoutes({ store, passwords }: Context): Router {
 
   const update = (complete: boolean) => async (req: Request, res: Response) => {
     const user = await target(req);
+    // Additive: If-Match with the ETag of GET /users/<name>: a read-modify-write (`fshare users
+    // perms bob +READ`) applies only to the user as it was read, never over another's change.
+    const expect = matchesIfMatch(req, user) ? user : undefined;
     const body = requireObject(req.body);
     onlyFields(body, [...FIELDS, ...EXTRA], READ_ONLY);
     if (complete) requireFields(body, FIELDS);
@@ -50,7 +77,7 @@ export function userRoutes({ store, passwords }: Context): Router {
       changes.password_hash = await passwords.hash(stringField(body, 'password'));
       changes.end_tokens = true; // a new password ends every older token
     }
-    await store.updateUser(user.id, changes);
+    await store.updateUser(user.id, changes, expect);
     success(res, 'User updated');
   };
 
@@ -104,7 +131,8 @@ export function userRoutes({ store, passwords }: Context): Router {
 
   route(router, '/users/:name', {
     get: async (req, res) => {
-      res.json(await withUsage(await selfOrAdmin(req)));
+      const user = await selfOrAdmin(req);
+      res.set('ETag', userTag(user)).json(await withUsage(user));
     },
     patch: update(false),
     put: update(true),

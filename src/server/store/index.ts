@@ -18,9 +18,11 @@ export interface MetadataStore {
   addUser(user: UserRecord): Promise<void>;
   /**
    * Changes a user; a new name must be free (DuplicateUserError), and the last user with ADMIN
-   * keeps it (LastAdminError). Resolves to the user's token generation after the change.
+   * keeps it (LastAdminError). Resolves to the user's token generation after the change. With
+   * `expect`, the user must still be as read (name, permissions, quota) at the moment of writing,
+   * else ChangedMeanwhileError (an `If-Match` that no longer holds).
    */
-  updateUser(id: string, changes: UserChanges): Promise<number>;
+  updateUser(id: string, changes: UserChanges, expect?: UserState): Promise<number>;
   /**
    * Removes a user; their shares keep their owner id, which no user will ever have again. The
    * last user with ADMIN cannot be removed (LastAdminError).
@@ -175,6 +177,26 @@ export class LinkUsedUpError extends Error {
 export class DuplicateUserError extends Error {
   constructor() {
     super('A user with this name already exists');
+  }
+}
+
+/** What a user's ETag stands for: a change with `If-Match` applies only while it holds. */
+export type UserState = Pick<UserRecord, 'username' | 'permissions' | 'quota'>;
+
+export function sameUserState(user: UserState, expect: UserState): boolean {
+  return (
+    user.username === expect.username &&
+    user.permissions.join(',') === expect.permissions.join(',') &&
+    (user.quota ?? null) === (expect.quota ?? null)
+  );
+}
+
+/** The user was changed since the client read it (`If-Match`): nothing was changed. */
+export class ChangedMeanwhileError extends Error {
+  constructor() {
+    super(
+      'The user was changed since you read it (If-Match does not match): read it again and redo the change',
+    );
   }
 }
 

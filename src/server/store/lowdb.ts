@@ -10,7 +10,9 @@ import { KeyedMutex } from '../mutex.js';
 import { RemovalReserve } from './reserve.js';
 import { encodeLine, readJournal, type Entry } from './journal.js';
 import {
+  ChangedMeanwhileError,
   DamagedMetadataError,
+  sameUserState,
   type LinkRecord,
   type MetadataStore,
   type NewShare,
@@ -18,6 +20,7 @@ import {
   type ShareChanges,
   type UserChanges,
   type UserRecord,
+  type UserState,
 } from './index.js';
 import {
   applyLegacy,
@@ -388,11 +391,13 @@ export class LowdbStore implements MetadataStore {
     return this.change({ op: 'addUser', user: { ...user } });
   }
 
-  async updateUser(id: string, { end_tokens, ...changes }: UserChanges) {
+  async updateUser(id: string, { end_tokens, ...changes }: UserChanges, expect?: UserState) {
     let gen = 0;
     // Resolved when the change is applied, so the generation read is the one it replaces.
     await this.change(() => {
       const user = this.state.usersById.get(id);
+      // Checked where it is applied: nothing can change the user between this and the write.
+      if (user && expect && !sameUserState(user, expect)) throw new ChangedMeanwhileError();
       gen = (changes.token_gen ?? user?.token_gen ?? 0) + (end_tokens ? 1 : 0);
       return {
         op: 'updateUser',
