@@ -151,14 +151,26 @@ export function createHttpServer(
       'Access-Control-Allow-Origin: *\r\n' +
       'Connection: close\r\n\r\n' +
       body;
-    // Bytes that come after a request on a keep-alive connection (pipelined, or a body longer
-    // than its Content-Length) may fail to parse while that request's answer is still to come,
-    // or half sent. Written now, this answer would be taken for that request's (a chunk that is
-    // then stored, answered 400) or land in the middle of a download's bytes. It goes after every
-    // earlier answer, in order, and then the connection closes.
+    type Parsed = Socket & {
+      _httpMessage?: http.ServerResponse | null;
+      parser?: { incoming?: http.IncomingMessage | null } | null;
+    };
+    const reading = (socket as Parsed).parser?.incoming;
+    if (reading && !reading.complete) {
+      // The request being read can never complete (its body was cut off, or is not HTTP): it is
+      // answered now and the connection ends, which tells its handler it was aborted. An answer
+      // already on its way is never broken into: then the connection is only cut.
+      if ((socket as Parsed)._httpMessage?.headersSent) socket.destroy();
+      else socket.end(answer);
+      return;
+    }
+    // Bytes after a complete request (pipelined, or a body longer than its Content-Length) that
+    // do not parse, or headers that never finish: written now, this answer would be taken for an
+    // earlier request's (a chunk that is then stored, answered 400) or land in the middle of a
+    // download's bytes. It goes after every earlier answer, in order, then the connection closes
+    // (the idle limit still cuts an earlier answer whose reader stopped).
     const answerInTurn = () => {
-      const pending = (socket as Socket & { _httpMessage?: http.ServerResponse | null })
-        ._httpMessage;
+      const pending = (socket as Parsed)._httpMessage;
       if (pending) {
         pending.once('finish', answerInTurn);
         return;
@@ -166,8 +178,6 @@ export function createHttpServer(
       if (socket.writable && !socket.destroyed) socket.end(answer);
       else socket.destroy();
     };
-    // Node stops a failed connection's idle timer; an earlier answer still being sent needs it.
-    socket.setTimeout(limits.idleTimeoutMs);
     answerInTurn();
   });
   return server;
