@@ -140,6 +140,12 @@ export function contentRoutes(ctx: Context): Router {
     await new Promise<void>((resolve, reject) =>
       receive(req, res, (err) => (err ? reject(err) : resolve())),
     );
+    // multer passes over, unread, a multipart type whose parameters it cannot parse (a trailing
+    // ";", an empty boundary, an unclosed quote): the error would then name a missing field.
+    if (req.body === undefined)
+      throw Errors.badRequest(
+        `The Content-Type of a chunk must be multipart/form-data with a boundary parameter; ${JSON.stringify(req.get('content-type')?.slice(0, 200))} cannot be read`,
+      );
     const received = (req.file as WithReceived | undefined)?.received;
     try {
       const fields = fieldsOf(req);
