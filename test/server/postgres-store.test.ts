@@ -280,6 +280,8 @@ describe('the same answers as the embedded store', () => {
     await refused(store.updateUser('nobody', {}));
     await store.deleteUser(carol.id); // her link l3 goes; her shares keep her id
     await refused(store.deleteUser(carol.id));
+    // A link whose maker is gone when it is stored would outlive them: refused.
+    await refused(store.addLink(made('l5', 'a1', { created_by: carol.id })));
     // Keys with a NUL (from a URL, say) match nothing. Each change is made when its refusal is
     // awaited: made all at once, the later ones' rejections waited unhandled for the first.
     for (const change of [
@@ -401,6 +403,7 @@ describe('the same answers as the embedded store', () => {
         'MissingRecordError: No user with this name',
         'MissingRecordError: No user with this name',
         'MissingRecordError: No user with this name',
+        'MissingRecordError: No user with this name', // the link of a deleted maker
         'MissingRecordError: No user with this name',
         'MissingRecordError: No user with this name',
         'MissingRecordError: No share with this id',

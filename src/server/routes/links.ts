@@ -159,7 +159,12 @@ export function linkRoutes(ctx: Context): Router {
         downloads: 0,
         password_hash,
       };
-      await store.addLink(link);
+      await store.addLink(link).catch((err: unknown) => {
+        // The caller was deleted (on any server) while the link was being made: it would
+        // outlive them, as no other of their links does, so it is not made.
+        if (err instanceof MissingRecordError && err.kind === 'user') throw Errors.badToken();
+        throw err;
+      });
       const url = `${baseUrl(req)}/l/${token}`;
       res
         .status(201)

@@ -13,6 +13,7 @@ import { RateLimiterPostgres, type RateLimiterAbstract } from 'rate-limiter-flex
 import type { Permission } from '../../shared/permissions.js';
 import { KeyedMutex } from '../mutex.js';
 import {
+  ChangedMeanwhileError,
   DuplicateUserError,
   LastAdminError,
   LinkUsedUpError,
@@ -25,6 +26,7 @@ import {
   type ShareRecord,
   type UserChanges,
   type UserRecord,
+  type UserState,
 } from './index.js';
 
 /**
@@ -639,8 +641,14 @@ export class PostgresStore implements MetadataStore {
     }
   }
 
-  async updateUser(id: string, changes: UserChanges) {
+  async updateUser(id: string, changes: UserChanges, expect?: UserState) {
     const a = new Assignments([id]);
+    // With `expect`, the row must still be as read (If-Match), checked by the write itself.
+    const where = expect
+      ? `id = $1 AND username = ${a.param(expect.username)} AND permissions = ${a.param([...expect.permissions])}::text[] AND quota IS NOT DISTINCT FROM ${a.param(expect.quota ?? null)}::bigint`
+      : 'id = $1';
+    const missing = (rows: unknown[]) =>
+      expect && rows.length > 0 ? new ChangedMeanwhileError() : new MissingRecordError('user');
     if (changes.permissions !== undefined) a.set('permissions', [...changes.permissions]);
     if (changes.password_hash !== undefined) a.set('password_hash', changes.password_hash);
     // The generation that end_tokens replaces is read where it is written: two at once both count.
@@ -665,21 +673,25 @@ export class PostgresStore implements MetadataStore {
         return await this.transaction(async (client) => {
           await keepAnAdmin(client, id);
           const { rows } = await client.query<{ token_gen: number }>(
-            `UPDATE fshare_users SET ${a.sets.join(', ')} WHERE id = $1 RETURNING token_gen`,
+            `UPDATE fshare_users SET ${a.sets.join(', ')} WHERE ${where} RETURNING token_gen`,
             a.values,
           );
-          if (rows.length === 0) throw new MissingRecordError('user');
+          if (rows.length === 0)
+            throw missing(
+              (await client.query('SELECT 1 FROM fshare_users WHERE id = $1', [id])).rows,
+            );
           return rows[0]!.token_gen;
         });
       }
       const rows = await this.byKey<{ token_gen: number }>(
         id,
         a.sets.length === 0
-          ? 'SELECT token_gen FROM fshare_users WHERE id = $1'
-          : `UPDATE fshare_users SET ${a.sets.join(', ')} WHERE id = $1 RETURNING token_gen`,
+          ? `SELECT token_gen FROM fshare_users WHERE ${where}`
+          : `UPDATE fshare_users SET ${a.sets.join(', ')} WHERE ${where} RETURNING token_gen`,
         a.values,
       );
-      if (rows.length === 0) throw new MissingRecordError('user');
+      if (rows.length === 0)
+        throw missing(await this.byKey(id, 'SELECT 1 FROM fshare_users WHERE id = $1'));
       return rows[0]!.token_gen;
     } catch (err) {
       if (nameTaken(err)) throw new DuplicateUserError();
@@ -801,12 +813,17 @@ export class PostgresStore implements MetadataStore {
 
   async addLink(link: LinkRecord) {
     try {
-      // The foreign key refuses a share deleted after the check (another server's delete).
+      // The foreign key refuses a share deleted after the check (another server's delete). The
+      // maker's row is locked (FOR KEY SHARE) until the link is in: a deletion of the maker
+      // (another server's) waits for it and then removes it with the maker's other links, or
+      // came first and the link is refused.
       const rows = await this.query(
         `INSERT INTO fshare_links (${LINK_COLUMNS})
            SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::bigint,
                   $8::bigint, $9::text
             WHERE EXISTS (SELECT 1 FROM fshare_shares WHERE share_id = $2)
+              AND ($4::text IS NULL
+                   OR EXISTS (SELECT 1 FROM fshare_users WHERE id = $4 FOR KEY SHARE))
          RETURNING 1`,
         [
           link.id,
@@ -820,7 +837,15 @@ export class PostgresStore implements MetadataStore {
           link.password_hash,
         ],
       );
-      if (rows.length === 0) throw new MissingRecordError('share');
+      if (rows.length === 0) {
+        const maker =
+          link.created_by === null
+            ? []
+            : await this.byKey(link.created_by, 'SELECT 1 FROM fshare_users WHERE id = $1');
+        throw new MissingRecordError(
+          link.created_by !== null && maker.length === 0 ? 'user' : 'share',
+        );
+      }
     } catch (err) {
       if (isViolation(err, '23503')) throw new MissingRecordError('share');
       if (isViolation(err, '23505')) throw new Error('link id already in use');

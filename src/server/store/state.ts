@@ -228,6 +228,10 @@ export class State {
         return;
       case 'addLink':
         if (!this.sharesById.has(op.link.share_id)) throw new MissingRecordError('share');
+        // A link outlives no maker: one whose maker was deleted while it was being made (the
+        // deletion removed that user's links) is refused. Journals from before this rule replay.
+        if (!replay && op.link.created_by !== null && !this.usersById.has(op.link.created_by))
+          throw new MissingRecordError('user');
         if (this.linksById.has(op.link.id) || this.linksByHash.has(op.link.token_sha256))
           throw new Error('link id already in use');
         data.links.push(op.link);
