@@ -35,7 +35,7 @@ import { whoamiRoutes } from './routes/whoami.js';
 import { openStorage, openStore } from './backends.js';
 import type { ContentStorage } from './storage/index.js';
 import { blobOf, DuplicateUserError, type MetadataStore } from './store/index.js';
-import { UNPARSABLE } from './validate.js';
+import { isUsername, UNPARSABLE } from './validate.js';
 
 export type { RequestEntry, ServerOptions } from './options.js';
 
@@ -224,6 +224,15 @@ async function digestOldContent(
   }
 }
 
+/** The administrator to create on a first start has a name no user may have. Nothing was created. */
+export class AdminNameError extends Error {
+  constructor(name: string) {
+    super(
+      `--admin-user (or FSHARE_ADMIN_USER) must be 1-64 characters of letters, digits, ".", "_", "@" or "-", starting with a letter or digit, and not login, logout, extend or password: ${JSON.stringify(name)}`,
+    );
+  }
+}
+
 export async function createServer(options: ServerOptions): Promise<FshareServer> {
   const { dataDir } = options;
   const log =
@@ -346,6 +355,9 @@ async function openServer(
   let generatedAdmin: FshareServer['generatedAdmin'];
   if ((await store.userCount()) === 0) {
     const username = options.adminUser ?? 'admin';
+    // A name no request could make (a space, a control character, "login") gave an
+    // administrator whose /users/<name> no URL reaches, or one that reads as another.
+    if (!isUsername(username)) throw new AdminNameError(username);
     const password = options.adminPassword ?? randomBytes(12).toString('base64url');
     const admin = {
       id: randomUUID(),

@@ -161,6 +161,11 @@ export function permissionsField(body: Body, key: string): Permission[] {
 const RESERVED_USERNAMES = new Set(['login', 'logout', 'extend', 'password']);
 const USERNAME_RE = /^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$/;
 
+/** Whether a name is one a user may have (API.md "Users"); `fshare serve --admin-user` too. */
+export function isUsername(value: string): boolean {
+  return USERNAME_RE.test(value) && !RESERVED_USERNAMES.has(value.toLowerCase());
+}
+
 export function usernameField(body: Body, key = 'username'): string {
   const value = body[key];
   if (typeof value !== 'string' || !USERNAME_RE.test(value)) {

@@ -1,8 +1,19 @@
 // Administration through the built binary against a real `fshare serve`, where the administrator
 // acts on themself or a command stops halfway: what it prints must say what was done.
-import { rm } from 'node:fs/promises';
+import { readFile, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ADMIN, createCli, startServe, type Cli, type Serve } from '../helpers/cli.js';
+import {
+  ADMIN,
+  BIN,
+  cleanEnv,
+  createCli,
+  startServe,
+  tempDir,
+  type Cli,
+  type Serve,
+} from '../helpers/cli.js';
 
 let serve: Serve;
 const clis: Cli[] = [];
@@ -120,6 +131,51 @@ describe('users perms run at once', () => {
       for (const run of runs) expect(run.exitCode, run.stderr).toBe(0);
       const shown = await admin.json<{ permissions: string[] }>(['users', 'show', 'many']);
       expect(shown.permissions).toEqual(['CREATE', 'LOCK', 'LIST', 'READ']);
+    }
+  });
+});
+
+describe('fshare serve --admin-user', () => {
+  // The administrator made on a first start took any name: "a b", "login", "Ｂｏｂ", one with an
+  // escape character. POST /users refuses all of them (400), so no later request could make or
+  // reach such a user the same way (/users/login is the sign-in), and it read like another in
+  // lists and logs. Now: exit 2, one line naming the rule, and no user is created.
+  it('a name no user may have is one line, exit 2, and creates no user', async () => {
+    const dir = await tempDir('admin-name');
+    try {
+      const data = join(dir, 'data');
+      for (const name of ['a b', 'login', 'Ｂｏｂ', 'a\u001bb']) {
+        const res = await execa(
+          'node',
+          [BIN, 'serve', '--port', '0', '--data-dir', data, '--admin-user', name, '-q'],
+          {
+            env: cleanEnv({ FSHARE_ADMIN_PASSWORD: ADMIN.password }),
+            extendEnv: false,
+            reject: false,
+            stdin: 'ignore',
+            timeout: 60_000,
+          },
+        );
+        expect(res.exitCode, res.stderr).toBe(2);
+        expect(res.stdout).toBe('');
+        expect(res.stderr).toBe(
+          `fshare: --admin-user (or FSHARE_ADMIN_USER) must be 1-64 characters of letters, digits, ".", "_", "@" or "-", starting with a letter or digit, and not login, logout, extend or password: ${JSON.stringify(name)}`,
+        );
+      }
+      const env = await execa('node', [BIN, 'serve', '--port', '0', '--data-dir', data, '-q'], {
+        env: cleanEnv({ FSHARE_ADMIN_USER: 'Logout', FSHARE_ADMIN_PASSWORD: ADMIN.password }),
+        extendEnv: false,
+        reject: false,
+        stdin: 'ignore',
+        timeout: 60_000,
+      });
+      expect(env.exitCode, env.stderr).toBe(2);
+      expect(env.stderr).toMatch(/^fshare: --admin-user \(or FSHARE_ADMIN_USER\) .*: "Logout"$/);
+      // Nothing of those starts holds a user: the metadata written names none of them.
+      const written = await readFile(join(data, 'db.json'), 'utf8').catch(() => '');
+      expect(written).not.toMatch(/"username"/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
     }
   });
 });

@@ -210,14 +210,14 @@ Examples:
       const dataDir = resolve(opts.dataDir);
       const notice = (line: string) => process.stderr.write(`${line}\n`);
       // Loaded on demand, so client commands do not pay for express, multer and lowdb.
-      const { createServer } = await import('../../server/index.js');
+      const { AdminNameError, createServer } = await import('../../server/index.js');
       const { DamagedMetadataError } = await import('../../server/store/index.js');
       const server = await createServer({
         dataDir,
         // The port first: when it is taken, nothing is created (no data directory, no admin).
         bind: { port: opts.port, host: opts.host },
         secret,
-        adminUser: opts.adminUser ?? process.env.FSHARE_ADMIN_USER ?? undefined,
+        adminUser: opts.adminUser ?? (process.env.FSHARE_ADMIN_USER || undefined), // empty: unset
         adminPassword: opts.adminPassword ?? process.env.FSHARE_ADMIN_PASSWORD ?? undefined,
         maxChunkBytes: opts.maxChunkSize,
         minFreeBytes: opts.minFree,
@@ -243,6 +243,7 @@ Examples:
       }).catch((err: unknown) => {
         // Damaged metadata is one clear message with the way out (exit 1), not a stack trace.
         if (err instanceof DamagedMetadataError) throw new Error(err.message);
+        if (err instanceof AdminNameError) throw new UsageError(err.message);
         throw bindError(err, opts);
       });
       const { url } = await server.listen(opts.port, opts.host);
