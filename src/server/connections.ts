@@ -141,7 +141,9 @@ export function createHttpServer(
         ? [431, 'The request headers are too large']
         : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
           ? [408, 'The request headers did not arrive in time']
-          : [400, 'The request is not valid HTTP'];
+          : err.code === 'HPE_INVALID_EOF_STATE'
+            ? [400, 'The request was cut off before it ended']
+            : [400, 'The request is not valid HTTP'];
     const body = JSON.stringify({ status: 'fail', message });
     const answer =
       `HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\n` +

@@ -168,6 +168,57 @@ describe('answers to requests that are not HTTP', () => {
   });
 });
 
+// A client that closes its side before its request has ended (fewer bytes than its
+// Content-Length) is told so, and nothing changes. Found: the answer said 'The request is not
+// valid HTTP', for a request that was valid but cut short.
+describe('a request cut short by the client closing its side', () => {
+  let srv: TestServer;
+  let token: string;
+  beforeAll(async () => {
+    srv = await startServer();
+    token = await login(srv.url, ADMIN.username, ADMIN.password);
+  });
+  afterAll(() => srv.close());
+
+  it('is a 400 saying it was cut off, and the content stays', async () => {
+    const old = Buffer.from('old bytes');
+    const id = await createShareWithContent(srv.url, token, 'cut.bin', old);
+    const { body, contentType } = multipart([
+      { name: 'dzuuid', value: randomUUID() },
+      { name: 'dzchunkindex', value: '0' },
+      { name: 'dztotalchunks', value: '1' },
+      { name: 'upload', filename: 'blob', data: randomBytes(64 * 1024) },
+    ]);
+    const { hostname, port } = new URL(srv.direct);
+    const received = await new Promise<Buffer>((resolve, reject) => {
+      const socket = net.connect(Number(port), hostname, () =>
+        // The whole multipart body, but 100 bytes fewer than the Content-Length says; then the
+        // client closes its side (nc -N).
+        socket.end(
+          Buffer.concat([
+            Buffer.from(
+              `PUT /files/${id}/content HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\n` +
+                `Content-Type: ${contentType}\r\nContent-Length: ${body.length + 100}\r\n\r\n`,
+            ),
+            body,
+          ]),
+        ),
+      );
+      const chunks: Buffer[] = [];
+      socket.on('data', (d) => chunks.push(d));
+      socket.on('error', reject);
+      socket.on('close', () => resolve(Buffer.concat(chunks)));
+    });
+    const answers = answersIn(received);
+    expect(answers.map((a) => a.status)).toEqual([400]);
+    expect(JSON.parse(answers[0]!.body.toString())).toEqual({
+      status: 'fail',
+      message: 'The request was cut off before it ended',
+    });
+    expect((await content(srv.url, token, id)).equals(old)).toBe(true);
+  });
+});
+
 // The error answer now waits for the answers before it: a reader that stops reading must not
 // keep such a connection (and its download) open for good.
 describe('a download whose reader stops, with bad bytes pipelined behind it', () => {
