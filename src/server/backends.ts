@@ -5,7 +5,7 @@ import type { Limits } from './limits.js';
 import type { ServerOptions } from './options.js';
 import { FileStorage } from './storage/files.js';
 import type { ContentStorage } from './storage/index.js';
-import type { MetadataStore } from './store/index.js';
+import { blobOf, type MetadataStore } from './store/index.js';
 import { LowdbStore } from './store/lowdb.js';
 import type { PostgresStore } from './store/postgres.js';
 
@@ -53,6 +53,10 @@ export async function openStorage(
     minFreeBytes: limits.minFreeBytes,
     // Across servers when the store is shared: PostgreSQL's advisory locks.
     lock: (key, task) => store.withShareLock(key, task),
+    published: async (shareId, blob) => {
+      const share = await store.getShare(shareId);
+      return !!share && share.initialized && blobOf(share) === blob;
+    },
     removedContentKeepMs: limits.removedContentKeepMs,
     log,
   });

@@ -13,9 +13,12 @@ import {
   content,
   createShare,
   createShareWithContent,
+  createUser,
   expectFail,
   expectStatus,
+  get,
   getShare,
+  patch,
   sendChunk,
   sha256hex,
   split,
@@ -173,6 +176,49 @@ describe('SIGKILL during a completion on PostgreSQL + S3', () => {
       await checkIntact(running, b);
     } finally {
       await stop(running);
+    }
+  });
+
+  // Found from outside on two servers: server A was SIGKILLed after publishing an upload's
+  // content and before closing the upload. Its staged chunks then counted as an unfinished
+  // upload of the owner on server B (and on A once restarted) for 24 hours, until the idle
+  // sweep, beside the content they had become: a 6 MiB upload was refused with 413 under a
+  // quota with room for it (the client's retried POST gets 423 and cannot close the upload).
+  // Chunks of an upload whose content its share holds now count once, as that content.
+  it('killed after publishing: the owner’s quota counts the content once on the other server', async () => {
+    const b = await fresh();
+    const survivor = await start(b.args);
+    const owner = await createUser(survivor.url, b.token, ['CREATE', 'READ']);
+    expectStatus(
+      await patch(survivor.url, `/users/${owner.username}`, {
+        token: b.token,
+        json: { quota: 2 * NEW.length + 10 },
+      }),
+      200,
+    );
+    const id = await createShare(survivor.url, owner.token, 'first.bin');
+    const dzuuid = randomUUID();
+    const dying = await start(b.args, 's3.after-publish');
+    try {
+      for (let i = 0; i < 3; i++)
+        await send(i < 2 ? survivor.url : dying.url, owner.token, id, dzuuid, i, 'POST').catch(
+          () => undefined,
+        );
+      expect(await dying.exited).toMatchObject({ signal: 'SIGKILL' });
+      expect((await content(survivor.url, owner.token, id)).equals(NEW)).toBe(true);
+      // The owner has one NEW and room for another.
+      const second = await createShare(survivor.url, owner.token, 'second.bin');
+      const again = randomUUID();
+      for (let i = 0; i < 3; i++)
+        expectStatus(
+          await send(survivor.url, owner.token, second, again, i, 'POST'),
+          i === 2 ? 201 : 200,
+        );
+      const me = await get(survivor.url, `/users/${owner.username}`, { token: owner.token });
+      expect(me.body).toMatchObject({ used: 2 * NEW.length });
+      await checkIntact(survivor, b);
+    } finally {
+      await stop(survivor);
     }
   });
 

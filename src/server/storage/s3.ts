@@ -53,6 +53,8 @@ export interface S3StorageOptions {
   minFreeBytes: number;
   /** Runs `task` holding `key` against every server on the bucket (PostgreSQL advisory locks). */
   lock: <T>(key: string, task: () => Promise<T>) => Promise<T>;
+  /** Whether a share's content is this blob (the metadata recorded its publishing). */
+  published?: (shareId: string, blob: string) => Promise<boolean>;
   /**
    * Content no share names any more (replaced, deleted, expired) is removed this long after
    * (limits.ts, removedContentKeepMs); 0 removes it at once.
@@ -829,13 +831,27 @@ export class S3Storage implements ContentStorage {
     const out = new Map<string, { uploads: number; bytes: number }>();
     // (What a crash left beside a tombstone counts until the next sweep clears it.)
     for (const upload of await this.listUploads('uploads/')) {
-      if (upload.chunks.size === 0) continue;
+      if (upload.chunks.size === 0 || (await this.isPublished(upload, upload))) continue;
       const entry = out.get(upload.shareId) ?? { uploads: 0, bytes: 0 };
       entry.uploads++;
       for (const size of upload.chunks.values()) entry.bytes += size;
       out.set(upload.shareId, entry);
     }
     return out;
+  }
+
+  /**
+   * Whether an upload without a tombstone has its content published all the same: assembled,
+   * and its share holds it, so a crash (SIGKILL) came between publishing it and closing the
+   * upload. Its staged chunks are then that content's, already counted as the share's: they
+   * count for no unfinished upload (quotas, bounds) while they wait for the client's retry of
+   * the last chunk (which closes the upload) or the idle sweep.
+   */
+  private async isPublished(upload: UploadRef, objects: UploadObjects): Promise<boolean> {
+    if (!objects.publishing || objects.finished !== undefined || !this.options.published)
+      return false;
+    const content = parsePublishing(await this.getText(`${upload.dir}publishing`));
+    return content !== null && (await this.options.published(upload.shareId, content.blob));
   }
 
   private upload(shareId: string, key: string): UploadRef {
