@@ -358,7 +358,9 @@ async function openServer(
     // A name no request could make (a space, a control character, "login") gave an
     // administrator whose /users/<name> no URL reaches, or one that reads as another.
     if (!isUsername(username)) throw new AdminNameError(username);
-    const password = options.adminPassword ?? randomBytes(12).toString('base64url');
+    // An empty one (FSHARE_ADMIN_PASSWORD= in an env file) is none: no sign-in takes "", so an
+    // administrator with it could never sign in, and no start would make another.
+    const password = options.adminPassword || randomBytes(12).toString('base64url');
     const admin = {
       id: randomUUID(),
       username,

@@ -135,7 +135,33 @@ describe('users perms run at once', () => {
   });
 });
 
-describe('fshare serve --admin-user', () => {
+describe('fshare serve: the first administrator', () => {
+  // FSHARE_ADMIN_PASSWORD= (empty, as an env file or a compose file leaves it) made the
+  // administrator with the password "", printed 'with password: ' and nothing after it; no
+  // sign-in takes an empty password (400), and a server with a user never makes another
+  // administrator: nobody could ever manage it. An empty password now counts as none given: a
+  // random one is made, printed and kept in admin-password, and it signs in.
+  it('an empty FSHARE_ADMIN_PASSWORD gets a random password that signs in', async () => {
+    const empty = await startServe({ env: { FSHARE_ADMIN_PASSWORD: '' } });
+    try {
+      const printed = /Created administrator "admin" with password: (\S+)\n/.exec(empty.stdout());
+      expect(printed, empty.stdout()).not.toBeNull();
+      const password = printed![1]!;
+      expect(await readFile(join(empty.dataDir, 'admin-password'), 'utf8')).toBe(
+        `admin\n${password}\n`,
+      );
+      const cli = await createCli();
+      clis.push(cli);
+      const res = await cli.run(
+        ['--server', empty.url, 'login', '-u', 'admin', '--password-stdin'],
+        { input: `${password}\n` },
+      );
+      expect(res.exitCode, res.stderr).toBe(0);
+    } finally {
+      await empty.stop();
+    }
+  });
+
   // The administrator made on a first start took any name: "a b", "login", "Ｂｏｂ", one with an
   // escape character. POST /users refuses all of them (400), so no later request could make or
   // reach such a user the same way (/users/login is the sign-in), and it read like another in

@@ -218,7 +218,7 @@ Examples:
         bind: { port: opts.port, host: opts.host },
         secret,
         adminUser: opts.adminUser ?? (process.env.FSHARE_ADMIN_USER || undefined), // empty: unset
-        adminPassword: opts.adminPassword ?? process.env.FSHARE_ADMIN_PASSWORD ?? undefined,
+        adminPassword: opts.adminPassword || process.env.FSHARE_ADMIN_PASSWORD || undefined, // empty: none
         maxChunkBytes: opts.maxChunkSize,
         minFreeBytes: opts.minFree,
         limits: {
