@@ -1,5 +1,10 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import { createServer as createHttpServer, request as httpRequest, type Server } from 'node:http';
+import {
+  createServer as createHttpServer,
+  request as httpRequest,
+  type IncomingMessage,
+  type Server,
+} from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createServer, type FshareServer } from '../../src/server/index.js';
@@ -74,10 +79,13 @@ afterAll(async () => {
 });
 
 /**
- * A proxy in front of s3rver that holds every ranged GET (a download's read of content) while
- * `holding`, until `release()`; `held` resolves when the first one arrives.
+ * A proxy in front of s3rver that holds the requests `hold` picks (by default every ranged GET:
+ * a download's read of content) while `holding`, until `release()`; `held` resolves when the
+ * first one arrives.
  */
-async function holdingS3Proxy() {
+async function holdingS3Proxy(
+  hold: (req: IncomingMessage) => boolean = (req) => req.method === 'GET' && !!req.headers.range,
+) {
   let holding = true;
   let arrived: () => void = () => undefined;
   const held = new Promise<void>((resolve) => (arrived = resolve));
@@ -101,7 +109,7 @@ async function holdingS3Proxy() {
       out.on('error', () => res.destroy());
       req.pipe(out);
     };
-    if (holding && req.method === 'GET' && req.headers.range) {
+    if (holding && hold(req)) {
       waiting.push(forward);
       arrived();
     } else forward();
@@ -208,6 +216,50 @@ describe('content a share let go of, with downloads begun on another server', ()
     } finally {
       await quick.server.close();
       if (!slowClosed) await slow.server.close();
+    }
+  });
+});
+
+describe('a caller that changed while another server joined their upload', () => {
+  // Found from outside: the last chunk of a 60 MiB upload reached server B, which took seconds
+  // to join the staged chunks; the user was deleted through server A meanwhile (200), and B
+  // still published the content (201) to the deleted user's share. The caller's check before a
+  // chunk is committed came before the join; it is now made again where the content is
+  // published, under the share's lock: 401, and the share is unchanged.
+  it('deleted while the last chunk is joined on the other server: 401, nothing published', async () => {
+    let armed = false;
+    // Holds the join's reads of the staged chunks (and of the upload's record).
+    const proxy = await holdingS3Proxy(
+      (req) =>
+        armed && req.method === 'GET' && (req.url ?? '').split('?')[0]!.includes('/uploads/'),
+    );
+    const c = await start(database, storage, { s3Endpoint: proxy.endpoint });
+    try {
+      const user = await createUser(a.url, admin, ['CREATE', 'READ']);
+      const id = await createShare(a.url, user.token, 'joined-late.bin');
+      const dzuuid = randomUUID();
+      const first = randomBytes(1024 * 1024);
+      expectStatus(
+        await sendChunk(a.url, user.token, id, { dzuuid, index: 0, total: 2, data: first }),
+        200,
+      );
+      armed = true;
+      const last = sendChunk(c.url, user.token, id, {
+        dzuuid,
+        index: 1,
+        total: 2,
+        data: randomBytes(10),
+      });
+      last.catch(() => undefined);
+      await proxy.held; // c has checked the caller and is joining the upload
+      expectStatus(await del(a.url, `/users/${user.username}`, { token: admin }), 200);
+      proxy.release();
+      expectFail(await last, 401);
+      const share = await get(b.url, `/files/${id}`, { token: admin });
+      expect(share.body).toMatchObject({ initialized: false, size: null });
+    } finally {
+      await c.server.close();
+      await proxy.close();
     }
   });
 });

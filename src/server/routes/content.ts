@@ -272,7 +272,14 @@ export function contentRoutes(ctx: Context): Router {
           // its chunk is not committed (a deleted user's shares take no content).
           await stillAllowed(req, store, permission);
           await checkNewUpload(req, share, chunkFields, quota, chunk.received.bytes);
-          const stored = await commitChunk(req, share, chunkFields, chunk.received, allowed);
+          const stored = await commitChunk(
+            req,
+            share,
+            chunkFields,
+            chunk.received,
+            allowed,
+            permission,
+          );
           // A handover (or DELETE) in the middle of this commit may have looked for the share's
           // uploads before this chunk started one: it goes now, as theirs did.
           const after = await store.getShare(share.share_id);
@@ -313,12 +320,16 @@ export function contentRoutes(ctx: Context): Router {
     fields: ChunkFields,
     received: ReceivedChunk,
     allowed: (s: ShareRecord) => void,
+    permission: Permission,
   ) =>
     storage.commit(share.share_id, fields, received, (content) =>
       store.withShareLock(share.share_id, async () => {
         const current = await store.getShare(share.share_id);
         if (!current) throw Errors.shareNotFound();
         checkOwner(req, current);
+        // Joining a large upload takes seconds: the caller may have been deleted, signed out or
+        // stripped of the permission meanwhile (on any server). Then nothing is published.
+        await stillAllowed(req, store, permission);
         // The same content published again (the storage finishing a completion a crash
         // cut short after publishing): the upload did complete; nothing changes.
         if (current.initialized && blobOf(current) === content.blob) return undefined;
