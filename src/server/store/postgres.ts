@@ -13,6 +13,7 @@ import { RateLimiterPostgres, type RateLimiterAbstract } from 'rate-limiter-flex
 import type { Permission } from '../../shared/permissions.js';
 import { KeyedMutex } from '../mutex.js';
 import {
+  ChangedMeanwhileError,
   DuplicateUserError,
   LastAdminError,
   LinkUsedUpError,
@@ -25,6 +26,7 @@ import {
   type ShareRecord,
   type UserChanges,
   type UserRecord,
+  type UserState,
 } from './index.js';
 
 /**
@@ -639,8 +641,14 @@ export class PostgresStore implements MetadataStore {
     }
   }
 
-  async updateUser(id: string, changes: UserChanges) {
+  async updateUser(id: string, changes: UserChanges, expect?: UserState) {
     const a = new Assignments([id]);
+    // With `expect`, the row must still be as read (If-Match), checked by the write itself.
+    const where = expect
+      ? `id = $1 AND username = ${a.param(expect.username)} AND permissions = ${a.param([...expect.permissions])}::text[] AND quota IS NOT DISTINCT FROM ${a.param(expect.quota ?? null)}::bigint`
+      : 'id = $1';
+    const missing = (rows: unknown[]) =>
+      expect && rows.length > 0 ? new ChangedMeanwhileError() : new MissingRecordError('user');
     if (changes.permissions !== undefined) a.set('permissions', [...changes.permissions]);
     if (changes.password_hash !== undefined) a.set('password_hash', changes.password_hash);
     // The generation that end_tokens replaces is read where it is written: two at once both count.
@@ -665,21 +673,25 @@ export class PostgresStore implements MetadataStore {
         return await this.transaction(async (client) => {
           await keepAnAdmin(client, id);
           const { rows } = await client.query<{ token_gen: number }>(
-            `UPDATE fshare_users SET ${a.sets.join(', ')} WHERE id = $1 RETURNING token_gen`,
+            `UPDATE fshare_users SET ${a.sets.join(', ')} WHERE ${where} RETURNING token_gen`,
             a.values,
           );
-          if (rows.length === 0) throw new MissingRecordError('user');
+          if (rows.length === 0)
+            throw missing(
+              (await client.query('SELECT 1 FROM fshare_users WHERE id = $1', [id])).rows,
+            );
           return rows[0]!.token_gen;
         });
       }
       const rows = await this.byKey<{ token_gen: number }>(
         id,
         a.sets.length === 0
-          ? 'SELECT token_gen FROM fshare_users WHERE id = $1'
-          : `UPDATE fshare_users SET ${a.sets.join(', ')} WHERE id = $1 RETURNING token_gen`,
+          ? `SELECT token_gen FROM fshare_users WHERE ${where}`
+          : `UPDATE fshare_users SET ${a.sets.join(', ')} WHERE ${where} RETURNING token_gen`,
         a.values,
       );
-      if (rows.length === 0) throw new MissingRecordError('user');
+      if (rows.length === 0)
+        throw missing(await this.byKey(id, 'SELECT 1 FROM fshare_users WHERE id = $1'));
       return rows[0]!.token_gen;
     } catch (err) {
       if (nameTaken(err)) throw new DuplicateUserError();
