@@ -72,7 +72,7 @@ describe('an administrator acting on themself', () => {
     expect(other.exitCode, other.stderr).toBe(0);
     expect(other.stdout.trim()).toBe('Password of plain changed');
     expect(other.stderr).toBe('');
-  });
+  }, 180_000);
 
   // `users signout` of yourself ended this session silently ("Every token of NAME was revoked"
   // and nothing more); it now says so, as the next command will find.
@@ -85,7 +85,7 @@ describe('an administrator acting on themself', () => {
     expect(res.stdout.trim()).toBe('Every token of root3 was revoked');
     expect(res.stderr.trim()).toBe('fshare: that ended this session too: run `fshare login`');
     expect((await root3.run(['whoami'])).exitCode).toBe(3);
-  });
+  }, 180_000);
 });
 
 describe('users rm stopped by a failure', () => {
@@ -108,7 +108,7 @@ describe('users rm stopped by a failure', () => {
     const none = await admin.run(['--json', 'users', 'rm', 'nosuchuser']);
     expect(none.exitCode).toBe(4);
     expect(JSON.parse(none.stdout)).toEqual([]);
-  });
+  }, 180_000);
 });
 
 describe('users perms run at once', () => {
@@ -132,7 +132,7 @@ describe('users perms run at once', () => {
       const shown = await admin.json<{ permissions: string[] }>(['users', 'show', 'many']);
       expect(shown.permissions).toEqual(['CREATE', 'LOCK', 'LIST', 'READ']);
     }
-  });
+  }, 180_000);
 });
 
 describe('fshare serve: the first administrator', () => {
@@ -160,7 +160,7 @@ describe('fshare serve: the first administrator', () => {
     } finally {
       await empty.stop();
     }
-  });
+  }, 180_000);
 
   // The administrator made on a first start took any name: "a b", "login", "Ｂｏｂ", one with an
   // escape character. POST /users refuses all of them (400), so no later request could make or
@@ -203,5 +203,5 @@ describe('fshare serve: the first administrator', () => {
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
-  });
+  }, 180_000);
 });
