@@ -1,7 +1,7 @@
 // API.md "Expiry (Additive)", the expiry side of "Share links (Additive)" and the limits of
 // "Settings and identity": every server here runs on an injected clock (`clock: () => now`), so
 // time moves only when a test moves it. Links themselves are in links.test.ts.
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -19,16 +19,20 @@ import {
   put,
   request,
   setDefaultPermissions,
+  stalledChunk,
+  until,
   upload,
   type Res,
 } from '../helpers/http.js';
 import {
   ADMIN,
   BACKEND,
+  chunkArriving,
   login,
   metadataText,
   startServer,
   storedContent,
+  storedUploads,
   type TestServer,
 } from '../helpers/server.js';
 
@@ -223,6 +227,26 @@ describe('link expiry', () => {
 });
 
 describe('share expiry', () => {
+  // Found from outside on two servers: the server that set a share's expiry was SIGKILLed, so
+  // no sweep ran at the expiry (the other server looks once a minute); a chunk streaming into
+  // the other server when the expiry passed was committed, 201 "Upload complete", into a share
+  // that answered 404 to everything else. An expired share now takes no chunk: 404.
+  it('a chunk that streamed in across the expiry is refused with 404 and stores nothing', async () => {
+    const c = await clocked();
+    const made = await post(c.url, '/files', {
+      token: c.admin,
+      json: { file_name: 'expires-mid-chunk.bin', expires_in: 60 },
+    });
+    expectStatus(made, 201);
+    const id = (made.body.url as string).split('/').pop()!;
+    const fields = { dzuuid: randomUUID(), dzchunkindex: 0, dztotalchunks: 2 };
+    const slow = await stalledChunk(c.url, c.admin, id, fields, randomBytes(3 << 20), 2 << 20);
+    await until(() => chunkArriving(c.srv, id), 'the chunk to reach the server');
+    c.tick(61);
+    expectFail(await slow.finish(), 404);
+    expect(await storedUploads(c.srv, id)).toEqual([]);
+  });
+
   it('at its expiry a share is gone at once (GET, content, links, lists); the sweep then deletes its content and record, durably', async () => {
     const c = await clocked();
     const t0 = c.now();

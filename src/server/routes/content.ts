@@ -24,6 +24,7 @@ import {
 import { hasChars, toWellFormed, UNSAFE_NAME_CHAR } from '../validate.js';
 import { checkOwner, findShare } from './shares.js';
 import { stillAllowed } from '../auth.js';
+import { isExpired } from '../expiry.js';
 import type { Permission } from '../../shared/permissions.js';
 
 /**
@@ -264,9 +265,9 @@ export function contentRoutes(ctx: Context): Router {
               (chunk.received.overflow && quota.room < maxChunkBytes))
           )
             throw overQuota(quota.owner, quota.room);
-          // The share may have been deleted or handed over while the body streamed in: a chunk
-          // is only ever committed for the share's owner (a handover ends their uploads).
-          if (!current) throw Errors.shareNotFound();
+          // The share may have been deleted, expired or handed over while the body streamed in:
+          // a chunk is only ever committed for the share's owner (a handover ends their uploads).
+          if (!current || isExpired(current, ctx.clock())) throw Errors.shareNotFound();
           checkOwner(req, current);
           // So is the caller: deleted, signed out everywhere or without the permission by now,
           // its chunk is not committed (a deleted user's shares take no content).
@@ -325,7 +326,9 @@ export function contentRoutes(ctx: Context): Router {
     storage.commit(share.share_id, fields, received, (content) =>
       store.withShareLock(share.share_id, async () => {
         const current = await store.getShare(share.share_id);
-        if (!current) throw Errors.shareNotFound();
+        // Expired while the body streamed in or the upload was joined: it is gone for every
+        // request (findShare) even before the sweeper deletes it, and takes no content.
+        if (!current || isExpired(current, ctx.clock())) throw Errors.shareNotFound();
         checkOwner(req, current);
         // Joining a large upload takes seconds: the caller may have been deleted, signed out or
         // stripped of the permission meanwhile (on any server). Then nothing is published.
