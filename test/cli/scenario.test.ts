@@ -364,6 +364,36 @@ describe('fshare end to end against fshare serve', () => {
     expect((await admin.json<Settings>(['settings', 'show'])).default_permissions).toEqual([]);
   });
 
+  // ADMIN among the anonymous permissions (the contract allows it) lets anyone who can reach the
+  // server make themselves an administrator; the command said only "anonymous permissions: …".
+  it('says in one warning line that anonymous ADMIN hands the server to anyone, and nothing for READ', async () => {
+    const read = await admin.run(['settings', 'anon', 'READ']);
+    expect(read.exitCode).toBe(0);
+    expect(read.stderr).toBe('');
+    const res = await admin.run(['settings', 'anon', 'READ', 'ADMIN']);
+    expect(res.exitCode, res.stderr).toBe(0);
+    expect(res.stdout).toContain('ADMIN');
+    expect(res.stderr).toBe(
+      `fshare: anyone who can reach ${serve.url} may now, without signing in, manage its users and settings (ADMIN), make themselves an administrator included; take it back with fshare settings anon --none (or a list without ADMIN)`,
+    );
+    try {
+      // What it warns of: no token, and a new administrator.
+      const made = await fetch(`${serve.url}/users`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          username: 'intruder',
+          password: 'intruder-pw',
+          permissions: ['ADMIN'],
+        }),
+      });
+      expect(made.status).toBe(201);
+    } finally {
+      expect((await admin.run(['settings', 'anon', '--none'])).exitCode).toBe(0);
+      expect((await admin.run(['users', 'rm', 'intruder'])).exitCode).toBe(0);
+    }
+  });
+
   it('prints the token for CI and accepts it from FSHARE_TOKEN', async () => {
     const res = await alice.run(['token']);
     expect(res.exitCode).toBe(0);

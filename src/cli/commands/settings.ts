@@ -4,7 +4,7 @@ import { openSession } from '../context.js';
 import type { Settings } from '../../shared/types.js';
 import { formatDuration } from '../../shared/duration.js';
 import { parseDuration, parsePositiveInt } from '../args.js';
-import { UsageError, examples, printJson, printLine } from '../output.js';
+import { UsageError, examples, printJson, printLine, warn } from '../output.js';
 import { formatPermissions, parsePermissionList } from './perms.js';
 
 export function registerSettings(program: Command): void {
@@ -86,6 +86,11 @@ export function registerSettings(program: Command): void {
       await patchSettings(client, { default_permissions: defaultPermissions });
       if (session.opts.json) printJson(settingsShape(await getSettings(client)));
       else printLine(`anonymous permissions: ${formatPermissions(defaultPermissions)}`);
+      // The contract allows it, and it hands the server to anyone: said, on every run that sets it.
+      if (defaultPermissions.includes('ADMIN'))
+        warn(
+          `anyone who can reach ${session.server} may now, without signing in, manage its users and settings (ADMIN), make themselves an administrator included; take it back with fshare settings anon --none (or a list without ADMIN)`,
+        );
     });
 }
 
