@@ -1,3 +1,4 @@
+import { shownArgument } from '../client/refs.js';
 import { parseSize } from '../shared/size.js';
 import { UsageError } from './output.js';
 
@@ -5,7 +6,7 @@ import { UsageError } from './output.js';
 export function parseChunkSize(text: string): number {
   const size = parseSize(text);
   if (size === null || size < 1)
-    throw new UsageError(`not a size: ${text} (try 512k, 8m, 1g or bytes)`);
+    throw new UsageError(`not a size: ${shownArgument(text)} (try 512k, 8m, 1g or bytes)`);
   return size;
 }
 
@@ -16,7 +17,7 @@ export function parsePositiveInt(
 ): number {
   const n = /^\d+$/.test(text.trim()) ? Number(text) : NaN;
   if (!Number.isSafeInteger(n) || n < 1 || n > max)
-    throw new UsageError(`${what} must be a whole number from 1 to ${max}: ${text}`);
+    throw new UsageError(`${what} must be a whole number from 1 to ${max}: ${shownArgument(text)}`);
   return n;
 }
 
@@ -38,7 +39,7 @@ export function parseDuration(
   const seconds = m ? Number(m[1]) * DURATION_UNITS[m[2] || 's']! : NaN;
   if (!Number.isSafeInteger(seconds) || seconds < 1)
     throw new UsageError(
-      `${what} must be a duration such as 30m, 12h, 7d or 2w${never ? `, or ${neverWord}` : ''}: ${text}`,
+      `${what} must be a duration such as 30m, 12h, 7d or 2w${never ? `, or ${neverWord}` : ''}: ${shownArgument(text)}`,
     );
   return seconds;
 }

@@ -22,7 +22,7 @@ import {
 import { filenameFromDisposition, nameTooLong, partPathOf, sanitizeFileName } from './filename.js';
 import { backoffDelay, header, send, toApiError, type ApiClient, type Response } from './http.js';
 import type { BodyTarget } from './rawhttp.js';
-import { sharePath } from './refs.js';
+import { sharePath, shownArgument } from './refs.js';
 import { fileHasher } from './hashing.js';
 
 /** Bytes are written in pieces of this size: few system calls, flat memory. */
@@ -36,9 +36,7 @@ export type ByteRange = { start: number; end?: number } | { suffix: number };
 export function parseByteRange(text: string): ByteRange {
   const match = /^\s*(\d*)\s*-\s*(\d*)\s*$/.exec(text);
   const bad = () =>
-    new ClientInputError(
-      `not a byte range (A-B, A- or -N): ${text.trim() === '' ? JSON.stringify(text) : text}`,
-    );
+    new ClientInputError(`not a byte range (A-B, A- or -N): ${shownArgument(text)}`);
   if (!match || (match[1] === '' && match[2] === '')) throw bad();
   if (match[1] === '') {
     const suffix = Number(match[2]);

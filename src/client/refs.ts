@@ -9,11 +9,18 @@ export interface ShareRef {
   server?: string;
 }
 
+/**
+ * An argument as an error line shows it: an empty one (a script's "$ID" unset) as `""`, not as
+ * nothing after the colon.
+ */
+export function shownArgument(text: string): string {
+  return text.trim() === '' ? JSON.stringify(text) : text;
+}
+
 /** Accepts a share id or a full URL such as http://host:5000/files/<uuid> (or …/content). */
 export function parseShareRef(ref: string): ShareRef {
   const text = ref.trim();
-  // An empty argument (a script's "$ID" unset) is shown as "", not as nothing after the colon.
-  const shown = text === '' ? JSON.stringify(ref) : ref;
+  const shown = shownArgument(ref);
   if (isUuid(text)) return { id: text.toLowerCase() };
   if (/^https?:\/\//i.test(text)) {
     let url: URL;

@@ -100,6 +100,27 @@ describe('bad input gives one clear line and the right exit code', () => {
     }
   });
 
+  // An empty value (a script's "$SIZE" unset) read `not a size:  (try …)`, nothing where the
+  // value goes; it is shown as "", as share ids and ranges already were.
+  it('an empty size, count or duration is shown as "" in its one line, exit 2', async () => {
+    const file = join(work, 'a.txt');
+    for (const [args, line] of [
+      [['users', 'quota', 'admin', ''], 'fshare: not a size: "" (try 10GiB, 500m, bytes or none)'],
+      [['upload', file, '--chunk-size', ''], 'fshare: not a size: "" (try 512k, 8m, 1g or bytes)'],
+      [
+        ['upload', file, '--parallel', ' '],
+        'fshare: --parallel must be a whole number from 1 to 64: " "',
+      ],
+    ] as const) {
+      const res = await cli.run([...args]);
+      expect(res.exitCode, args.join(' ')).toBe(2);
+      expect(res.stderr).toBe(line);
+    }
+    const expiry = await cli.run(['upload', file, '--expires', '']);
+    expect(expiry.exitCode).toBe(2);
+    expectOneLine(expiry.stderr, /: ""$/);
+  });
+
   it('commander usage errors: exit 2 in one line', async () => {
     for (const args of [['frobnicate'], ['upload'], ['get', 'a', 'b'], ['ls', '--bogus']]) {
       const res = await cli.run(args);

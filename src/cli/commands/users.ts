@@ -12,6 +12,7 @@ import {
 } from '../../client/api.js';
 import { ApiError } from '../../client/errors.js';
 import type { ApiClient } from '../../client/http.js';
+import { shownArgument } from '../../client/refs.js';
 import type { Permission } from '../../shared/permissions.js';
 import type { User } from '../../shared/types.js';
 import { formatSize, parseSize } from '../../shared/size.js';
@@ -293,7 +294,7 @@ export function registerUsers(program: Command): void {
       const none = size.trim().toLowerCase() === 'none';
       const quota = none ? null : parseSize(size);
       if (!none && quota === null)
-        throw new UsageError(`not a size: ${size} (try 10GiB, 500m, bytes or none)`);
+        throw new UsageError(`not a size: ${shownArgument(size)} (try 10GiB, 500m, bytes or none)`);
       const client = await session.client();
       await setQuota(client, name, quota);
       if (session.opts.json) printJson(userShape(await getUser(client, name)));
