@@ -86,6 +86,24 @@ describe('an administrator acting on themself', () => {
     expect(res.stderr.trim()).toBe('fshare: that ended this session too: run `fshare login`');
     expect((await root3.run(['whoami'])).exitCode).toBe(3);
   }, 180_000);
+
+  // `users rm root4 carol` run by root4 deleted root4 first, which ended its token, so carol got
+  // 401: exit 3 with carol still there, and no word that the session had gone with the account.
+  // Your own account now goes last, and one line says this session ended with it.
+  it('users rm of yourself among others deletes them all, yours last, and says this session ended', async () => {
+    const admin = await signedIn(ADMIN.username, ADMIN.password);
+    await addUser(admin, 'root4', 'ADMIN', 'root4-pw');
+    await addUser(admin, 'carol4', 'READ', 'carol4-pw');
+    const root4 = await signedIn('root4', 'root4-pw');
+    const res = await root4.run(['users', 'rm', 'root4', 'carol4']);
+    expect(res.exitCode, res.stderr).toBe(0);
+    expect(res.stdout.trim().split('\n')).toEqual(['Deleted user carol4', 'Deleted user root4']);
+    expect(res.stderr.trim()).toBe(
+      'fshare: that was your own account: this session ended with it; sign in as another user (fshare login)',
+    );
+    for (const name of ['root4', 'carol4'])
+      expect((await admin.run(['users', 'show', name])).exitCode, name).toBe(4);
+  }, 180_000);
 });
 
 describe('users rm stopped by a failure', () => {

@@ -202,9 +202,15 @@ export function registerUsers(program: Command): void {
       const session = openSession(cmd);
       names.forEach(checkName); // before any is deleted
       const client = await session.client();
+      // Your own account goes last: its token ends with it, and the names after it got 401.
+      const me =
+        client.token === undefined
+          ? undefined
+          : ((await whoami(client).catch(() => undefined))?.username ?? undefined);
+      const order = [...names.filter((n) => n !== me), ...names.filter((n) => n === me)];
       const done: { username: string; deleted: true }[] = [];
       try {
-        for (const name of names) {
+        for (const name of order) {
           await deleteUser(client, name);
           done.push({ username: name, deleted: true });
           if (!session.opts.json) printLine(`Deleted user ${name}`);
@@ -213,6 +219,10 @@ export function registerUsers(program: Command): void {
         // Also when one failed: a script learns which users are gone (as `rm` tells its shares).
         if (session.opts.json) printJson(done);
       }
+      if (me !== undefined && done.some((d) => d.username === me))
+        warn(
+          `fshare: that was your own account: this session ended with it; sign in as another user (fshare login)`,
+        );
     });
 
   users
