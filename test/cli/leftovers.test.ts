@@ -423,54 +423,73 @@ describe('temporary directories of push and upload -', () => {
 });
 
 describe('pull temporary files', () => {
-  it("a killed pull's .fshare-tmp-* files are removed by the next pull; a live pull's are neither removed nor counted by pull --delete", async () => {
+  it("a killed pull's .fshare-tmp-* files are removed by the next pull; a live pull's are neither removed nor counted by pull --delete into a directory above it, and a pull into its DIR waits for it", async () => {
     // Guards: a pull killed on the way left .fshare-tmp-* files in DIR that every later pull
     // kept for good, and pull --delete removed (and counted as the user's files) the temporary
-    // files of another pull still running into the same DIR.
+    // files of another pull still running there. Two pulls into one DIR run one after the other
+    // (its lock); a pull into a directory above it is another DIR, and runs at once.
     const cli = await signedIn();
+    const big = randomBytes(24 * 1024 * 1024);
     const src = join(work, 'tmp-src');
     await mkdir(src, { recursive: true });
-    const big = randomBytes(24 * 1024 * 1024);
     await writeFile(join(src, 'big.bin'), big);
     await writeFile(join(src, 'small.txt'), 'small\n');
-    const pushed = await cli.run(['--server', serve.url, 'push', src, '--name', 'tmpset']);
-    expect(pushed.exitCode, pushed.stderr).toBe(0);
-    const dest = join(work, 'tmp-dest');
+    // The same files one level down, as a set for the directory above.
+    const srcAbove = join(work, 'tmp-src-above');
+    await mkdir(join(srcAbove, 'sub'), { recursive: true });
+    await writeFile(join(srcAbove, 'sub', 'big.bin'), big);
+    await writeFile(join(srcAbove, 'sub', 'small.txt'), 'small\n');
+    for (const [dir, name] of [
+      [src, 'tmpset'],
+      [srcAbove, 'tmpset-above'],
+    ] as const) {
+      const pushed = await cli.run(['--server', serve.url, 'push', dir, '--name', name]);
+      expect(pushed.exitCode, pushed.stderr).toBe(0);
+    }
+    const above = join(work, 'tmp-above');
+    const dest = join(above, 'sub');
     await mkdir(dest, { recursive: true });
     const temps = () => readdirSync(dest).filter((n) => n.startsWith('.fshare-tmp-'));
+    const pullOf = (name: string, dir: string, ...more: string[]) =>
+      execa('node', [BIN, '--server', serve.url, '--json', 'pull', name, dir, ...more], {
+        env: cleanEnv({ FSHARE_CONFIG_DIR: cli.configDir, FSHARE_KEYRING: 'off' }),
+        extendEnv: false,
+        reject: false,
+        timeout: 60_000,
+      });
 
-    // A pull caught with its temporary file open, then stopped while another pull runs.
-    const first = execa('node', [BIN, '--server', serve.url, 'pull', 'tmpset', dest, '-p', '1'], {
-      env: cleanEnv({ FSHARE_CONFIG_DIR: cli.configDir, FSHARE_KEYRING: 'off' }),
-      extendEnv: false,
-      reject: false,
-      timeout: 60_000,
-    });
+    // A pull caught with its temporary file open, then stopped while other pulls run.
+    const first = pullOf('tmpset', dest, '-p', '1');
     await waitFor('a temporary file of the first pull', () => temps().length > 0);
     first.kill('SIGSTOP');
     const live = temps();
+    let waiting: ReturnType<typeof pullOf> | undefined;
     try {
-      const second = await cli.run([
-        '--server',
-        serve.url,
-        '--json',
-        'pull',
-        'tmpset',
-        dest,
-        '--delete',
-      ]);
-      expect(second.exitCode, second.stderr).toBe(0);
-      expect((JSON.parse(second.stdout) as { deleted: { files: number } }).deleted.files).toBe(0);
+      const second = await pullOf('tmpset-above', above, '--delete');
+      expect(second.exitCode, String(second.stderr)).toBe(0);
+      expect(
+        (JSON.parse(String(second.stdout)) as { deleted: { files: number } }).deleted.files,
+      ).toBe(0);
       for (const name of live) expect(existsSync(join(dest, name)), name).toBe(true);
+
+      // Into the stopped pull's own DIR: it waits for that pull.
+      waiting = pullOf('tmpset', dest, '--delete');
+      let said = '';
+      waiting.stderr!.on('data', (d: Buffer) => (said += d.toString()));
+      await waitFor('the third pull to wait', () =>
+        said.includes('waiting for another fshare pull'),
+      );
     } finally {
       first.kill('SIGKILL');
       await first;
     }
-    expect(temps().length).toBeGreaterThan(0);
-
-    // Killed: nothing will finish its files; the next pull removes them.
-    const third = await cli.run(['--server', serve.url, 'pull', 'tmpset', dest]);
-    expect(third.exitCode, third.stderr).toBe(0);
+    // Killed: the lock went with it, and nothing will finish its files; the waiting pull removes
+    // them, counting none of them as the user's.
+    const third = await waiting!;
+    expect(third.exitCode, String(third.stderr)).toBe(0);
+    expect((JSON.parse(String(third.stdout)) as { deleted: { files: number } }).deleted.files).toBe(
+      0,
+    );
     expect(temps()).toEqual([]);
     expect((await readFile(join(dest, 'big.bin'))).equals(big)).toBe(true);
     expect((await readdir(dest)).sort()).toEqual(['big.bin', 'small.txt']);
