@@ -17,6 +17,17 @@ function openFilesLimit(): number | null {
   }
 }
 
+/** Requests that expect 100-continue and have not been sent it yet. */
+const awaitingContinue = new WeakSet<http.ServerResponse>();
+
+/**
+ * Sends `100 Continue` to a request that expects it (once), before its body is read: a handler
+ * calls it when the checks the headers allow have passed. Does nothing for any other request.
+ */
+export function sendContinue(res: http.ServerResponse): void {
+  if (awaitingContinue.delete(res) && !res.headersSent) res.writeContinue();
+}
+
 /**
  * The HTTP server, hardened against slow and greedy clients (docs/API.md, "Limits"):
  * - headers must arrive within `headersTimeoutMs`, and a connection that moves no byte for
@@ -114,6 +125,15 @@ export function createHttpServer(
         `closed a connection from ${socket.remoteAddress} that sent or read nothing for ${limits.idleTimeoutMs / 1000} s`,
       );
     socket.destroy();
+  });
+
+  // Expect: 100-continue (curl sends it with bodies over 1 MiB): the app answers first what the
+  // headers alone decide (a bad token, no such share, a chunk over a limit) and the client then
+  // sends no body; `sendContinue` lets the body come once those checks have passed. A final
+  // answer without 100 closes the connection (Node), as the body may still come.
+  server.on('checkContinue', (req: http.IncomingMessage, res: http.ServerResponse) => {
+    awaitingContinue.add(res);
+    server.emit('request', req, res);
   });
 
   // An Expect other than 100-continue: HTTP says 417, and every error here has a JSON body.

@@ -11,7 +11,7 @@ import { isoNoZone } from '../shared/dates.js';
 import { MIN_SECRET_BYTES } from '../shared/secrets.js';
 import { writeFileDurably } from './fsutil.js';
 import { identify, Tokens } from './auth.js';
-import { createHttpServer } from './connections.js';
+import { createHttpServer, sendContinue } from './connections.js';
 import type { Context } from './context.js';
 import { Errors, errorHandler, notFound } from './errors.js';
 import { ShareExpiry } from './expiry.js';
@@ -84,6 +84,15 @@ function hostProblem(req: Request): string | undefined {
   if (!isValidHost(host))
     return `The Host header must be host[:port] (a name, an IPv4 address or a [bracketed] IPv6 address): ${JSON.stringify(host.slice(0, 100))} is not`;
   return undefined;
+}
+
+/** A chunk upload (POST or PUT of /files/<id>/content, multipart): its route sends 100 Continue. */
+function isChunkUpload(req: Request): boolean {
+  return (
+    (req.method === 'POST' || req.method === 'PUT') &&
+    /^\/files\/[^/]+\/content\/?$/i.test(req.path) &&
+    req.is('multipart/form-data') === 'multipart/form-data'
+  );
 }
 
 /** API.md "CORS": the reference server's browser client must work against us. */
@@ -415,6 +424,12 @@ async function openServer(
     const line = options.log;
     app.use(requestLog((e) => line(requestLine(e))));
   }
+  // Expect: 100-continue is answered at once, but for a chunk upload, whose route sends it once
+  // the checks its headers allow have passed (API.md "Conventions").
+  app.use((req, res, next) => {
+    if (!isChunkUpload(req)) sendContinue(res);
+    next();
+  });
   app.use(cors);
   app.use(deferredJson);
   app.use(identify(tokens, store));

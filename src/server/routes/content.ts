@@ -5,6 +5,7 @@ import mime from 'mime-types';
 import multer from 'multer';
 import type { Context } from '../context.js';
 import { Errors, HttpError } from '../errors.js';
+import { sendContinue } from '../connections.js';
 import { route } from '../http.js';
 import { LIMITS } from '../limits.js';
 import { parseRange } from '../ranges.js';
@@ -74,6 +75,9 @@ export function chunkFields(fields: Record<string, unknown>, maxChunks: number):
   return chunk;
 }
 
+/** What a multipart body may hold besides its file part (fields, part headers, boundaries). */
+const MULTIPART_SLACK = 64 * 1024;
+
 interface WithReceived {
   received?: ReceivedChunk;
 }
@@ -138,6 +142,9 @@ export function contentRoutes(ctx: Context): Router {
         `A chunk is sent as multipart/form-data (fields dzuuid, dzchunkindex, dztotalchunks and the file part "upload"), not as ${req.get('content-type')?.split(';')[0]?.trim() || 'a body without a Content-Type'}`,
       );
     targets.set(req, { shareId, max });
+    // Everything the headers tell has been checked: a client that waits for 100 Continue
+    // (Expect: 100-continue) sends its body now, and one refused above never sent it.
+    sendContinue(res);
     await new Promise<void>((resolve, reject) =>
       receive(req, res, (err) => (err ? reject(err) : resolve())),
     );
@@ -226,7 +233,10 @@ export function contentRoutes(ctx: Context): Router {
     // The quota is enforced before anything is written: by the declared length up front, and
     // by cutting the body off where the quota ends (a body without a length).
     const { room, owner } = await quotaRoom(req, share, share.initialized);
-    if (owner && length > room + 64 * 1024) throw overQuota(owner, room);
+    if (owner && length > room + MULTIPART_SLACK) throw overQuota(owner, room);
+    // So is the chunk size, before a byte is read (the 100 Continue a client may wait for).
+    if (length > maxChunkBytes + MULTIPART_SLACK)
+      throw new HttpError(413, 'The chunk is larger than the server accepts');
     const release = await storage.reserve(length);
     let outcome: 'stored' | 'complete';
     let fields: ChunkFields;
