@@ -254,7 +254,12 @@ export async function createServer(options: ServerOptions): Promise<FshareServer
   };
   // Until the data is open, every request is told to come back (the port may be bound first).
   let handler: RequestListener = (_req, res) => {
-    res.writeHead(503, { 'Content-Type': 'application/json', 'Retry-After': '1' });
+    // Every answer allows any origin (API.md "CORS"), this one too: a browser page reads it.
+    res.writeHead(503, {
+      'Content-Type': 'application/json',
+      'Retry-After': '1',
+      'Access-Control-Allow-Origin': '*',
+    });
     res.end(JSON.stringify({ status: 'fail', message: 'The server is starting; try again' }));
   };
   let bound: { server: Server; url: string; port: number } | undefined;

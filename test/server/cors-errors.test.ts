@@ -1,5 +1,9 @@
 // API.md "CORS" and "Bodies": headers on every response, preflights, 404 and 405 as JSON.
 import { randomUUID } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import net, { type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   createShareWithContent,
@@ -7,7 +11,9 @@ import {
   expectStatus,
   request,
   type Res,
+  until,
 } from '../helpers/http.js';
+import { createServer } from '../../src/server/index.js';
 import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
 
 const ORIGIN = 'https://client.example.org';
@@ -221,5 +227,64 @@ describe('error bodies', () => {
     });
     expect([400, 413]).toContain(res.status);
     expectFail(res, res.status);
+  });
+});
+
+describe('while the server starts', () => {
+  // The 503 "The server is starting" (the port is bound before the data is open) allows any
+  // origin like every other answer. Found from outside: it had no Access-Control-Allow-Origin, so
+  // a browser page saw a network error instead of its JSON and Retry-After.
+  it('the 503 while the data opens carries Access-Control-Allow-Origin', async () => {
+    // A "database" that takes connections and never answers keeps the server starting.
+    const held: net.Socket[] = [];
+    const silent = net.createServer((socket) => {
+      socket.on('error', () => undefined);
+      held.push(socket);
+    });
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const dataDir = await mkdtemp(join(tmpdir(), 'fshare-test-'));
+    let starting: Promise<unknown> = Promise.resolve();
+    let port = 0;
+    // A port found free may be taken by someone else before the server binds it: then another.
+    for (let attempt = 1; ; attempt++) {
+      const free = net.createServer();
+      await new Promise<void>((resolve) => free.listen(0, '127.0.0.1', resolve));
+      port = (free.address() as AddressInfo).port;
+      await new Promise((resolve) => free.close(resolve));
+      let failed: NodeJS.ErrnoException | undefined;
+      starting = createServer({
+        dataDir,
+        database: `postgres://fshare@127.0.0.1:${(silent.address() as AddressInfo).port}/fshare`,
+        bind: { port, host: '127.0.0.1' },
+        notice: () => undefined,
+      }).then(
+        (server) => server.close(),
+        (err: NodeJS.ErrnoException) => (failed = err),
+      );
+      // The port is bound before the data is opened: once the database is called, it answers.
+      await until(
+        () => held.length > 0 || failed !== undefined,
+        'the server to call its database',
+        50,
+        60_000,
+      );
+      if (held.length > 0 || failed?.code !== 'EADDRINUSE' || attempt === 5) break;
+    }
+    try {
+      const res = await fetch(`http://127.0.0.1:${port}/files`, { headers: { Origin: ORIGIN } });
+      expect(res.status).toBe(503);
+      expect(res.headers.get('retry-after')).toBe('1');
+      expect(res.headers.get('access-control-allow-origin')).toBe('*');
+      expect(await res.json()).toEqual({
+        status: 'fail',
+        message: 'The server is starting; try again',
+      });
+    } finally {
+      // The database goes away: the start fails, and the port is closed again.
+      for (const socket of held) socket.destroy();
+      await new Promise((resolve) => silent.close(resolve));
+      await starting;
+      await rm(dataDir, { recursive: true, force: true });
+    }
   });
 });
