@@ -8,7 +8,7 @@
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { content, createShare, createShareWithContent, multipart, until } from '../helpers/http.js';
+import { content, createShareWithContent, multipart, until } from '../helpers/http.js';
 import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
 import type { RequestEntry } from '../../src/server/options.js';
 
@@ -110,19 +110,7 @@ describe('pipelined requests after bytes that are not HTTP', () => {
 
   it('a download is answered whole, before the 400 for what came after it', async () => {
     const data = randomBytes(16 * 1024 * 1024);
-    const id = await createShare(srv.url, token, 'big.bin');
-    const { body, contentType } = multipart([
-      { name: 'dzuuid', value: randomUUID() },
-      { name: 'dzchunkindex', value: '0' },
-      { name: 'dztotalchunks', value: '1' },
-      { name: 'upload', filename: 'blob', data },
-    ]);
-    const stored = await fetch(`${srv.url}/files/${id}/content`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${token}`, 'content-type': contentType },
-      body,
-    });
-    expect(stored.status).toBe(201);
+    const id = await createShareWithContent(srv.url, token, 'big.bin', data);
     const get = Buffer.from(
       `GET /files/${id}/content HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\n\r\n`,
     );
@@ -236,19 +224,7 @@ describe('a download whose reader stops, with bad bytes pipelined behind it', ()
 
   it('is still cut once it moves no byte (the error answer waits for it)', async () => {
     const data = randomBytes(32 * 1024 * 1024);
-    const id = await createShare(srv.url, token, 'stalled.bin');
-    const { body, contentType } = multipart([
-      { name: 'dzuuid', value: randomUUID() },
-      { name: 'dzchunkindex', value: '0' },
-      { name: 'dztotalchunks', value: '1' },
-      { name: 'upload', filename: 'blob', data },
-    ]);
-    const stored = await fetch(`${srv.url}/files/${id}/content`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${token}`, 'content-type': contentType },
-      body,
-    });
-    expect(stored.status).toBe(201);
+    const id = await createShareWithContent(srv.url, token, 'stalled.bin', data);
     const { hostname, port } = new URL(srv.direct);
     // Reads nothing: the server's writes stop once the socket buffers are full.
     const socket = net.connect(Number(port), hostname, () => {
