@@ -95,6 +95,13 @@ function isChunkUpload(req: Request): boolean {
   );
 }
 
+/**
+ * The headers a browser page may read besides the safelisted ones: Retry-After (429, 503) says
+ * when to come back, Allow (405) what the path takes.
+ */
+const EXPOSED_HEADERS =
+  'Content-Disposition, Content-Range, Content-Length, Location, ETag, Accept-Ranges, Repr-Digest, Idempotent-Replayed, Retry-After, Allow';
+
 /** API.md "CORS": the reference server's browser client must work against us. */
 const cors: RequestHandler = (req, res, next) => {
   res.set({
@@ -102,8 +109,7 @@ const cors: RequestHandler = (req, res, next) => {
     'Access-Control-Allow-Headers':
       'Authorization, Content-Type, Range, If-Range, If-None-Match, If-Match, If-Modified-Since, If-Unmodified-Since, Idempotency-Key',
     'Access-Control-Allow-Methods': 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS',
-    'Access-Control-Expose-Headers':
-      'Content-Disposition, Content-Range, Content-Length, Location, ETag, Accept-Ranges, Repr-Digest, Idempotent-Replayed',
+    'Access-Control-Expose-Headers': EXPOSED_HEADERS,
     'Access-Control-Max-Age': '600',
   });
   const badHost = hostProblem(req);
@@ -259,6 +265,7 @@ export async function createServer(options: ServerOptions): Promise<FshareServer
       'Content-Type': 'application/json',
       'Retry-After': '1',
       'Access-Control-Allow-Origin': '*',
+      'Access-Control-Expose-Headers': EXPOSED_HEADERS,
     });
     res.end(JSON.stringify({ status: 'fail', message: 'The server is starting; try again' }));
   };

@@ -43,6 +43,10 @@ function expectExposes(res: Res): void {
     'location',
     'etag',
     'repr-digest',
+    // Not safelisted: without these a page cannot read when to retry (429, 503) or what a path
+    // allows (405).
+    'retry-after',
+    'allow',
   ]) {
     expect(exposed, `Access-Control-Expose-Headers lists ${h}`).toContain(h);
   }
@@ -275,6 +279,7 @@ describe('while the server starts', () => {
       expect(res.status).toBe(503);
       expect(res.headers.get('retry-after')).toBe('1');
       expect(res.headers.get('access-control-allow-origin')).toBe('*');
+      expect(list(res.headers.get('access-control-expose-headers') ?? '')).toContain('retry-after');
       expect(await res.json()).toEqual({
         status: 'fail',
         message: 'The server is starting; try again',
