@@ -21,3 +21,40 @@ export async function fault(point: string, partial?: () => Promise<unknown>): Pr
   // SIGKILL is not delivered synchronously on every platform: never run past the point.
   await new Promise(() => undefined);
 }
+
+/**
+ * Points where a test holds a task to act meanwhile (end a database connection, send a rival
+ * request): `holdAt(point, hold)` runs `hold` the next time execution reaches `point`, which goes
+ * on once it resolves; it returns a function that takes the hold back. In a server process,
+ * `FSHARE_PAUSE=<point>` holds there once, says `fault: paused at <point>` on stderr and goes on
+ * at SIGUSR2. Without a hold, every call is a no-op.
+ *
+ * Points: publish.before-record (new content checked under its share's lock, before the share's
+ * record names it).
+ */
+const holds = new Map<string, () => Promise<void>>();
+
+export function holdAt(point: string, hold: () => Promise<void>): () => void {
+  holds.set(point, hold);
+  return () => {
+    if (holds.get(point) === hold) holds.delete(point);
+  };
+}
+
+export async function pausePoint(point: string): Promise<void> {
+  const hold = holds.get(point);
+  if (!hold) return;
+  holds.delete(point);
+  await hold();
+}
+
+const pauseAt = process.env.FSHARE_PAUSE;
+if (pauseAt)
+  holdAt(
+    pauseAt,
+    () =>
+      new Promise((resume) => {
+        process.once('SIGUSR2', () => resume());
+        process.stderr.write(`fault: paused at ${pauseAt}\n`);
+      }),
+  );

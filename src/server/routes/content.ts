@@ -6,6 +6,7 @@ import multer from 'multer';
 import type { Context } from '../context.js';
 import { Errors, HttpError } from '../errors.js';
 import { sendContinue } from '../connections.js';
+import { pausePoint } from '../faults.js';
 import { route } from '../http.js';
 import { LIMITS } from '../limits.js';
 import { parseRange } from '../ranges.js';
@@ -349,6 +350,7 @@ export function contentRoutes(ctx: Context): Router {
         allowed(current);
         // Read before the update, which changes the record in place.
         const replaced = current.initialized ? blobOf(current) : undefined;
+        await pausePoint('publish.before-record');
         await store.updateShare(share.share_id, {
           initialized: true,
           size: content.size,
