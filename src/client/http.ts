@@ -127,6 +127,11 @@ export interface RawRequest {
    * Only for GET and HEAD without a body.
    */
   download?: boolean;
+  /**
+   * Read the whole answer within the attempt, so a body cut short or stalled (a 200 whose JSON
+   * stops halfway) is a transport failure of that attempt, retried as one, not a broken answer.
+   */
+  buffered?: boolean;
   signal?: AbortSignal;
 }
 
@@ -237,6 +242,17 @@ function attempt(url: URL, req: RawRequest, headers: Record<string, string>): Pr
   });
 }
 
+/** The response with its body read already (text() and readInto() give it, dump() drops it). */
+async function buffer(res: Response): Promise<Response> {
+  const text = await res.text();
+  return {
+    ...res,
+    text: () => Promise.resolve(text),
+    readInto: (target) => target.write(Buffer.from(text)),
+    dump: () => Promise.resolve(),
+  };
+}
+
 /**
  * A 5xx that a moment may mend (500, 502, 503, 504…). Not these, which the same request meets
  * again: 501 Not Implemented, 505 HTTP Version Not Supported, 507 Insufficient Storage (the
@@ -260,6 +276,7 @@ export async function send(client: ApiClient, req: RawRequest): Promise<Response
     let res: Response;
     try {
       res = await attempt(url, req, headers);
+      if (req.buffered) res = await buffer(res);
     } catch (err) {
       if (req.signal?.aborted) throw req.signal.reason ?? err;
       if (!isTransportError(err)) throw tlsError(client.server, err) ?? err;
@@ -395,6 +412,7 @@ export async function callJson<T>(client: ApiClient, req: JsonRequest): Promise<
     body: payload === undefined ? undefined : () => payload,
     idempotent,
     retryServerErrors: idempotent,
+    buffered: true,
   });
   if (res.statusCode === 404 && res.repeated && req.repeatable && req.method === 'DELETE') {
     await res.dump();
