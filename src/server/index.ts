@@ -444,12 +444,15 @@ async function openServer(
   });
   app.use(cors);
   app.use(deferredJson);
+  const links = linkRoutes(ctx);
+  // A share link's page and bytes never depend on who asks (API.md "Share links").
+  app.use(links.pages);
   app.use(identify(tokens, store));
   app.use(authRoutes(ctx));
   app.use(userRoutes(ctx));
   app.use(settingsRoutes(ctx));
   app.use(whoamiRoutes(ctx));
-  app.use(linkRoutes(ctx));
+  app.use(links.manage);
   app.use(contentRoutes(ctx));
   app.use(fileRoutes(ctx));
   app.use(notFound);

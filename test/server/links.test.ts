@@ -590,6 +590,39 @@ describe('the public side /l/<token>', () => {
     }
   });
 
+  // A link needs no account, but a request for it that carried an Authorization header the
+  // server would not take (a reverse proxy's Basic credentials, which browsers and curl -n send
+  // to every path of the site; a script's expired fshare token) got 401 "The Authorization header
+  // must be "Bearer <token>"" or "The token is invalid…" for the page, the bytes and the password
+  // form alike. The public side never looks at the caller, so the header is ignored there.
+  it('the page, the bytes and the password form ignore any Authorization header (found: 401 for a Basic or expired one)', async () => {
+    const made = await makeLink(base, alice.token, shareId, { max_downloads: 3 });
+    const locked = await makeLink(base, alice.token, shareId, { password: 'auth-ignored' });
+    for (const authorization of ['Basic YWxpY2U6c2VjcmV0', 'Bearer not-a-token', 'Bearer']) {
+      const headers = { authorization };
+      const page = await get(base, made.path, { headers: { ...JSON_ONLY, ...headers } });
+      expectStatus(page, 200);
+      expect(page.body).toMatchObject({ file_name: 'report.pdf', sha256: SHA });
+      expectPage(await get(base, made.path, { headers: { ...HTML, ...headers } }), 200);
+      expectStatus(await request(base, 'HEAD', `${made.path}?download`, { headers }), 200);
+      const form = await post(base, locked.path, {
+        headers: { ...FORM, ...headers },
+        body: 'password=auth-ignored',
+      });
+      expectStatus(form, 303);
+      expect(cookieOf(form)).toMatch(/^fshare_link_/);
+    }
+    // The bytes: one download each, counted as any other.
+    for (const authorization of ['Basic YWxpY2U6c2VjcmV0', 'Bearer not-a-token'])
+      expectBytes(await download(base, made.path, { headers: { authorization } }), DATA);
+    expect(await linkOf(base, alice.token, made.id)).toMatchObject({ downloads: 2 });
+    // Managing links still takes a valid token.
+    expectFail(
+      await get(base, `/links/${made.id}`, { headers: { authorization: 'Bearer x' } }),
+      401,
+    );
+  });
+
   it('a revoked link is a 404 at once, for the page, the JSON and the bytes', async () => {
     const doomed = await makeLink(base, alice.token, shareId);
     expectBytes(await download(base, doomed.path), DATA);

@@ -69,9 +69,15 @@ function effectiveExpiry(link: LinkRecord, share: ShareRecord): string | null {
   return times.reduce((a, b) => (Date.parse(a) <= Date.parse(b) ? a : b));
 }
 
-export function linkRoutes(ctx: Context): Router {
+/**
+ * `manage`: the link endpoints of signed-in users. `pages`: the public side, /l/<token>, mounted
+ * before the caller is identified: a link is the capability, so whatever Authorization header
+ * comes with it (a proxy's Basic credentials, an expired token) is not looked at.
+ */
+export function linkRoutes(ctx: Context): { manage: Router; pages: Router } {
   const { store, storage, passwords, clock, limits, linkKey, expiry } = ctx;
   const router = Router();
+  const pages = Router();
   const usernames = async (id: string | null) =>
     id === null ? null : ((await store.getUserById(id))?.username ?? null);
 
@@ -415,7 +421,7 @@ export function linkRoutes(ctx: Context): Router {
 
   const form = express.urlencoded({ extended: false, limit: '8kb', parameterLimit: 4 });
 
-  route(router, '/l/:token', {
+  route(pages, '/l/:token', {
     get: publicSide(async (req, res) => {
       const { link, share } = await resolve(req, res);
       if (link.password_hash !== null && !hasGrant(req, link)) {
@@ -458,5 +464,5 @@ export function linkRoutes(ctx: Context): Router {
     }),
   });
 
-  return router;
+  return { manage: router, pages };
 }
