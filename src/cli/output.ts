@@ -9,6 +9,7 @@ import {
 } from '../client/errors.js';
 import { FileExistsError, PartBusyError } from '../client/download.js';
 import { UNSAFE_CHARACTERS } from '../client/filename.js';
+import { withoutTokens } from '../client/http.js';
 import { systemErrorText } from '../shared/syserr.js';
 import { ConfigDamagedError } from './config.js';
 
@@ -110,7 +111,12 @@ function nextStep(err: unknown): string | undefined {
 /** The one line CLI.md asks for: `fshare: <the server's message> (HTTP 403)`. */
 export function errorLine(err: unknown): string {
   const message = systemErrorText(err) ?? (err instanceof Error ? err.message : String(err));
-  let oneLine = printable(message.replace(/\s*[\r\n]+\s*/g, ' ').trim()) || 'failed';
+  let oneLine =
+    printable(
+      withoutTokens(message)
+        .replace(/\s*[\r\n]+\s*/g, ' ')
+        .trim(),
+    ) || 'failed';
   if (err instanceof ApiError) oneLine += ` (HTTP ${err.status})`;
   const step = nextStep(err);
   return step ? `fshare: ${oneLine}; ${step}` : `fshare: ${oneLine}`;
@@ -136,7 +142,7 @@ export function debugText(err: unknown): string {
     e = e instanceof Error ? e.cause : undefined;
     if (e !== undefined) parts.push('caused by:');
   }
-  return parts.join('\n');
+  return withoutTokens(parts.join('\n'));
 }
 
 /**
@@ -144,7 +150,7 @@ export function debugText(err: unknown): string {
  * it (a user name a server sent, a path) are made printable, as on stdout.
  */
 export function warn(line: string): void {
-  const text = printable(line);
+  const text = printable(withoutTokens(line));
   process.stderr.write(text.startsWith('fshare:') ? `${text}\n` : `fshare: ${text}\n`);
 }
 

@@ -263,6 +263,15 @@ function transient(status: number): boolean {
   return status >= 500 && ![501, 505, 507, 508, 510, 511].includes(status);
 }
 
+/** Every token this process has sent: a server may echo one back, in a message or a Location. */
+const sentTokens = new Set<string>();
+
+/** `text` with every token this process sent replaced by `[token]` (for lines a log may keep). */
+export function withoutTokens(text: string): string {
+  for (const token of sentTokens) text = text.split(token).join('[token]');
+  return text;
+}
+
 /**
  * Sends one request, retrying transport failures (and 5xx when allowed) with backoff.
  * Returns the response with its body unread; the caller must read or dump it.
@@ -270,7 +279,10 @@ function transient(status: number): boolean {
 export async function send(client: ApiClient, req: RawRequest): Promise<Response> {
   const url = urlFor(client, req.path, req.query);
   const headers: Record<string, string> = { ...req.headers };
-  if (client.token) headers.authorization = `Bearer ${client.token}`;
+  if (client.token) {
+    headers.authorization = `Bearer ${client.token}`;
+    sentTokens.add(client.token);
+  }
   let repeated = false;
   for (let n = 1; ; n++) {
     let res: Response;

@@ -4,7 +4,7 @@ import { rm } from 'node:fs/promises';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createCli, type Cli } from '../helpers/cli.js';
 
-// What a CI job sees when a server's answer breaks, through the built binary
+// What a CI job sees when a server's answer breaks or turns hostile, through the built binary
 // against a stand-in server that answers as told.
 
 /** Sends the status line, headers and the first bytes of `body`, then cuts the connection. */
@@ -20,7 +20,7 @@ function cutAnswer(res: ServerResponse, body: string): void {
 const WHOAMI = JSON.stringify({ username: 'ci', permissions: ['READ', 'LIST'] });
 const TOKEN = 'ci-secret-token-5d41402abc4b2a76b9719d911017c592';
 
-describe('answers that break', () => {
+describe('answers that break or echo the token', () => {
   let server: Server;
   let url: string;
   let cli: Cli;
@@ -89,5 +89,35 @@ describe('answers that break', () => {
       `fshare: no answer from ${url} to POST /users (connection reset): it may have been carried out; check before running the command again`,
     );
     expect(seen).toEqual(['POST /users']);
+  });
+
+  it('a server that echoes the token back never gets it printed', async () => {
+    // Property: no token reaches stderr, even from a hostile server that puts the Authorization
+    // header it got into its error message or a redirect's Location (CI logs are kept and
+    // shared). Found broken: 'fshare: bad header Bearer <the token> (HTTP 401)' printed it whole.
+    answer = (req, res) => {
+      const auth = req.headers.authorization ?? '';
+      if (req.url === '/whoami') {
+        res.writeHead(302, { location: `https://elsewhere.example/?t=${auth.slice(7)}` });
+        res.end();
+        return;
+      }
+      res.writeHead(401, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ status: 'fail', message: `bad header ${auth}` }));
+    };
+    const denied = await run(['--json', 'ls']);
+    expect(denied.exitCode).toBe(3);
+    expect(denied.stdout).toBe('');
+    expect(denied.stderr).toBe(
+      'fshare: bad header Bearer [token] (HTTP 401); run `fshare login` (or set FSHARE_TOKEN)',
+    );
+    const debug = await run(['--json', '--debug', 'ls']);
+    expect(debug.exitCode).toBe(3);
+    expect(debug.stderr).toContain('[token]');
+    expect(debug.stderr).not.toContain(TOKEN);
+    const redirected = await run(['--json', 'whoami']);
+    expect(redirected.exitCode).toBe(1);
+    expect(redirected.stderr).toContain('https://elsewhere.example/?t=[token]');
+    expect(redirected.stderr).not.toContain(TOKEN);
   });
 });
