@@ -527,3 +527,69 @@ describe('share links and expiry against a server without them (the reference st
     expect(contentPosts()).toBe(postsBefore);
   });
 });
+
+describe('upload --link whose link the server refuses', () => {
+  let serve: Serve;
+  let admin: Cli;
+  let carol: Cli;
+  let work: string;
+  let file: string;
+  const carolUser = { username: 'carol', password: 'carol-password-789' };
+
+  beforeAll(async () => {
+    serve = await startServe();
+    admin = await createCli();
+    await signIn(admin, serve.url);
+    const add = await admin.run(
+      ['users', 'add', 'carol', '--perms', 'CREATE,READ,LIST,DELETE,MODIFY', '--password-stdin'],
+      { input: `${carolUser.password}\n` },
+    );
+    expect(add.exitCode, add.stderr).toBe(0);
+    carol = await createCli();
+    await signIn(carol, serve.url, carolUser);
+    const limits = await admin.run(['settings', 'limits', '--max-downloads', '2']);
+    expect(limits.exitCode, limits.stderr).toBe(0);
+    work = await tempDir('links-refused');
+    file = join(work, 'report.bin');
+    await writeFile(file, randomBytes(20_000));
+  });
+
+  afterAll(async () => {
+    await serve?.stop();
+    for (const dir of [admin?.configDir, carol?.configDir, work])
+      if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  // A link refused after the upload (here more downloads than the server's max_downloads allows
+  // a user without ADMIN) left a share that nothing named: the one line gave only the server's
+  // refusal, stdout and the JSON had nothing, so the user uploaded it again. The line now says
+  // which share was uploaded, and how to make its link or remove it.
+  it('names the share it uploaded, which stays, in its one error line', async () => {
+    for (const json of [false, true]) {
+      const res = await carol.run([
+        ...(json ? ['--json'] : []),
+        'upload',
+        file,
+        '--name',
+        `refused-${json}.bin`,
+        '--max-downloads',
+        '5',
+      ]);
+      expect(res.exitCode).toBe(1);
+      expect(res.stdout).toBe(json ? '[]' : '');
+      const listed = await carol.json<{ shares: { share_id: string; file_name: string }[] }>([
+        'ls',
+        '--all',
+      ]);
+      const made = listed.shares.filter((s) => s.file_name === `refused-${json}.bin`);
+      expect(made).toHaveLength(1);
+      const id = made[0]!.share_id;
+      expect(expectErrorLine(res.stderr)).toBe(
+        `fshare: refused-${json}.bin was uploaded as ${id}, but no link was made: The server ` +
+          `allows at most 2 downloads per link (HTTP 400); fshare link ${id} makes one, ` +
+          `fshare rm ${id} removes the share`,
+      );
+      expect(await carol.json<LinkShape[]>(['links', id])).toEqual([]);
+    }
+  });
+});

@@ -35,6 +35,7 @@ import {
   examples,
   exitCodeFor,
   printJson,
+  printable,
   printLine,
   printTable,
   treatOutputAsContent,
@@ -266,15 +267,29 @@ const upload = (program: Command) =>
                   onNotice: (line) => progress.log(asGiven(`fshare: ${line}`)),
                 });
                 bar.stop();
-                const link = wantLink
-                  ? linkShape(
+                let link: LinkShape | null = null;
+                if (wantLink) {
+                  try {
+                    link = linkShape(
                       await createLink(client, r.share_id, {
                         ...(maxDownloads === undefined ? {} : { max_downloads: maxDownloads }),
-                      }).catch((err: unknown) => {
-                        throw linkUnsupported(err, client.server);
                       }),
-                    )
-                  : null;
+                    );
+                  } catch (thrown) {
+                    // The share is uploaded and stays: the line says which it is, or the user
+                    // uploads it again (its id is on no other line, and the JSON leaves it out).
+                    const err = linkUnsupported(thrown, client.server);
+                    code ||= exitCodeFor(err);
+                    progress.log(
+                      errorLine(err).replace(
+                        /^fshare: /,
+                        `fshare: ${printable(r.file_name)} was uploaded as ${r.share_id}, but no link was made: `,
+                      ) +
+                        `; fshare link ${r.share_id} makes one, fshare rm ${r.share_id} removes the share`,
+                    );
+                    return;
+                  }
+                }
                 results[i] = transferShape(r, file, link);
                 if (!session.opts.json) {
                   // stdout keeps CLI.md's "id  url  name" for scripts (with --link, the link's
