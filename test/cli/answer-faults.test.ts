@@ -120,4 +120,36 @@ describe('answers that break or echo the token', () => {
     expect(redirected.stderr).toContain('https://elsewhere.example/?t=[token]');
     expect(redirected.stderr).not.toContain(TOKEN);
   });
+
+  it("info fails when the share's links cannot be read, instead of saying there are none to see", async () => {
+    // Property: info's "links" is null only when the caller may not see them (401, 403) or the
+    // server has none (404, 405), as CLI.md says. Found broken: every failure was taken for that,
+    // so with GET /files/<id>/links answering 503 five times, `info --json` exited 0 with
+    // "links": null, as if the owner had no links to see.
+    const id = '0e13fdd1-7ff2-4179-8263-b57911c15f09';
+    const share = JSON.stringify({
+      share_id: id,
+      file_name: 'a.txt',
+      owner_name: 'ci',
+      initialized: true,
+      locked: false,
+      create_date: '2026-11-20T10:00:00.000Z',
+    });
+    let links = 503;
+    answer = (req, res) => {
+      if (req.url === `/files/${id}`) return res.end(share);
+      res.writeHead(links, { 'content-type': 'text/html' });
+      res.end('<html><body>unavailable</body></html>');
+    };
+    const failed = await run(['--json', 'info', id]);
+    expect(failed.exitCode).toBe(1);
+    expect(failed.stdout).toBe('');
+    expect(failed.stderr).toBe('fshare: Service Unavailable (HTTP 503)');
+    expect(seen.filter((r) => r.endsWith('/links'))).toHaveLength(5);
+
+    links = 403;
+    const hidden = await run(['--json', 'info', id]);
+    expect(hidden.exitCode).toBe(0);
+    expect((JSON.parse(hidden.stdout) as { links: unknown }).links).toBeNull();
+  });
 });

@@ -8,6 +8,7 @@ import {
   patchFile,
   unlockFile,
 } from '../../client/api.js';
+import { ApiError } from '../../client/errors.js';
 import type { ApiClient } from '../../client/http.js';
 import { formatSize } from '../../shared/size.js';
 import type { Share } from '../../shared/types.js';
@@ -101,10 +102,14 @@ export function registerFiles(program: Command): void {
       const { client, id } = await session.shareClient(ref);
       const share = shareShape(client.server, await getFile(client, id));
       // Links are shown to whoever may manage them (the owner, ADMIN); null for anyone else, or
-      // a server without links.
+      // a server without links. Any other failure (a 5xx, the network) fails the command: null
+      // would say there is nothing to see.
       const links = await shareLinks(client, id).then(
         (r) => r.data,
-        () => null,
+        (err: unknown) => {
+          if (err instanceof ApiError && [401, 403, 404, 405].includes(err.status)) return null;
+          throw err;
+        },
       );
       if (session.opts.json) return printJson({ ...share, links: links && links.map(linkShape) });
       const active = links?.filter((l) => l.state === 'active').length ?? 0;
