@@ -32,6 +32,12 @@ export function parseShareRef(ref: string): ShareRef {
     const match = /^(.*)\/files\/([^/]+)(?:\/content)?\/?$/.exec(url.pathname);
     if (match && isUuid(match[2]!))
       return { id: match[2]!.toLowerCase(), server: normalizeServer(url.origin + match[1]!) };
+    // A share link's URL (what `fshare link` prints) names no share: say what it is, and how it
+    // downloads, rather than that it is no URL.
+    if (/\/l\/[^/]+\/?$/i.test(url.pathname))
+      throw new ClientInputError(
+        `a share link, not a share id or URL: ${shown} (download a link with curl -OJ '${url.origin}${url.pathname}?download')`,
+      );
   }
   throw new ClientInputError(`not a share id or URL: ${shown}`);
 }

@@ -593,3 +593,52 @@ describe('upload --link whose link the server refuses', () => {
     }
   });
 });
+
+describe('a share link given where a share is expected', () => {
+  let serve: Serve;
+  let admin: Cli;
+  let work: string;
+
+  beforeAll(async () => {
+    serve = await startServe();
+    admin = await createCli();
+    await signIn(admin, serve.url);
+    work = await tempDir('links-as-share');
+  });
+
+  afterAll(async () => {
+    await serve?.stop();
+    for (const dir of [admin?.configDir, work])
+      if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  // `fshare get <the URL fshare link printed>` said 'not a share id or URL: http://…/l/…', of a
+  // URL, and nothing of what it is or how it downloads. It is still exit 2 before any request,
+  // and the line now says it is a share link and gives the curl command that downloads it.
+  it('get, info or rm of a link URL: exit 2, one line saying it is a share link and how it downloads', async () => {
+    const file = join(work, 'linked.bin');
+    await writeFile(file, randomBytes(5_000));
+    const [up] = await admin.json<Transfer[]>(['upload', file]);
+    const link = await admin.json<LinkShape>(['link', up!.share_id]);
+    const url = link.url!;
+    for (const [args, given] of [
+      [['get', url, '-o', join(work, 'out.bin')], url],
+      [['get', `${url}?download`], `${url}?download`],
+      [['info', `${url}/`], `${url}/`],
+      [['rm', url], url],
+    ] as const) {
+      const res = await admin.run([...args]);
+      expect(res.exitCode, res.stderr).toBe(2);
+      expect(res.stdout).toBe('');
+      const path = new URL(given).pathname;
+      expect(expectErrorLine(res.stderr)).toBe(
+        `fshare: a share link, not a share id or URL: ${given} ` +
+          `(download a link with curl -OJ '${serve.url}${path}?download')`,
+      );
+    }
+    // Nothing was asked of the server: the link counted nothing, and the share is still there.
+    expect(await admin.json<LinkShape[]>(['links', up!.share_id])).toMatchObject([
+      { id: link.id, downloads: 0 },
+    ]);
+  });
+});
