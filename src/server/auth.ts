@@ -4,7 +4,7 @@ import jwt from 'jsonwebtoken';
 import type { Permission } from '../shared/permissions.js';
 import { Errors } from './errors.js';
 import { MIN_SECRET_BYTES } from '../shared/secrets.js';
-import type { MetadataStore, UserRecord } from './store/index.js';
+import { tokenSpeaks, type MetadataStore, type UserRecord } from './store/index.js';
 
 export interface TokenClaims {
   /** The user's name when the token was issued (for people reading a token; never trusted). */
@@ -96,9 +96,13 @@ export class Tokens {
   }
 }
 
-/** Whether a token still speaks for this user (see Tokens.userOf). */
+/**
+ * Whether a token still speaks for this user (see Tokens.userOf): a token of the user's current
+ * generation, or the one the user's own password change kept.
+ */
 function speaksFor(claims: TokenClaims, user: UserRecord): boolean {
-  if (claims.uid !== undefined) return user.id === claims.uid && user.token_gen === claims.gen;
+  if (claims.uid !== undefined)
+    return user.id === claims.uid && tokenSpeaks(user, { jti: claims.jti, gen: claims.gen! });
   return user.username === claims.sub && Boolean(user.legacy_tokens) && user.token_gen === 0;
 }
 

@@ -123,7 +123,8 @@ export async function copyServerData(
     for (let offset = 0; ; offset += page) {
       const users = await from.store.listUsers(offset, page);
       for (const user of users) {
-        await to.store.addUser({ ...user, token_gen: user.token_gen + 1 });
+        // A new generation (and no token kept from the old one): no token of the source works.
+        await to.store.addUser({ ...user, token_gen: user.token_gen + 1, kept_token: null });
         report.users++;
       }
       if (users.length < page) break;

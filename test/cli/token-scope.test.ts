@@ -295,7 +295,9 @@ describe('warnings carry names a server sent', () => {
 });
 
 describe('passwd with FSHARE_TOKEN', () => {
-  it('says that the token in the variable was ended too', async () => {
+  // fshare serve keeps the token that changed the password (as the reference server does): the
+  // variable's token goes on, and the CLI, which asks rather than assumes, says nothing else.
+  it('keeps the token in the variable working, and says every other session ended', async () => {
     const add = await cli.run(['users', 'add', 'kim', '--perms', 'READ', '--password-stdin'], {
       input: 'kim-pw-1\n',
     });
@@ -305,19 +307,67 @@ describe('passwd with FSHARE_TOKEN', () => {
       await signIn(ci, serve.url, { username: 'kim', password: 'kim-pw-1' });
       const token = (await ci.run(['token'])).stdout.trim();
       const env = { FSHARE_TOKEN: token };
+      // Another session, stored on this machine.
+      await signIn(ci, serve.url, { username: 'kim', password: 'kim-pw-1' });
+      expect((await ci.run(['token'])).stdout.trim()).not.toBe(token);
       const res = await ci.run(['passwd', '--password-stdin'], {
         input: 'kim-pw-1\nkim-pw-2\n',
         env,
+      });
+      expect(res.exitCode, res.stderr).toBe(0);
+      expect(res.stdout).toBe('Password changed; every other session was signed out');
+      expect(res.stderr).toBe('');
+      // What it says is so: the variable's token works, the stored one (another session) ended.
+      const who = await ci.run(['whoami'], { env });
+      expect(who.exitCode, who.stderr).toBe(0);
+      expect(who.stdout).toMatch(/^kim on /);
+      expect((await ci.run(['whoami'])).exitCode).toBe(3);
+    } finally {
+      await rm(ci.configDir, { recursive: true, force: true });
+    }
+  });
+
+  // A server that ends the caller's token too (fshare serve before it kept it) and sends a new
+  // one: the variable's token is dead, which the CLI finds out by asking, and says.
+  it("says so when the server ended the variable's token too", async () => {
+    const seen: string[] = [];
+    const older = createServer((req, res) => {
+      req.resume();
+      seen.push(`${req.method} ${req.url}`);
+      const [status, body] =
+        req.url === '/users/password'
+          ? [
+              200,
+              {
+                status: 'success',
+                message: 'Password changed',
+                username: 'kim',
+                auth_token: 'new-tok',
+              },
+            ]
+          : [401, { status: 'fail', message: 'The token is invalid, expired or revoked' }];
+      res.writeHead(status, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(body));
+    });
+    await new Promise<void>((resolve) => older.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(older.address() as AddressInfo).port}`;
+    const shell = await createCli();
+    try {
+      const res = await shell.run(['--server', url, 'passwd', '--password-stdin'], {
+        input: 'kim-pw-1\nkim-pw-2\n',
+        env: { FSHARE_TOKEN: 'old-tok' },
       });
       expect(res.exitCode, res.stderr).toBe(0);
       expect(res.stdout).toBe('Password changed');
       expect(res.stderr.trim()).toBe(
         'fshare: every session was signed out, the token in FSHARE_TOKEN too: set it to a new one (fshare login, then fshare token)',
       );
-      // What it says is so: the variable's token no longer works.
-      expect((await ci.run(['whoami'], { env })).exitCode).toBe(3);
+      expect(res.stdout + res.stderr).not.toContain('new-tok');
+      expect(seen).toEqual(['POST /users/password', 'GET /whoami']);
     } finally {
-      await rm(ci.configDir, { recursive: true, force: true });
+      older.closeAllConnections();
+      await new Promise((resolve) => older.close(resolve));
+      await rm(shell.configDir, { recursive: true, force: true });
     }
   });
 });

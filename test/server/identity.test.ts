@@ -139,7 +139,11 @@ describe('a caller that changed while its chunk streamed in, on another server',
 });
 
 describe('token generations', () => {
-  it('a password change ends every older token at once; the answer carries a new one', async () => {
+  // The caller's own token survives its password change. Found from outside with the reference
+  // server's browser client (sachet-ui), which keeps the token it signed in with: after "Change
+  // password" every request it made got 401 ("Log out" threw), although the answer said "every
+  // other token was revoked". The reference server keeps the caller's token.
+  it("a password change ends every other token at once; the caller's goes on, and the answer carries a new one", async () => {
     const user = await createUser(base, admin, ['READ']);
     const second = await login(base, user.username, user.password);
     const res = await post(base, '/users/password', {
@@ -147,8 +151,65 @@ describe('token generations', () => {
       json: { old: user.password, new: 'a new password' },
     });
     expectStatus(res, 200);
-    for (const t of [user.token, second]) expectFail(await get(base, '/whoami', { token: t }), 401);
+    expect(res.body.message).toBe('Password changed; every other token was revoked');
+    expectFail(await get(base, '/whoami', { token: second }), 401);
+    for (const t of [user.token, res.body.auth_token])
+      expect(await whoami(t)).toMatchObject({ username: user.username });
+    // It is the caller's token, still able to do what a token does, logout included.
+    expectStatus(await post(base, '/users/extend', { token: user.token }), 200);
+    expectStatus(
+      await post(base, '/users/logout', { token: user.token, json: { token: user.token } }),
+      200,
+    );
+    expectFail(await get(base, '/whoami', { token: user.token }), 401);
     expect(await whoami(res.body.auth_token)).toMatchObject({ username: user.username });
+  });
+
+  it('the token a password change kept ends with the next end of tokens that does not keep it', async () => {
+    // Sign out everywhere.
+    const a = await createUser(base, admin, ['READ']);
+    expectStatus(
+      await post(base, '/users/password', {
+        token: a.token,
+        json: { old: a.password, new: 'pw-2' },
+      }),
+      200,
+    );
+    expectStatus(await del(base, `/users/${a.username}/tokens`, { token: admin }), 200);
+    expectFail(await get(base, '/whoami', { token: a.token }), 401);
+
+    // A second password change, made with another token: only that one is kept.
+    const b = await createUser(base, admin, ['READ']);
+    const first = await post(base, '/users/password', {
+      token: b.token,
+      json: { old: b.password, new: 'pw-2' },
+    });
+    expectStatus(first, 200);
+    const other = await login(base, b.username, 'pw-2');
+    expectStatus(
+      await post(base, '/users/password', { token: other, json: { old: 'pw-2', new: 'pw-3' } }),
+      200,
+    );
+    for (const t of [b.token, first.body.auth_token])
+      expectFail(await get(base, '/whoami', { token: t }), 401);
+    expect(await whoami(other)).toMatchObject({ username: b.username });
+
+    // The kept token changing the password again stays kept; an administrator's reset ends it.
+    const c = await createUser(base, admin, ['READ']);
+    for (const [old, next] of [
+      [c.password, 'pw-2'],
+      ['pw-2', 'pw-3'],
+    ])
+      expectStatus(
+        await post(base, '/users/password', { token: c.token, json: { old, new: next } }),
+        200,
+      );
+    expect(await whoami(c.token)).toMatchObject({ username: c.username });
+    expectStatus(
+      await patch(base, `/users/${c.username}`, { token: admin, json: { password: 'reset!' } }),
+      200,
+    );
+    expectFail(await get(base, '/whoami', { token: c.token }), 401);
   });
 
   it("an administrator setting a password ends the user's tokens too", async () => {

@@ -347,6 +347,7 @@ describe('two servers on one database and bucket', () => {
     expectFail(await get(b.url, '/whoami', { token: user.token }), 401);
 
     const second = await login(b.url, user.username, user.password);
+    const other = await login(a.url, user.username, user.password);
     expectStatus(
       await post(b.url, '/users/password', {
         token: second,
@@ -354,7 +355,9 @@ describe('two servers on one database and bucket', () => {
       }),
       200,
     );
-    expectFail(await get(a.url, '/whoami', { token: second }), 401);
+    expectFail(await get(a.url, '/whoami', { token: other }), 401);
+    // The token that changed the password goes on working, on both servers.
+    expectStatus(await get(a.url, '/whoami', { token: second }), 200);
 
     const third = await login(a.url, user.username, 'a-new-password-456');
     expectStatus(await del(b.url, `/users/${user.username}`, { token: admin }), 200);

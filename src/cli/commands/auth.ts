@@ -49,6 +49,14 @@ async function storedAccount(
   return username === undefined ? undefined : { username, token: client.token };
 }
 
+/** Whether the client's token still signs requests in (false when that cannot be told). */
+async function stillWorks(client: ApiClient): Promise<boolean> {
+  return whoami(client).then(
+    () => true,
+    () => false,
+  );
+}
+
 /** FSHARE_TOKEN holds something (even a malformed value, which later commands refuse). */
 function envTokenSet(): boolean {
   try {
@@ -282,13 +290,16 @@ export function registerAuth(program: Command): void {
           throw new UsageError('the passwords do not match');
       }
       const res = await changePassword(client, oldPassword, newPassword);
-      // fshare serve ended every older token, this one too, and sent a new one: keep it.
+      // fshare serve ended every other token and sent a new one: keep it.
       let stored: 'keychain' | 'file' | undefined;
       if (res.auth_token && res.username && envToken() === undefined)
         stored = await remember(session, res as LoginResponse, account);
-      // The variable's token was ended too, and the new one is not printed (stdout goes to CI
-      // logs): "every other session" would say this one goes on.
-      const envEnded = res.auth_token !== undefined && envToken() !== undefined;
+      // The variable's token goes on on a server that keeps the caller's token (fshare serve
+      // since 0.2, the reference server); an older fshare serve ended it too, and the new one is
+      // not printed (stdout goes to CI logs). Asked, not assumed: "every other session" would
+      // say the variable's goes on.
+      const envEnded =
+        res.auth_token !== undefined && envToken() !== undefined && !(await stillWorks(client));
       if (session.opts.json)
         printJson({ status: res.status, message: res.message, stored: stored ?? null });
       else

@@ -119,9 +119,16 @@ export function authRoutes({ store, tokens, passwords, throttle }: Context): Rou
         if (!(await checkPassword(req, user.username, oldPassword, user.password_hash))) {
           throw Errors.wrongPassword();
         }
-        // Every token issued before ends here; the caller gets a new one (additive field).
+        // Every other token issued before ends here. The caller's goes on working, as on the
+        // reference server, whose clients keep using it (sachet-ui does); the caller also gets
+        // a new one (additive field). A token of fshare 0.1 (no generation) is not kept.
         const password_hash = await passwords.hash(newPassword);
-        const token_gen = await store.updateUser(user.id, { password_hash, end_tokens: true });
+        const claims = req.caller.token;
+        const token_gen = await store.updateUser(user.id, {
+          password_hash,
+          end_tokens: true,
+          ...(claims?.gen !== undefined && { keep_token: { jti: claims.jti, gen: claims.gen } }),
+        });
         res.json(
           issue(
             { ...user, password_hash, token_gen },

@@ -94,10 +94,34 @@ export interface UserRecord extends Omit<User, 'quota' | 'used'> {
    * are accepted until the user's generation changes or the user is renamed.
    */
   legacy_tokens?: boolean;
+  /**
+   * The one token the user's own password change left working, the one that made it: it speaks
+   * for the user although its generation ended (clients of the reference server go on with the
+   * token they have). The next end of the user's tokens replaces or clears it.
+   */
+  kept_token?: KeptToken | null;
+}
+
+/** A token (its `jti` and generation) kept working across an end of its user's tokens. */
+export interface KeptToken {
+  jti: string;
+  gen: number;
+}
+
+/** Whether a token of the user speaks for them: of their current generation, or the one kept. */
+export function tokenSpeaks(
+  user: Pick<UserRecord, 'token_gen' | 'kept_token'>,
+  token: KeptToken,
+): boolean {
+  const kept = user.kept_token;
+  return token.gen === user.token_gen || (kept?.jti === token.jti && kept.gen === token.gen);
 }
 
 export type UserChanges = Partial<
-  Pick<UserRecord, 'username' | 'permissions' | 'password_hash' | 'token_gen' | 'quota'>
+  Pick<
+    UserRecord,
+    'username' | 'permissions' | 'password_hash' | 'token_gen' | 'quota' | 'kept_token'
+  >
 > & {
   legacy_tokens?: false;
   /**
@@ -106,6 +130,12 @@ export type UserChanges = Partial<
    * and written back plus one would not).
    */
   end_tokens?: true;
+  /**
+   * With end_tokens: this token (the caller's) goes on working. Kept only if it still speaks for
+   * the user where the change is written (no other end of tokens came first); any end of tokens
+   * without it clears the token kept before.
+   */
+  keep_token?: KeptToken;
 };
 
 export interface ShareRecord extends Share {

@@ -18,6 +18,7 @@ import {
   type NewShare,
   type Settings,
   type ShareChanges,
+  tokenSpeaks,
   type UserChanges,
   type UserRecord,
   type UserState,
@@ -179,7 +180,10 @@ const REMOVALS: ReadonlySet<Op['op']> = new Set([
 
 /** A removal, or the end of every token of a user (`DELETE /users/<name>/tokens`). */
 function isRemoval(op: Op): boolean {
-  if (op.op === 'updateUser') return Object.keys(op.changes).every((k) => k === 'token_gen');
+  if (op.op === 'updateUser')
+    return Object.entries(op.changes).every(
+      ([k, v]) => k === 'token_gen' || (k === 'kept_token' && v === null),
+    );
   return REMOVALS.has(op.op);
 }
 
@@ -391,7 +395,11 @@ export class LowdbStore implements MetadataStore {
     return this.change({ op: 'addUser', user: { ...user } });
   }
 
-  async updateUser(id: string, { end_tokens, ...changes }: UserChanges, expect?: UserState) {
+  async updateUser(
+    id: string,
+    { end_tokens, keep_token, ...changes }: UserChanges,
+    expect?: UserState,
+  ) {
     let gen = 0;
     // Resolved when the change is applied, so the generation read is the one it replaces.
     await this.change(() => {
@@ -399,11 +407,13 @@ export class LowdbStore implements MetadataStore {
       // Checked where it is applied: nothing can change the user between this and the write.
       if (user && expect && !sameUserState(user, expect)) throw new ChangedMeanwhileError();
       gen = (changes.token_gen ?? user?.token_gen ?? 0) + (end_tokens ? 1 : 0);
-      return {
-        op: 'updateUser',
-        id,
-        changes: end_tokens ? { ...changes, token_gen: gen } : changes,
-      };
+      if (!end_tokens) return { op: 'updateUser', id, changes };
+      const ended: UserChanges = { ...changes, token_gen: gen };
+      // The token to keep must still speak for the user now: one ended by a change written
+      // first (a sign-out everywhere) stays ended.
+      if (keep_token && user && tokenSpeaks(user, keep_token)) ended.kept_token = keep_token;
+      else if (user?.kept_token) ended.kept_token = null;
+      return { op: 'updateUser', id, changes: ended };
     });
     return gen;
   }

@@ -109,6 +109,9 @@ export const MIGRATIONS: readonly string[] = [
        CREATE UNIQUE INDEX fshare_users_username_lower ON fshare_users (lower(username));
      END IF;
    END $$;`,
+  // The token a user's own password change left working (UserRecord.kept_token): both or neither.
+  `ALTER TABLE fshare_users ADD COLUMN IF NOT EXISTS kept_jti text,
+     ADD COLUMN IF NOT EXISTS kept_gen bigint;`,
 ];
 
 /** A unique violation of a user name, exact or differing only in case. */
@@ -196,10 +199,12 @@ interface UserRow {
   token_gen: number;
   quota: number | null;
   legacy_tokens: boolean | null;
+  kept_jti: string | null;
+  kept_gen: number | null;
 }
 
 const USER_COLUMNS =
-  'id, username, permissions, register_date, password_hash, token_gen, quota, legacy_tokens';
+  'id, username, permissions, register_date, password_hash, token_gen, quota, legacy_tokens, kept_jti, kept_gen';
 
 function userOf(row: UserRow): UserRecord {
   const user: UserRecord = {
@@ -212,6 +217,8 @@ function userOf(row: UserRow): UserRecord {
     quota: row.quota,
   };
   if (row.legacy_tokens !== null) user.legacy_tokens = row.legacy_tokens;
+  if (row.kept_jti !== null && row.kept_gen !== null)
+    user.kept_token = { jti: row.kept_jti, gen: Number(row.kept_gen) };
   return user;
 }
 
@@ -628,6 +635,8 @@ export class PostgresStore implements MetadataStore {
           user.token_gen,
           user.quota ?? null,
           user.legacy_tokens ?? null,
+          user.kept_token?.jti ?? null,
+          user.kept_token?.gen ?? null,
         ],
       );
     } catch (err) {
@@ -656,6 +665,18 @@ export class PostgresStore implements MetadataStore {
       a.sets.push('token_gen = token_gen + 1');
     else if (changes.token_gen !== undefined)
       a.set('token_gen', changes.token_gen + (changes.end_tokens ? 1 : 0));
+    if (changes.end_tokens && changes.keep_token) {
+      // Kept only if it still speaks for the user in the row being replaced (auth.ts): a token
+      // ended by a change written first stays ended.
+      const jti = a.param(changes.keep_token.jti);
+      const gen = a.param(changes.keep_token.gen);
+      const speaks = `(token_gen = ${gen}::bigint OR (kept_jti = ${jti}::text AND kept_gen = ${gen}::bigint))`;
+      a.sets.push(`kept_jti = CASE WHEN ${speaks} THEN ${jti}::text END`);
+      a.sets.push(`kept_gen = CASE WHEN ${speaks} THEN ${gen}::bigint END`);
+    } else if (changes.end_tokens || changes.kept_token !== undefined) {
+      a.set('kept_jti', changes.kept_token?.jti ?? null);
+      a.set('kept_gen', changes.kept_token?.gen ?? null);
+    }
     if (changes.quota !== undefined) a.set('quota', changes.quota);
     // Right-hand sides see the row before the update: "username = new" means not renamed.
     const legacy = changes.legacy_tokens === false ? 'false' : 'legacy_tokens';
