@@ -625,7 +625,7 @@ export class PostgresStore implements MetadataStore {
   async addUser(user: UserRecord) {
     try {
       await this.query(
-        `INSERT INTO fshare_users (${USER_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+        `INSERT INTO fshare_users (${USER_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
         [
           user.id,
           user.username,
