@@ -11,6 +11,7 @@ import {
   ChangedMeanwhileError,
   DuplicateUserError,
   LastAdminError,
+  LockLostError,
   MissingRecordError,
 } from './store/index.js';
 import { ThrottledError } from './throttle.js';
@@ -102,6 +103,11 @@ export function asHttpError(err: unknown): unknown {
     return Errors.overloaded('The content storage is not answering right now; try again', 5);
   if (isDiskFailure(err))
     return Errors.overloaded('The server cannot use its storage right now; try again', 5);
+  if (err instanceof LockLostError)
+    return Errors.overloaded(
+      'The server lost its lock on this share (its database connection dropped) and stopped this change; try again',
+      1,
+    );
   if (typeof code === 'string' && DATABASE_DOWN.test(code))
     return Errors.overloaded('The metadata database is not answering right now; try again', 5);
   // Each kind says what is missing: a link revoked while a request used it is no missing user.

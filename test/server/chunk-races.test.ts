@@ -6,14 +6,21 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { readdir, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { Client } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { holdAt } from '../../src/server/faults.js';
+import { createServer, type FshareServer } from '../../src/server/index.js';
+import { tempDir } from '../helpers/cli.js';
 import {
   content,
   createShare,
   createShareWithContent,
+  createUser,
   expectFail,
   expectStatus,
+  get,
   getShare,
+  patch,
   post,
   sendChunk,
   sendParts,
@@ -22,6 +29,7 @@ import {
   verifyAllContent,
   walkFiles,
   type Part,
+  type Res,
   until,
 } from '../helpers/http.js';
 import {
@@ -463,5 +471,131 @@ if (BACKEND === 'embedded') {
         }
       });
     }
+  });
+}
+
+// PostgreSQL only: a share's lock is a PostgreSQL advisory lock held by one connection, which
+// PostgreSQL releases at once when that connection ends (an operator's pg_terminate_backend, a
+// pooler, a network cut, a restart). Found from outside (two `fshare serve` on one database): a
+// replace held where it publishes, its lock's backend terminated, then the share LOCKed through
+// the other server (200), and the replace still published its content (201) into the locked
+// share; two uploads of 6,000 bytes under a quota of 10,000 both published (used 12,000). The
+// embedded store's locks live in its one process and cannot be lost.
+if (BACKEND !== 'embedded') {
+  describe('a share lock lost in PostgreSQL', () => {
+    let own: TestServer;
+    let other: FshareServer;
+    let otherUrl: string;
+    let t: string;
+    let db: Client;
+    beforeAll(async () => {
+      own = await startServer();
+      // Another server on the same database and bucket (`own.direct` is the first of its own).
+      other = await createServer({
+        dataDir: await tempDir('lost-lock'),
+        database: own.database,
+        storage: own.storage,
+        s3Endpoint: own.s3Endpoint,
+        s3ForcePathStyle: true,
+        minFreeBytes: 16 * MiB,
+        limits: { removedContentKeepMs: 0 },
+      });
+      ({ url: otherUrl } = await other.listen(0, '127.0.0.1'));
+      t = await login(own.direct, ADMIN.username, ADMIN.password);
+      db = new Client({ connectionString: own.database });
+      await db.connect();
+    });
+    afterAll(async () => {
+      await db?.end();
+      await other?.close();
+      await own?.close();
+    });
+
+    /**
+     * Sends `upload` (to the first server) and holds it where its new content is checked under
+     * the share's lock, before the record names it; there terminates the connection holding the
+     * lock, runs `meanwhile`, and lets the upload go on. Returns the upload's answer.
+     */
+    async function loseLockWhilePublishing(
+      upload: () => Promise<Res>,
+      meanwhile: () => Promise<void>,
+    ) {
+      let reached!: () => void;
+      const atHold = new Promise<void>((done) => (reached = done));
+      let resume!: () => void;
+      const resumed = new Promise<void>((done) => (resume = done));
+      const cancel = holdAt('publish.before-record', () => {
+        reached();
+        return resumed;
+      });
+      const answer = upload();
+      try {
+        await Promise.race([
+          atHold,
+          answer.then((res) => {
+            throw new Error(`the upload ended (${res.status}) before it published`);
+          }),
+        ]);
+        // Only the held task holds advisory locks in this database (all on its one connection).
+        const { rows } = await db.query<{ pid: number }>(
+          `SELECT DISTINCT pid FROM pg_locks
+            WHERE locktype = 'advisory' AND granted
+              AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+        );
+        expect(rows).toHaveLength(1);
+        await db.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid]);
+        await meanwhile();
+      } finally {
+        cancel();
+        resume();
+      }
+      return answer;
+    }
+
+    it('a task whose PostgreSQL lock was lost commits nothing: a replace answers 503 and the share locked meanwhile keeps its content', async () => {
+      const before = randomBytes(1000);
+      const id = await createShareWithContent(own.direct, t, 'kept.bin', before);
+      const res = await loseLockWhilePublishing(
+        () =>
+          sendChunk(
+            own.direct,
+            t,
+            id,
+            { dzuuid: randomUUID(), index: 0, total: 1, data: randomBytes(3000) },
+            'PUT',
+          ),
+        // The other server takes the lock the first one lost: LOCK answers 200.
+        async () => expectStatus(await post(otherUrl, `/files/${id}/lock`, { token: t }), 200),
+      );
+      expectFail(res, 503);
+      expect(await getShare(otherUrl, t, id)).toMatchObject({
+        locked: true,
+        size: 1000,
+        sha256: sha256hex(before),
+      });
+      expect((await content(otherUrl, t, id)).equals(before)).toBe(true);
+    });
+
+    it('a task whose PostgreSQL lock was lost commits nothing: two uploads under one quota never both publish', async () => {
+      const user = await createUser(own.direct, t, ['CREATE', 'READ', 'LIST']);
+      expectStatus(
+        await patch(own.direct, `/users/${user.username}`, { token: t, json: { quota: 10_000 } }),
+        200,
+      );
+      const [first, second] = [
+        await createShare(own.direct, user.token, 'first.bin'),
+        await createShare(own.direct, user.token, 'second.bin'),
+      ];
+      const chunk = () => ({ dzuuid: randomUUID(), index: 0, total: 1, data: randomBytes(6000) });
+      const res = await loseLockWhilePublishing(
+        () => sendChunk(own.direct, user.token, first, chunk()),
+        // The other server takes the user's quota lock the first one lost: room for 6,000 bytes.
+        async () => expectStatus(await sendChunk(otherUrl, user.token, second, chunk()), 201),
+      );
+      expectFail(res, 503);
+      expect(await getShare(otherUrl, t, first)).toMatchObject({ initialized: false });
+      const used = await get(otherUrl, `/users/${user.username}`, { token: t });
+      expect(used.body).toMatchObject({ quota: 10_000, used: 6000 });
+    });
   });
 }

@@ -241,6 +241,17 @@ export class LastAdminError extends Error {
 }
 
 /**
+ * A share lock was lost while its task ran (PostgreSQL: the connection holding it dropped, or
+ * its backend was terminated), so another task may hold it now: the task read and wrote nothing
+ * more in the metadata from then on, and failed.
+ */
+export class LockLostError extends Error {
+  constructor() {
+    super('the database connection holding the share lock was lost');
+  }
+}
+
+/**
  * The metadata files cannot be read back as written: start-up stops with this message, which
  * names the file and line and the way out.
  */

@@ -17,6 +17,7 @@ import {
   DuplicateUserError,
   LastAdminError,
   LinkUsedUpError,
+  LockLostError,
   MissingRecordError,
   type LinkRecord,
   type MetadataStore,
@@ -319,7 +320,8 @@ class SharedLimiter extends RateLimiterPostgres {
 /**
  * The locks one task holds on one lock connection. Locks taken inside the task (nested, other
  * keys) join its connection, so nesting never needs a second connection from the lock pool;
- * the connection goes back to the pool when the last of them is released.
+ * the connection goes back to the pool when the last of them is released. The task's own
+ * queries run on this connection too (PostgresStore.query): that is what fences them.
  */
 class LockSession {
   private holders = 1;
@@ -346,13 +348,18 @@ class LockSession {
     return true;
   }
 
+  /** Whether the task is still running: its queries go to this connection. */
+  get active(): boolean {
+    return this.holders > 0;
+  }
+
   async lock(key: string): Promise<void> {
-    await this.query('SELECT pg_advisory_lock($1::bigint)', key);
+    await this.query('SELECT pg_advisory_lock($1::bigint)', [key]);
   }
 
   async unlock(key: string): Promise<void> {
     // A connection that failed has released its locks; it is destroyed in leave().
-    await this.query('SELECT pg_advisory_unlock($1::bigint)', key).catch(() => undefined);
+    await this.query('SELECT pg_advisory_unlock($1::bigint)', [key]).catch(() => undefined);
   }
 
   leave(): void {
@@ -362,11 +369,21 @@ class LockSession {
     this.client.release(this.lost);
   }
 
-  private async query(text: string, key: string): Promise<void> {
+  /**
+   * A query on the lock's connection. Once that connection has failed, PostgreSQL has released
+   * its locks and no query runs on it again: LockLostError. Any other error is the statement's.
+   */
+  async query<R extends QueryResultRow>(text: string, values?: unknown[]): Promise<R[]> {
+    if (this.lost) throw new LockLostError();
     try {
-      await this.client.query(text, [key]);
+      return (await this.client.query<R>(text, values)).rows;
     } catch (err) {
-      this.lost ??= err as Error;
+      // The connection's own failure: not from the server (pg's "Connection terminated",
+      // "not queryable"), or the server's about the connection (08xxx, 57P01 terminated).
+      if (this.lost || !(err instanceof DatabaseError) || /^(08|57P)/.test(err.code ?? '')) {
+        this.lost ??= err as Error;
+        throw new LockLostError();
+      }
       throw err;
     }
   }
@@ -940,11 +957,22 @@ export class PostgresStore implements MetadataStore {
     if (this.closed) throw closedError();
   }
 
+  /**
+   * A query; inside a task holding a share lock, on the lock's own connection. That fences the
+   * task: PostgreSQL releases a session's advisory lock only when the session ends (we unlock
+   * after the task), so a statement that runs on it runs, and commits, while the lock is held;
+   * once the connection has dropped (its backend terminated, the network cut, PostgreSQL
+   * restarted) and another server may have taken the lock, no statement of the task runs any
+   * more: a publish, delete or handover whose lock was lost changes no record (LockLostError).
+   * No locked task uses transaction(), which keeps to the pool.
+   */
   private async query<R extends QueryResultRow = QueryResultRow>(
     text: string,
     values?: unknown[],
   ): Promise<R[]> {
     this.live();
+    const session = this.sessions.getStore();
+    if (session?.active) return session.query<R>(text, values);
     return (await this.pool.query<R>(text, values)).rows;
   }
 
