@@ -102,8 +102,9 @@ export function sharePage(s: PageShare): string {
     s.size === null
       ? '<p>The file has not been uploaded yet.</p>'
       : // No `download` attribute: Content-Disposition already makes it a download, and a link
-        // that ran out meanwhile then shows its 410 page instead of a failed download.
-        `<a class="button" id="download" href="?download">Download</a>`;
+        // that ran out meanwhile then shows its 410 page instead of a failed download. The
+        // sha256 shown is asked for: a share replaced since gives its 412 page, not other bytes.
+        `<a class="button" id="download" href="?download${s.sha256 ? `&amp;sha256=${esc(s.sha256)}` : ''}">Download</a>`;
   return layout(
     s.fileName,
     `<h1 id="name">${esc(s.fileName)}</h1>

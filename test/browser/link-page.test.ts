@@ -17,7 +17,14 @@ import {
 } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Link } from '../../src/shared/types.js';
-import { createShareWithContent, expectStatus, get, post, sha256hex } from '../helpers/http.js';
+import {
+  createShareWithContent,
+  expectStatus,
+  get,
+  post,
+  sha256hex,
+  upload,
+} from '../helpers/http.js';
 import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
 
 /** Debian's chromium; playwright-core downloads no browser of its own. */
@@ -171,7 +178,9 @@ describe('a share link in Chromium', () => {
       Expires: 'never',
       'Downloads left': 'no limit',
     });
-    expect(await page.getAttribute('#download', 'href')).toBe('?download');
+    expect(await page.getAttribute('#download', 'href')).toBe(
+      `?download&sha256=${sha256hex(DATA)}`,
+    );
     expect(await page.isVisible('#download')).toBe(true);
 
     const got = await download(page);
@@ -229,6 +238,41 @@ describe('a share link in Chromium', () => {
       downloads_left: 0,
       state: 'used-up',
     });
+  });
+
+  // The page showed one version's sha256 ("check the download with sha256sum"), but a share
+  // replaced before the click was downloaded as its new bytes, under the sha256 the page gave.
+  // The button now asks for the content the page showed: the click shows a 412 page saying the
+  // file was replaced, nothing is saved and nothing counted; the reloaded page gives the new one.
+  it('a share replaced after its page was shown: the click says so instead of saving other bytes', async () => {
+    const first = randomBytes(5_000);
+    const second = randomBytes(6_000);
+    const share = await createShareWithContent(base, admin, 'replaced.bin', first);
+    const link = await createLink(share);
+    const page = await (await newContext()).newPage();
+    expect((await open(page, link.url)).status()).toBe(200);
+    expect((await details(page))['SHA-256']).toBe(sha256hex(first));
+    await upload(base, admin, share, second, 1, 'PUT');
+
+    let saved = false;
+    page.on('download', () => {
+      saved = true;
+    });
+    const [res] = await Promise.all([
+      page.waitForResponse((r) => r.request().isNavigationRequest()),
+      page.click('#download'),
+    ]);
+    expect(res.status()).toBe(412);
+    await page.waitForSelector('#message');
+    expect(await page.textContent('#message')).toMatch(/replaced after its page was shown/);
+    expect(saved).toBe(false);
+    expect((await linkState(link.id)).downloads).toBe(0);
+
+    expect((await open(page, link.url)).status()).toBe(200);
+    expect((await details(page))['SHA-256']).toBe(sha256hex(second));
+    const got = await download(page);
+    expect(sha256hex(got.bytes)).toBe(sha256hex(second));
+    expect((await linkState(link.id)).downloads).toBe(1);
   });
 
   it('a link past its expiry answers 410 with the expired page', async () => {

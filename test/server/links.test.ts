@@ -476,8 +476,39 @@ describe('the public side /l/<token>', () => {
     expect(res.text).toContain('<h1 id="name">report.pdf</h1>');
     expect(res.text).toContain(SHA);
     expect(res.text).toContain('100,007 bytes');
-    expect(res.text).toContain('href="?download"');
+    expect(res.text).toContain(`href="?download&amp;sha256=${SHA}"`);
     expect(res.text).toMatch(/Downloads left<\/dt><dd>\d+<\/dd>/);
+  });
+
+  // The page showed one version's sha256 and asked the reader to check the download with it,
+  // but its Download button fetched whatever the share held when clicked: replaced in between,
+  // the browser saved other bytes under the sha256 the page had given. The button names the
+  // sha256 it showed; other content is a 412 (a page for a browser), counting nothing.
+  it("the page's Download button gives only the content whose sha256 the page showed (found: a share replaced meanwhile gave its new bytes)", async () => {
+    const first = randomBytes(3_000);
+    const second = randomBytes(4_000);
+    const id = await createShareWithContent(base, alice.token, 'versioned.bin', first);
+    const link = await makeLink(base, alice.token, id, { max_downloads: 5 });
+    const page = await get(base, link.path, { headers: HTML });
+    expectPage(page, 200);
+    const href = /id="download" href="([^"]+)"/.exec(page.text)?.[1]?.replaceAll('&amp;', '&');
+    expect(href).toBe(`?download&sha256=${sha256hex(first)}`);
+    expectBytes(await get(base, `${link.path}${href}`), first);
+    await upload(base, alice.token, id, second, 1, 'PUT');
+    const stale = await get(base, `${link.path}${href}`, { headers: HTML });
+    expectPage(stale, 412);
+    expect(stale.headers['content-disposition']).toBeUndefined();
+    expect(stale.text).toContain('replaced after its page was shown');
+    expectFail(await get(base, `${link.path}${href}`), 412);
+    expectStatus(await request(base, 'HEAD', `${link.path}${href}`), 412);
+    expect(await linkOf(base, alice.token, link.id)).toMatchObject({ downloads: 1 });
+    // The page shown now names the new content, and its button gives it; ?download alone
+    // gives whatever the share holds.
+    const now = await get(base, link.path, { headers: HTML });
+    expect(now.text).toContain(`href="?download&amp;sha256=${sha256hex(second)}"`);
+    expectBytes(await get(base, `${link.path}?download&sha256=${sha256hex(second)}`), second);
+    expectBytes(await download(base, link.path), second);
+    expect(await linkOf(base, alice.token, link.id)).toMatchObject({ downloads: 3 });
   });
 
   it('Accept: application/json gives exactly {file_name, size, sha256, expires, downloads_left}', async () => {

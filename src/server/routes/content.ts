@@ -470,6 +470,7 @@ export async function sendContent(
   {
     beforeBody,
     headers: extra = {},
+    sha256,
   }: {
     /** `blob` names the content being sent (the record may have been read again for it). */
     beforeBody?: (range: {
@@ -480,6 +481,8 @@ export async function sendContent(
     }) => Promise<void>;
     /** Headers that replace the defaults (a share link's `Cache-Control: no-store`). */
     headers?: Record<string, string>;
+    /** Only content with this sha256 (what a link's page showed); other content is a 412. */
+    sha256?: string;
   } = {},
 ) {
   // The record names the content and its digest together; if that content was replaced between
@@ -530,6 +533,13 @@ export async function sendContent(
     if (share.sha256)
       headers['Repr-Digest'] = `sha-256=:${Buffer.from(share.sha256, 'hex').toString('base64')}:`;
 
+    if (sha256 !== undefined && share.sha256 !== sha256) {
+      res.set(headers);
+      throw new HttpError(
+        412,
+        'The file was replaced after its page was shown, so it is not the one the page gave the sha256 of; open the link again to download the new one',
+      );
+    }
     // RFC 9110 §13.2.2: If-Match, else If-Unmodified-Since (412); then If-None-Match, else
     // If-Modified-Since (304); then Range with If-Range.
     const ifMatch = req.get('if-match');

@@ -374,6 +374,8 @@ export function linkRoutes(ctx: Context): { manage: Router; pages: Router } {
       await sendContent(req, res, share, storage, store, {
         // Each download is counted: no cache may answer for the server.
         headers: { 'Cache-Control': 'no-store' },
+        // The page's Download button names the content whose sha256 it showed.
+        sha256: typeof req.query.sha256 === 'string' ? req.query.sha256 : undefined,
         beforeBody: ({ start, blob }) => countDownload(req, link, blob, start),
       });
     } catch (err) {
