@@ -166,3 +166,23 @@ export function tlsError(server: string, err: unknown): TlsError | undefined {
     );
   return undefined;
 }
+
+/**
+ * An answer that is not HTTP, in words; undefined for other errors. `server` is the URL the client
+ * was talking to. Node's parser says only "Parse Error: Expected HTTP/, RTSP/ or ICE/".
+ */
+export function notHttpError(server: string, err: unknown): Error | undefined {
+  const code = codeOf(err);
+  if (code === 'HPE_INVALID_CONSTANT')
+    // Its first bytes are not HTTP: another service on that port (an SSH server's banner, say).
+    return new NetworkError(
+      `${server} does not speak HTTP there (try another port${server.startsWith('http:') ? ', or https:// instead of http://' : ''})`,
+      1,
+      { cause: err },
+    );
+  if (code?.startsWith('HPE_'))
+    return new Error(`the server's answer is not valid HTTP (${(err as Error).message})`, {
+      cause: err,
+    });
+  return undefined;
+}

@@ -10,6 +10,7 @@ import {
   describeTransportError,
   isConnectError,
   isTransportError,
+  notHttpError,
   tlsError,
 } from './errors.js';
 
@@ -291,7 +292,8 @@ export async function send(client: ApiClient, req: RawRequest): Promise<Response
       if (req.buffered) res = await buffer(res);
     } catch (err) {
       if (req.signal?.aborted) throw req.signal.reason ?? err;
-      if (!isTransportError(err)) throw tlsError(client.server, err) ?? err;
+      if (!isTransportError(err))
+        throw tlsError(client.server, err) ?? notHttpError(client.server, err) ?? err;
       const retryable = req.idempotent || isConnectError(err);
       if (!isConnectError(err)) repeated = true;
       if (!retryable || n > client.retry.retries) {

@@ -170,6 +170,12 @@ export function rawRequest(url: URL, options: RawRequestOptions): Promise<RawRes
 
   const onHead = (data: Buffer): boolean => {
     head = Buffer.concat([head, data]);
+    // Not HTTP from its first bytes (another service on that port): said as node:http says it.
+    const start = Math.min(head.length, 5);
+    if (!head.subarray(0, start).equals(Buffer.from('HTTP/').subarray(0, start))) {
+      fail(Object.assign(new Error('not HTTP'), { code: 'HPE_INVALID_CONSTANT' }));
+      return false;
+    }
     const end = head.indexOf('\r\n\r\n');
     if (end < 0) {
       if (head.length > MAX_HEAD) fail(new Error('the server sent over 64 KiB of headers'));

@@ -1,8 +1,8 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
 import { rm } from 'node:fs/promises';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createCli, type Cli } from '../helpers/cli.js';
+import { createCli, tempDir, type Cli } from '../helpers/cli.js';
 
 // What a CI job sees when a server's answer breaks or turns hostile, through the built binary
 // against a stand-in server that answers as told.
@@ -151,5 +151,39 @@ describe('answers that break or echo the token', () => {
     const hidden = await run(['--json', 'info', id]);
     expect(hidden.exitCode).toBe(0);
     expect((JSON.parse(hidden.stdout) as { links: unknown }).links).toBeNull();
+  });
+
+  it('a port where another service answers is one line saying it does not speak HTTP, exit 6', async () => {
+    // Property: a server URL whose port answers something that is not HTTP (SSH, PostgreSQL, a
+    // TLS server's alert: a CI job given the wrong port) gets one line naming the server and the
+    // way on, exit 6 like TLS spoken to a plain HTTP port. Found broken: `ls` printed node's
+    // 'fshare: Parse Error: Expected HTTP/, RTSP/ or ICE/' (exit 1), and `get` retried it five
+    // times as 'connection reset' (exit 6).
+    const sockets = new Set<Socket>();
+    const other = createNetServer((socket) => {
+      sockets.add(socket);
+      socket.on('error', () => undefined);
+      socket.on('close', () => sockets.delete(socket));
+      socket.end('SSH-2.0-OpenSSH_9.6\r\n');
+    });
+    await new Promise<void>((resolve) => other.listen(0, '127.0.0.1', resolve));
+    const at = `http://127.0.0.1:${(other.address() as AddressInfo).port}`;
+    const line = `fshare: ${at} does not speak HTTP there (try another port, or https:// instead of http://)`;
+    const dir = await tempDir('not-http');
+    try {
+      for (const args of [['ls'], ['get', '0e13fdd1-7ff2-4179-8263-b57911c15f09']]) {
+        const res = await cli.run(['--server', at, '--json', ...args], {
+          env: { FSHARE_TOKEN: TOKEN },
+          cwd: dir,
+        });
+        expect(res.exitCode, args.join(' ')).toBe(6);
+        expect(res.stdout, args.join(' ')).toBe('');
+        expect(res.stderr, args.join(' ')).toBe(line);
+      }
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      await new Promise<void>((resolve) => other.close(() => resolve()));
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });
