@@ -267,6 +267,25 @@ describe('fshare serve, as an operator meets it', () => {
     }
   });
 
+  // Property: link URLs are the public URL's path followed by /l/<token>. Found: a public URL
+  // ending in an empty query or fragment (https://h/x? or https://h/x#, a typo) was taken, as
+  // the check looked at the query's and fragment's values only, and links were handed out as
+  // https://h/x?/l/<token>: a page at /x that gets the token in its query.
+  it('--public-url with an empty query or fragment: one line, exit 2, the server not started', async () => {
+    for (const url of ['https://files.example.com/x?', 'https://files.example.com/#']) {
+      const res = await execa('node', [BIN, 'serve', '--port', '0', '--public-url', url], {
+        env: cleanEnv(),
+        extendEnv: false,
+        reject: false,
+        timeout: 20_000,
+      });
+      expect(res.exitCode, res.stderr).toBe(2);
+      expect(res.stderr.trim().split('\n')).toEqual([
+        `fshare: option '--public-url <url>' argument '${url}' is invalid. expected an http or https URL without user name, password, query or fragment`,
+      ]);
+    }
+  });
+
   // Property: a link's redirect never leads to another host. Found: --public-url https://h//x
   // made the redirect after a link password go to //x/l/…, which browsers read as host x.
   it('--public-url whose path starts with //: one line, exit 2, the server not started', async () => {

@@ -88,8 +88,10 @@ function publicUrl(value: string): string {
   } catch {
     throw new InvalidArgumentError('expected a URL such as https://files.example.com');
   }
-  // A user name or password there would be in every link URL handed out, for anyone to read.
-  if (!/^https?:$/.test(url.protocol) || url.search || url.hash || url.username || url.password)
+  // A user name or password there would be in every link URL handed out, for anyone to read. An
+  // empty query or fragment (a trailing ? or #) has no search or hash, but is in href: links
+  // were https://h/x?/l/<token>, the token in the query of another page.
+  if (!/^https?:$/.test(url.protocol) || /[?#]/.test(url.href) || url.username || url.password)
     throw new InvalidArgumentError(
       'expected an http or https URL without user name, password, query or fragment',
     );
