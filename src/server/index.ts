@@ -102,12 +102,42 @@ function isChunkUpload(req: Request): boolean {
 const EXPOSED_HEADERS =
   'Content-Disposition, Content-Range, Content-Length, Location, ETag, Accept-Ranges, Repr-Digest, Idempotent-Replayed, Retry-After, Allow';
 
+const ALLOWED_HEADERS = [
+  'Authorization',
+  'Content-Type',
+  'Range',
+  'If-Range',
+  'If-None-Match',
+  'If-Match',
+  'If-Modified-Since',
+  'If-Unmodified-Since',
+  'Idempotency-Key',
+];
+
+/**
+ * The request headers a page may send: ours, and on a preflight whatever else it asks for
+ * (Dropzone.js sends Cache-Control and X-Requested-With with every chunk; a page's own library
+ * may add others). Answers never depend on a cookie or on the origin, so another header gives
+ * a page nothing: the browser's check only kept such pages from working. Names only (RFC 9110
+ * tokens), at most 32 of them.
+ */
+function allowedHeaders(req: Request): string {
+  const asked = req.method === 'OPTIONS' ? req.get('access-control-request-headers') : undefined;
+  if (!asked) return ALLOWED_HEADERS.join(', ');
+  const names = new Map(ALLOWED_HEADERS.map((h) => [h.toLowerCase(), h]));
+  for (const name of asked.split(',').slice(0, 32)) {
+    const h = name.trim();
+    if (/^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$/.test(h) && !names.has(h.toLowerCase()))
+      names.set(h.toLowerCase(), h);
+  }
+  return [...names.values()].join(', ');
+}
+
 /** API.md "CORS": the reference server's browser client must work against us. */
 const cors: RequestHandler = (req, res, next) => {
   res.set({
     'Access-Control-Allow-Origin': '*',
-    'Access-Control-Allow-Headers':
-      'Authorization, Content-Type, Range, If-Range, If-None-Match, If-Match, If-Modified-Since, If-Unmodified-Since, Idempotency-Key',
+    'Access-Control-Allow-Headers': allowedHeaders(req),
     'Access-Control-Allow-Methods': 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS',
     'Access-Control-Expose-Headers': EXPOSED_HEADERS,
     'Access-Control-Max-Age': '600',
@@ -118,6 +148,8 @@ const cors: RequestHandler = (req, res, next) => {
     return;
   }
   if (req.method === 'OPTIONS') {
+    // A cache must not answer another page's preflight with this one's list.
+    res.vary('Access-Control-Request-Headers');
     res.status(204).end();
     return;
   }

@@ -176,3 +176,45 @@ describe('placed chunks', () => {
     }
   });
 });
+
+describe("Dropzone's own field names", () => {
+  // Dropzone.js sends the chunk count as dztotalchunkcount, with its layout fields, and no
+  // dztotalchunks: a Dropzone page pointed at fshare serve got 400 for every chunk. The name is
+  // taken where dztotalchunks is absent (test/browser/dropzone.test.ts runs Dropzone itself).
+  it('dztotalchunkcount stands for a missing dztotalchunks; both given must agree', async () => {
+    const data = randomBytes(10_000);
+    const id = await createShare(srv.url, token, 'dropzone.bin');
+    const dzuuid = randomUUID();
+    const chunks = chunksOf(data, 3);
+    const send = (c: (typeof chunks)[number], extra: { name: string; value: string }[] = []) =>
+      sendParts(srv.url, token, id, [
+        { name: 'dzuuid', value: dzuuid },
+        { name: 'dzchunkindex', value: String(c.index) },
+        { name: 'dztotalfilesize', value: String(data.length) },
+        { name: 'dzchunksize', value: String(chunks[0]!.data.length) },
+        { name: 'dzchunkbyteoffset', value: String(c.offset) },
+        ...extra,
+        { name: 'upload', filename: 'blob', data: c.data },
+      ]);
+    // Both, disagreeing: 400, nothing stored.
+    expectFail(
+      await send(chunks[0]!, [
+        { name: 'dztotalchunkcount', value: '3' },
+        { name: 'dztotalchunks', value: '4' },
+      ]),
+      400,
+    );
+    expect(await storedUploads(srv, id)).toEqual([]);
+    // Neither: still a 400 naming dztotalchunks.
+    const neither = await send(chunks[0]!);
+    expectFail(neither, 400);
+    expect(neither.body.message).toContain('dztotalchunks');
+    // Dropzone's name alone, in any order: one 201, the bytes in order.
+    const count = [{ name: 'dztotalchunkcount', value: '3' }];
+    expectStatus(await send(chunks[2]!, count), 200);
+    expectStatus(await send(chunks[0]!, count), 200);
+    expectStatus(await send(chunks[1]!, [...count, { name: 'dztotalchunks', value: '3' }]), 201);
+    expect((await content(srv.url, token, id)).equals(data)).toBe(true);
+    expect((await getShare(srv.url, token, id)).size).toBe(data.length);
+  });
+});

@@ -49,7 +49,17 @@ export function chunkFields(fields: Record<string, unknown>, maxChunks: number):
       `Form field "dzuuid" must be a string of 1 to ${LIMITS.maxUploadIdChars} characters`,
     );
   }
-  const total = int('dztotalchunks')!;
+  // Dropzone names the count dztotalchunkcount: taken where dztotalchunks is absent (additive),
+  // so a Dropzone page needs no mapping of its own.
+  const total = int(
+    fields.dztotalchunks === undefined && fields.dztotalchunkcount !== undefined
+      ? 'dztotalchunkcount'
+      : 'dztotalchunks',
+  )!;
+  if (fields.dztotalchunks !== undefined && fields.dztotalchunkcount !== undefined) {
+    if (int('dztotalchunkcount') !== total)
+      throw Errors.badRequest('"dztotalchunks" and "dztotalchunkcount" must be the same number');
+  }
   const index = int('dzchunkindex')!;
   if (total < 1 || total > maxChunks) {
     throw Errors.badRequest(`"dztotalchunks" must be between 1 and ${maxChunks}`);
