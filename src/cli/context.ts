@@ -14,7 +14,7 @@ import {
   type Config,
 } from './config.js';
 import { createCredentialStore, envToken, type CredentialStore } from './credentials.js';
-import { warn } from './output.js';
+import { sendingEnvToken, warn } from './output.js';
 
 export const DEFAULT_SERVER = 'http://127.0.0.1:5000';
 
@@ -105,6 +105,7 @@ export function openSession(cmd: Command, { savesLogin = false } = {}): Session 
       );
     }
     const token = await credentials.getToken(target, usernameFor(target), { stored: foreign });
+    if (!foreign && token !== undefined && token === envToken()) sendingEnvToken();
     return createClient({ server: target, token });
   };
 

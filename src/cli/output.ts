@@ -101,10 +101,25 @@ export function outputErrorText(err: unknown): string {
   return printable(text ?? (err instanceof Error ? err.message : String(err)));
 }
 
+let envTokenSent = false;
+
+/**
+ * The command sends the token in FSHARE_TOKEN: a 401 is mended there, since the variable wins
+ * over the token `fshare login` stores.
+ */
+export function sendingEnvToken(): void {
+  envTokenSent = true;
+}
+
 /** What to do next, for errors where there is one obvious step. */
 function nextStep(err: unknown): string | undefined {
   if (err instanceof ApiError && err.status === 401 && err.hint !== null)
-    return err.hint ?? 'run `fshare login` (or set FSHARE_TOKEN)';
+    return (
+      err.hint ??
+      (envTokenSent
+        ? 'it came from FSHARE_TOKEN, which fshare login does not change: set the variable to a valid token, or unset it'
+        : 'run `fshare login` (or set FSHARE_TOKEN)')
+    );
   return undefined;
 }
 

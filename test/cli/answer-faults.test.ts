@@ -109,7 +109,7 @@ describe('answers that break or echo the token', () => {
     expect(denied.exitCode).toBe(3);
     expect(denied.stdout).toBe('');
     expect(denied.stderr).toBe(
-      'fshare: bad header Bearer [token] (HTTP 401); run `fshare login` (or set FSHARE_TOKEN)',
+      'fshare: bad header Bearer [token] (HTTP 401); it came from FSHARE_TOKEN, which fshare login does not change: set the variable to a valid token, or unset it',
     );
     const debug = await run(['--json', '--debug', 'ls']);
     expect(debug.exitCode).toBe(3);
@@ -185,5 +185,30 @@ describe('answers that break or echo the token', () => {
       await new Promise<void>((resolve) => other.close(() => resolve()));
       await rm(dir, { recursive: true, force: true });
     }
+  });
+
+  it('a 401 to the token in FSHARE_TOKEN says to mend the variable, not to run fshare login', async () => {
+    // Property: the step after a 401 is one that helps. FSHARE_TOKEN wins over the token fshare
+    // login stores, so a CI job whose variable holds a revoked token is told to set or unset the
+    // variable. Found broken: it was told 'run `fshare login` (or set FSHARE_TOKEN)', and after
+    // that login (exit 0) the next command got the same 401.
+    answer = (_req, res) => {
+      res.writeHead(401, { 'content-type': 'application/json' });
+      res.end(
+        JSON.stringify({ status: 'fail', message: 'The token is invalid, expired or revoked' }),
+      );
+    };
+    const revoked = await run(['--json', 'ls']);
+    expect(revoked.exitCode).toBe(3);
+    expect(revoked.stdout).toBe('');
+    expect(revoked.stderr).toBe(
+      'fshare: The token is invalid, expired or revoked (HTTP 401); it came from FSHARE_TOKEN, which fshare login does not change: set the variable to a valid token, or unset it',
+    );
+    // Without the variable (no token at all), signing in is the step.
+    const anonymous = await cli.run(['--server', url, '--json', 'ls']);
+    expect(anonymous.exitCode).toBe(3);
+    expect(anonymous.stderr).toBe(
+      'fshare: The token is invalid, expired or revoked (HTTP 401); run `fshare login` (or set FSHARE_TOKEN)',
+    );
   });
 });
