@@ -3,12 +3,10 @@
 // JavaScript off, so every browser context here has it off, except the one that watches the
 // console for CSP violations (page.evaluate works either way: it does not go through the page).
 import { randomBytes, randomUUID } from 'node:crypto';
-import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
-  chromium,
   type Browser,
   type BrowserContext,
   type BrowserContextOptions,
@@ -25,10 +23,8 @@ import {
   sha256hex,
   upload,
 } from '../helpers/http.js';
+import { launchChromium } from '../helpers/browser.js';
 import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
-
-/** Debian's chromium; playwright-core downloads no browser of its own. */
-const CHROMIUM = '/usr/bin/chromium';
 
 const NAME = 'rapport été 2026.bin';
 /** A few hundred KiB of random bytes: 300 KiB and 123 bytes. */
@@ -58,23 +54,7 @@ let launched: Promise<Browser> | undefined;
  * with the reason (a throw in beforeAll would only mark them skipped).
  */
 function browser(): Promise<Browser> {
-  launched ??= (async () => {
-    if (!existsSync(CHROMIUM))
-      throw new Error(
-        `${CHROMIUM} is missing: the browser tests drive Debian's chromium (apt-get install ` +
-          `chromium), which .ci/run installs`,
-      );
-    try {
-      return await chromium.launch({
-        executablePath: CHROMIUM,
-        headless: true,
-        // CI runs as root, where Chromium's sandbox cannot start.
-        args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
-      });
-    } catch (err) {
-      throw new Error(`${CHROMIUM} did not start (.ci/run installs it): ${String(err)}`);
-    }
-  })();
+  launched ??= launchChromium();
   return launched;
 }
 
