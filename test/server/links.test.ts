@@ -507,8 +507,11 @@ describe('the public side /l/<token>', () => {
     const now = await get(base, link.path, { headers: HTML });
     expect(now.text).toContain(`href="?download&amp;sha256=${sha256hex(second)}"`);
     expectBytes(await get(base, `${link.path}?download&sha256=${sha256hex(second)}`), second);
+    // The digits in upper case name the same content.
+    const upper = sha256hex(second).toUpperCase();
+    expectBytes(await get(base, `${link.path}?download&sha256=${upper}`), second);
     expectBytes(await download(base, link.path), second);
-    expect(await linkOf(base, alice.token, link.id)).toMatchObject({ downloads: 3 });
+    expect(await linkOf(base, alice.token, link.id)).toMatchObject({ downloads: 4 });
   });
 
   it('Accept: application/json gives exactly {file_name, size, sha256, expires, downloads_left}', async () => {

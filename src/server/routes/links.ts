@@ -375,7 +375,8 @@ export function linkRoutes(ctx: Context): { manage: Router; pages: Router } {
         // Each download is counted: no cache may answer for the server.
         headers: { 'Cache-Control': 'no-store' },
         // The page's Download button names the content whose sha256 it showed.
-        sha256: typeof req.query.sha256 === 'string' ? req.query.sha256 : undefined,
+        // Hex digits in either case, as people copy them (sha256sum prints lower case).
+        sha256: typeof req.query.sha256 === 'string' ? req.query.sha256.toLowerCase() : undefined,
         beforeBody: ({ start, blob }) => countDownload(req, link, blob, start),
       });
     } catch (err) {
