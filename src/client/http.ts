@@ -129,8 +129,9 @@ export interface RawRequest {
    */
   download?: boolean;
   /**
-   * Read the whole answer within the attempt, so a body cut short or stalled (a 200 whose JSON
-   * stops halfway) is a transport failure of that attempt, retried as one, not a broken answer.
+   * Read the whole of a 2xx answer within the attempt, so a body cut short or stalled (a 200
+   * whose JSON stops halfway) is a transport failure of that attempt, retried as one, not a
+   * broken answer. An error status stands by itself, whatever becomes of its body.
    */
   buffered?: boolean;
   signal?: AbortSignal;
@@ -289,7 +290,7 @@ export async function send(client: ApiClient, req: RawRequest): Promise<Response
     let res: Response;
     try {
       res = await attempt(url, req, headers);
-      if (req.buffered) res = await buffer(res);
+      if (req.buffered && res.statusCode >= 200 && res.statusCode < 300) res = await buffer(res);
     } catch (err) {
       if (req.signal?.aborted) throw req.signal.reason ?? err;
       if (!isTransportError(err))

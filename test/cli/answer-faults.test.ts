@@ -89,6 +89,22 @@ describe('answers that break or echo the token', () => {
       `fshare: no answer from ${url} to POST /users (connection reset): it may have been carried out; check before running the command again`,
     );
     expect(seen).toEqual(['POST /users']);
+
+    // An error status stands by itself: a 500 whose body breaks off is that 500 (exit 1), not a
+    // request that may have been carried out (exit 6).
+    seen = [];
+    answer = (_req, res) => {
+      res.writeHead(500, { 'content-type': 'application/json', 'content-length': 100 });
+      res.write('{"status":"fa', () => res.socket?.destroy());
+    };
+    const failed = await cli.run(
+      ['--server', url, '--json', 'users', 'add', 'bob', '--password-stdin'],
+      { env: { FSHARE_TOKEN: TOKEN }, input: 'a-password-1234\n' },
+    );
+    expect(failed.exitCode).toBe(1);
+    expect(failed.stdout).toBe('');
+    expect(failed.stderr).toBe('fshare: Internal Server Error (HTTP 500)');
+    expect(seen).toEqual(['POST /users']);
   });
 
   it('a server that echoes the token back never gets it printed', async () => {
