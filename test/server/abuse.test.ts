@@ -432,9 +432,7 @@ describe('hostile input: a 4xx with a JSON body, never a 500', () => {
       Buffer.from('x'),
     );
     const res = await get(srv.url, `/files/${id}/content`, { token: admin });
-    expect(res.headers['content-disposition']).toBe(
-      'attachment; filename=".._.._etc_passwd-T.txt"',
-    );
+    expect(res.headers['content-disposition']).toBe('attachment; filename=.._.._etc_passwd-T.txt');
   });
 
   it('LOCK racing DELETE (50 times): 200, 404 or 423, never 500', async () => {

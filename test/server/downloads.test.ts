@@ -137,6 +137,21 @@ describe('GET /files/<id>/content', () => {
     expect(cd.params['filename']).toBe('notes.txt');
   });
 
+  // Content-Disposition's name is sent as the reference server sends it: a name that is a token
+  // unquoted (filename=notes.txt), as clients of the reference match it (its own suite checks
+  // 'filename=content.bin' among the header's '; ' parts); found always quoted
+  // (filename="notes.txt"). A name that is not a token stays quoted.
+  it('a file name that is a token is sent unquoted, as the reference server sends it', async () => {
+    const res = await fetchContent();
+    expectStatus(res, 200);
+    expect(res.headers['content-disposition']!.split('; ')).toContain('filename=notes.txt');
+    expect(attachment('content.bin')).toBe('attachment; filename=content.bin');
+    expect(attachment('with space.txt')).toBe('attachment; filename="with space.txt"');
+    expect(attachment('café.pdf')).toBe(
+      "attachment; filename=cafe.pdf; filename*=UTF-8''caf%C3%A9.pdf",
+    );
+  });
+
   it('the ETag is stable between reads', async () => {
     const a = await fetchContent();
     const b = await fetchContent();

@@ -450,7 +450,7 @@ export function downloadName(fileName: string): string {
  */
 export function attachment(fileName: string): string {
   const name = downloadName(fileName);
-  return contentDisposition(name, {
+  const header = contentDisposition(name, {
     type: 'attachment',
     // What clients without filename* (curl -J) use: accents dropped ("cafe.pdf"), the rest "_".
     fallback: name
@@ -458,6 +458,12 @@ export function attachment(fileName: string): string {
       .replace(/[\u0300-\u036f]/g, '')
       .replace(/[^\x20-\x7e]/g, '_'),
   });
+  // A name that is an RFC 9110 token goes unquoted (filename=report.pdf), as the reference server
+  // sends it: clients written against it match that text. Others stay quoted.
+  return header.replace(
+    /^attachment; filename="([!#$%&'*+.0-9A-Z^_`a-z|~-]+)"/,
+    'attachment; filename=$1',
+  );
 }
 
 /** The strong validator of content: its sha256 when known, else one from the file itself. */
