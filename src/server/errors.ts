@@ -13,6 +13,7 @@ import {
   LastAdminError,
   LockLostError,
   MissingRecordError,
+  OutcomeUnknownError,
 } from './store/index.js';
 import { ThrottledError } from './throttle.js';
 import { redactLinkPath } from './redact.js';
@@ -107,6 +108,11 @@ export function asHttpError(err: unknown): unknown {
     return Errors.overloaded(
       'The server lost its lock on this share (its database connection dropped) and stopped this change; try again',
       1,
+    );
+  if (err instanceof OutcomeUnknownError)
+    return Errors.overloaded(
+      'The metadata database stopped answering while this change was written, so whether it was made is unknown; check, then try again',
+      5,
     );
   if (typeof code === 'string' && DATABASE_DOWN.test(code))
     return Errors.overloaded('The metadata database is not answering right now; try again', 5);

@@ -303,9 +303,12 @@ export function contentRoutes(ctx: Context): Router {
             permission,
           );
           // A handover (or DELETE) in the middle of this commit may have looked for the share's
-          // uploads before this chunk started one: it goes now, as theirs did.
+          // uploads before this chunk started one: it goes now, as theirs did. Content that was
+          // published is the share's: nothing is read after it (the lock's connection may have
+          // dropped after the publish was written).
+          if (stored === 'complete') return stored;
           const after = await store.getShare(share.share_id);
-          if (stored === 'stored' && after?.owner_id !== req.caller.userId) {
+          if (after?.owner_id !== req.caller.userId) {
             await storage.removeUpload(share.share_id, chunkFields.uploadId);
             throw after ? Errors.notOwner() : Errors.shareNotFound();
           }

@@ -21,6 +21,7 @@ import { bodyPassedOn } from '../gc.js';
 import { givePieces, takePiece, writeFileRange, writeFully, WRITE_MAX } from '../../shared/copy.js';
 import type { HashWorker, Sha256 } from '../../shared/hasher.js';
 import { KeyedMutex } from '../mutex.js';
+import { OutcomeUnknownError } from '../store/index.js';
 import {
   ChunkRefusedError,
   type ChunkFields,
@@ -793,6 +794,9 @@ export class FileStorage implements ContentStorage {
     try {
       replaced = await publish({ blob, size, sha256 });
     } catch (err) {
+      // Whether the record names the content may be unknown (the database's answer was lost):
+      // then it stays; a start removes it if no share names it.
+      if (err instanceof OutcomeUnknownError) throw err;
       await rm(target, { force: true });
       if (source.includes(`${upload.dir}/j.`)) await rm(source, { force: true });
       throw err;

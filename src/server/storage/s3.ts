@@ -25,6 +25,7 @@ import type { HashWorker } from '../../shared/hasher.js';
 import { fault } from '../faults.js';
 import { bodyPassedOn } from '../gc.js';
 import { LIMITS } from '../limits.js';
+import { OutcomeUnknownError } from '../store/index.js';
 import {
   ChunkRefusedError,
   type ChunkFields,
@@ -526,7 +527,10 @@ export class S3Storage implements ContentStorage {
     } catch (err) {
       // Content published before the crash may be the share's now: only new content is dropped
       // (unreferenced content of a republish is swept at a start, once it is an hour old).
-      await this.remove(fresh ? [this.contentKey(blob), record] : [record]);
+      // Whether the record names it may be unknown (the database's answer was lost): then it
+      // stays, with its record, and the last chunk sent again publishes it.
+      if (!(err instanceof OutcomeUnknownError))
+        await this.remove(fresh ? [this.contentKey(blob), record] : [record]);
       throw err;
     }
     await fault('s3.after-publish');

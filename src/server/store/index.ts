@@ -252,6 +252,17 @@ export class LockLostError extends Error {
 }
 
 /**
+ * A write whose outcome is unknown: its connection failed under it, so it may have committed,
+ * and asking the database on another connection failed too. What the write would name (new
+ * content) is kept: a start of the server removes it if no record names it.
+ */
+export class OutcomeUnknownError extends Error {
+  constructor() {
+    super('the database connection failed under a write, and whether it was made is unknown');
+  }
+}
+
+/**
  * The metadata files cannot be read back as written: start-up stops with this message, which
  * names the file and line and the way out.
  */

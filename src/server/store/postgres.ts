@@ -19,6 +19,7 @@ import {
   LinkUsedUpError,
   LockLostError,
   MissingRecordError,
+  OutcomeUnknownError,
   type LinkRecord,
   type MetadataStore,
   type NewShare,
@@ -315,6 +316,15 @@ class SharedLimiter extends RateLimiterPostgres {
   override getKey(key: string | number): string {
     return super.getKey(createHash('sha256').update(String(key)).digest('base64url'));
   }
+}
+
+/** A query failed for its connection (lost, cut, terminated): it may have run all the same. */
+function connectionFailed(err: unknown): boolean {
+  return (
+    err instanceof LockLostError ||
+    !(err instanceof DatabaseError) ||
+    /^(08|57P)/.test(err.code ?? '')
+  );
 }
 
 /**
@@ -801,7 +811,21 @@ export class PostgresStore implements MetadataStore {
       a.sets.push('expires_absent = false');
     }
     if (changes.blob !== undefined) a.set('blob', changes.blob);
-    await this.updateOne('fshare_shares', 'share_id', a, 'share');
+    try {
+      await this.updateOne('fshare_shares', 'share_id', a, 'share');
+    } catch (err) {
+      if (changes.blob === undefined || !connectionFailed(err)) throw err;
+      // The connection failed under the UPDATE that names new content: PostgreSQL may have
+      // committed it, and the storage removes content whose publishing failed. Asked on the
+      // pool (outside the task's lost lock connection): a share naming the blob, a new name,
+      // was given it by this UPDATE, which did commit.
+      const share = await this.sessions
+        .exit(() => this.getShare(id))
+        .catch((): never => {
+          throw new OutcomeUnknownError();
+        });
+      if (share?.blob !== changes.blob) throw err;
+    }
   }
 
   /** Removes a share; its links go with it (the foreign key cascades, in the same statement). */
