@@ -26,6 +26,15 @@ export const DEFAULT_RETRY: RetryPolicy = { retries: 4, baseDelayMs: 250, maxDel
 /** A connection that moves no byte for this long is given up (and retried where that is safe). */
 const IDLE_TIMEOUT_MS = 60_000;
 
+/**
+ * The most a JSON answer may take, from sending the request to its last byte. The idle limit
+ * catches silence; this catches a server that sends a byte now and then (a broken proxy, a
+ * hostile server), which would otherwise keep a CI job waiting without end. Answers fshare reads
+ * whole are small (a page of shares is well under 1 MiB), so 5 minutes is far beyond any real
+ * one. FSHARE_TEST_ANSWER_DEADLINE_MS (tests only) shortens it.
+ */
+const ANSWER_DEADLINE_MS = Number(process.env.FSHARE_TEST_ANSWER_DEADLINE_MS) || 300_000;
+
 export interface ClientOptions {
   /** Base URL of the server, e.g. http://127.0.0.1:5000 (a path prefix is kept). */
   server: string;
@@ -227,8 +236,23 @@ function attempt(url: URL, req: RawRequest, headers: Record<string, string>): Pr
     request.setTimeout(IDLE_TIMEOUT_MS, () =>
       request.destroy(Object.assign(new Error('timed out'), { code: 'ETIMEDOUT' })),
     );
-    request.once('error', reject);
+    // A JSON answer (buffered) ends by its deadline, body included, whatever trickles in.
+    let answer: IncomingMessage | undefined;
+    const deadline = req.buffered
+      ? setTimeout(() => {
+          const err = Object.assign(new Error('timed out'), { code: 'ETIMEDOUT' });
+          if (answer) answer.destroy(err);
+          else request.destroy(err);
+        }, ANSWER_DEADLINE_MS)
+      : undefined;
+    deadline?.unref();
+    request.once('error', (err) => {
+      clearTimeout(deadline);
+      reject(err);
+    });
     request.once('response', (res) => {
+      answer = res;
+      res.once('close', () => clearTimeout(deadline));
       res.setTimeout(IDLE_TIMEOUT_MS, () =>
         res.destroy(Object.assign(new Error('timed out'), { code: 'ETIMEDOUT' })),
       );

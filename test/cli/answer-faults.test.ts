@@ -73,6 +73,32 @@ describe('answers that break or echo the token', () => {
     expect(seen).toHaveLength(5);
   });
 
+  it('a JSON answer that trickles in is cut at its deadline: retried, then exit 6', async () => {
+    // Property: an answer that never falls silent for the idle limit but never ends either (a
+    // byte now and then: a broken proxy, a hostile server) does not keep a CI job waiting for
+    // ever. Found: a 54-byte whoami answer at a byte every 5 s took 4 min 20 s and exited 0; at
+    // one byte every 50 s it would never end. The deadline is 5 minutes, shortened here.
+    answer = (_req, res) => {
+      res.writeHead(200, {
+        'content-type': 'application/json',
+        'content-length': Buffer.byteLength(WHOAMI),
+      });
+      let sent = 0;
+      const drip = setInterval(() => {
+        if (sent < WHOAMI.length) res.write(WHOAMI[sent++]!);
+        else res.end();
+      }, 100);
+      res.once('close', () => clearInterval(drip));
+    };
+    const res = await cli.run(['--server', url, '--json', 'whoami'], {
+      env: { FSHARE_TOKEN: TOKEN, FSHARE_TEST_ANSWER_DEADLINE_MS: '1000' },
+    });
+    expect(res.exitCode).toBe(6);
+    expect(res.stdout).toBe('');
+    expect(res.stderr).toBe(`fshare: cannot reach ${url}: timed out (after 5 attempts)`);
+    expect(seen).toHaveLength(5);
+  });
+
   it('a POST whose answer is cut short is exit 6 saying it may have been carried out', async () => {
     // Property: the answer to a request that is not sent again (users add) breaking off after it
     // reached the server says that it may have been done (CLI.md Retries). Found broken: exit 1,
