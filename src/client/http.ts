@@ -292,6 +292,12 @@ function transient(status: number): boolean {
 /** Every token this process has sent: a server may echo one back, in a message or a Location. */
 const sentTokens = new Set<string>();
 
+/**
+ * Shorter "tokens" are hidden nowhere: a placeholder such as `null` in FSHARE_TOKEN is no secret,
+ * and hiding it would turn every "null" in a message into "[token]". Real ones are far longer.
+ */
+const MIN_HIDDEN_TOKEN = 12;
+
 /** `text` with every token this process sent replaced by `[token]` (for lines a log may keep). */
 export function withoutTokens(text: string): string {
   for (const token of sentTokens) text = text.split(token).join('[token]');
@@ -307,7 +313,7 @@ export async function send(client: ApiClient, req: RawRequest): Promise<Response
   const headers: Record<string, string> = { ...req.headers };
   if (client.token) {
     headers.authorization = `Bearer ${client.token}`;
-    sentTokens.add(client.token);
+    if (client.token.length >= MIN_HIDDEN_TOKEN) sentTokens.add(client.token);
   }
   let repeated = false;
   for (let n = 1; ; n++) {

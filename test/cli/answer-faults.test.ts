@@ -161,6 +161,13 @@ describe('answers that break or echo the token', () => {
     expect(redirected.exitCode).toBe(1);
     expect(redirected.stderr).toContain('https://elsewhere.example/?t=[token]');
     expect(redirected.stderr).not.toContain(TOKEN);
+    // A placeholder in the variable (a CI secret left unset: "null") is no secret, and hiding it
+    // would turn every "null" of a message into "[token]".
+    const placeholder = await cli.run(['--server', url, '--json', 'ls'], {
+      env: { FSHARE_TOKEN: 'null' },
+    });
+    expect(placeholder.exitCode).toBe(3);
+    expect(placeholder.stderr).toContain('fshare: bad header Bearer null (HTTP 401)');
   });
 
   it("info fails when the share's links cannot be read, instead of saying there are none to see", async () => {
