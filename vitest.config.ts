@@ -1,4 +1,4 @@
-import { defineConfig } from 'vitest/config';
+import { configDefaults, defineConfig } from 'vitest/config';
 
 /**
  * Test files of the server suite that are about the embedded store and file storage
@@ -20,6 +20,9 @@ const EMBEDDED_ONLY = [
   'test/server/s3-crash.test.ts',
   'test/server/backend-down.test.ts',
 ];
+
+/** Test files of the server suite that only mean something on PostgreSQL and S3. */
+const SHARED_BACKEND_ONLY = ['test/server/lost-answer.test.ts'];
 
 /** The server suite on PostgreSQL (a throwaway cluster) and s3rver, started by the setup. */
 const sharedBackend = (name: string, alsoExclude: string[] = []) => ({
@@ -44,7 +47,16 @@ export default defineConfig({
     hookTimeout: 60_000,
     pool: 'forks',
     projects: [
-      { extends: true, test: { name: 'embedded', include: ['test/**/*.test.ts'] } },
+      {
+        extends: true,
+        test: {
+          name: 'embedded',
+          include: ['test/**/*.test.ts'],
+          // Tests of what only a shared PostgreSQL can do (a connection's answer lost), which
+          // the shared-backend projects run.
+          exclude: [...configDefaults.exclude, ...SHARED_BACKEND_ONLY],
+        },
+      },
       sharedBackend('postgres-s3'),
       // Behind the balancer the servers must trust its X-Forwarded-For, which the test of an
       // untrusted X-Forwarded-For checks they do not do by default.

@@ -363,6 +363,11 @@ class LockSession {
     return this.holders > 0;
   }
 
+  /** The PostgreSQL backend (its process id) at the other end of this connection. */
+  get backend(): number | undefined {
+    return (this.client as { processID?: number | null }).processID ?? undefined;
+  }
+
   async lock(key: string): Promise<void> {
     await this.query('SELECT pg_advisory_lock($1::bigint)', [key]);
   }
@@ -818,14 +823,33 @@ export class PostgresStore implements MetadataStore {
       // The connection failed under the UPDATE that names new content: PostgreSQL may have
       // committed it, and the storage removes content whose publishing failed. Asked on the
       // pool (outside the task's lost lock connection): a share naming the blob, a new name,
-      // was given it by this UPDATE, which did commit.
+      // was given it by this UPDATE, which did commit. A statement cut off on its way may still
+      // reach its backend after that look (the server's side of the connection gone,
+      // PostgreSQL's not yet): the backend is ended first, so nothing sent on it runs later.
+      const backend = this.sessions.getStore()?.backend;
       const share = await this.sessions
-        .exit(() => this.getShare(id))
+        .exit(async () => {
+          if (backend !== undefined) await this.endBackend(backend);
+          return this.getShare(id);
+        })
         .catch((): never => {
           throw new OutcomeUnknownError();
         });
       if (share?.blob !== changes.blob) throw err;
     }
+  }
+
+  /**
+   * Ends a backend of ours and waits (5 s at most) until it is gone; throws if it is still
+   * there. One that has ended already is gone.
+   */
+  private async endBackend(pid: number): Promise<void> {
+    const [row] = await this.query<{ gone: boolean }>(
+      `SELECT pg_terminate_backend($1, 5000)
+           OR NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1) AS gone`,
+      [pid],
+    );
+    if (!row?.gone) throw new Error(`PostgreSQL backend ${pid} did not end`);
   }
 
   /** Removes a share; its links go with it (the foreign key cascades, in the same statement). */
