@@ -45,10 +45,15 @@ describe('identity from the command line', () => {
     await addUser('erin', 'READ,LIST', 'erin-old');
     const here = await signedIn('erin', 'erin-old');
     const elsewhere = await signedIn('erin', 'erin-old');
+    const before = (await here.run(['token'])).stdout.trim();
     const res = await here.run(['passwd', '--password-stdin'], { input: 'erin-old\nerin-new\n' });
     expect(res.exitCode, res.stderr).toBe(0);
     expect(res.stdout).toMatch(/every other session was signed out/);
     expect((await here.run(['whoami'])).stdout).toMatch(/^erin /);
+    // The token the new one replaced is revoked, not left working until it expires (the server
+    // keeps the token that changed the password, and nothing here holds it any more).
+    const replaced = await here.run(['whoami'], { env: { FSHARE_TOKEN: before } });
+    expect(replaced.exitCode).toBe(3);
     const there = await elsewhere.run(['whoami']);
     expect(there.exitCode).toBe(3);
   });

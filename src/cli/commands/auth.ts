@@ -292,8 +292,13 @@ export function registerAuth(program: Command): void {
       const res = await changePassword(client, oldPassword, newPassword);
       // fshare serve ended every other token and sent a new one: keep it.
       let stored: 'keychain' | 'file' | undefined;
-      if (res.auth_token && res.username && envToken() === undefined)
+      if (res.auth_token && res.username && envToken() === undefined) {
         stored = await remember(session, res as LoginResponse, account);
+        // The token it replaces still works (the server keeps the caller's): nothing on this
+        // machine holds it any more, so it is revoked rather than left valid until it expires.
+        // A server that ended it already refuses this, which changes nothing.
+        await logout(client).catch(() => undefined);
+      }
       // The variable's token goes on on a server that keeps the caller's token (fshare serve
       // since 0.2, the reference server); an older fshare serve ended it too, and the new one is
       // not printed (stdout goes to CI logs). Asked, not assumed: "every other session" would
