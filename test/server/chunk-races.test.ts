@@ -9,8 +9,7 @@ import { join } from 'node:path';
 import { Client } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { holdAt } from '../../src/server/faults.js';
-import { createServer, type FshareServer } from '../../src/server/index.js';
-import { tempDir } from '../helpers/cli.js';
+import type { FshareServer } from '../../src/server/index.js';
 import {
   content,
   createShare,
@@ -38,6 +37,7 @@ import {
   incomingFiles,
   login,
   startServer,
+  startSibling,
   storedContent,
   storedUploads,
   type TestServer,
@@ -491,16 +491,7 @@ if (BACKEND !== 'embedded') {
     beforeAll(async () => {
       own = await startServer();
       // Another server on the same database and bucket (`own.direct` is the first of its own).
-      other = await createServer({
-        dataDir: await tempDir('lost-lock'),
-        database: own.database,
-        storage: own.storage,
-        s3Endpoint: own.s3Endpoint,
-        s3ForcePathStyle: true,
-        minFreeBytes: 16 * MiB,
-        limits: { removedContentKeepMs: 0 },
-      });
-      ({ url: otherUrl } = await other.listen(0, '127.0.0.1'));
+      ({ server: other, url: otherUrl } = await startSibling(own, 'lost-lock'));
       t = await login(own.direct, ADMIN.username, ADMIN.password);
       db = new Client({ connectionString: own.database });
       await db.connect();

@@ -9,8 +9,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { createServer as createTcpServer, connect, type Server, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { holdAt } from '../../src/server/faults.js';
-import { createServer, type FshareServer } from '../../src/server/index.js';
-import { tempDir } from '../helpers/cli.js';
+import type { FshareServer } from '../../src/server/index.js';
 import {
   content,
   createShare,
@@ -22,9 +21,7 @@ import {
   sha256hex,
   type Res,
 } from '../helpers/http.js';
-import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
-
-const MiB = 1024 * 1024;
+import { ADMIN, login, startServer, startSibling, type TestServer } from '../helpers/server.js';
 
 /**
  * A TCP proxy in front of PostgreSQL. `cutNext(text)` arms it: the next statement sent with
@@ -133,16 +130,7 @@ describe('a publish whose answer from PostgreSQL was lost', () => {
     own = await startServer();
     proxy = await startCuttingProxy(own.database!);
     // A server on the same database (through the proxy) and bucket.
-    other = await createServer({
-      dataDir: await tempDir('lost-answer'),
-      database: proxy.url,
-      storage: own.storage,
-      s3Endpoint: own.s3Endpoint,
-      s3ForcePathStyle: true,
-      minFreeBytes: 16 * MiB,
-      limits: { removedContentKeepMs: 0 },
-    });
-    ({ url: otherUrl } = await other.listen(0, '127.0.0.1'));
+    ({ server: other, url: otherUrl } = await startSibling(own, 'lost-answer', proxy.url));
     t = await login(otherUrl, ADMIN.username, ADMIN.password);
   }, 120_000);
   afterAll(async () => {
