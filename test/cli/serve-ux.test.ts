@@ -250,10 +250,29 @@ describe('fshare serve, as an operator meets it', () => {
     expect((await fetch(`${running.url}/files`)).status).toBe(401);
   });
 
-  // Property: --public-url never puts credentials into the link URLs handed out. Found: it took
-  // https://user:pw@host/, and every link URL then carried that user name and password.
-  it('--public-url with a user name or password: one line, exit 2, the server not started', async () => {
-    for (const url of ['https://user:pw@files.example.com/', 'https://user@files.example.com']) {
+  // Each --public-url refused below is one line, exit 2, and the server never starts.
+  const notPlain = 'expected an http or https URL without user name, password, query or fragment';
+  it.each([
+    // Property: --public-url never puts credentials into the link URLs handed out. Found: it
+    // took https://user:pw@host/, and every link URL then carried that user name and password.
+    ['a user name and password', 'https://user:pw@files.example.com/', notPlain],
+    ['a user name', 'https://user@files.example.com', notPlain],
+    // Property: link URLs are the public URL's path followed by /l/<token>. Found: a public URL
+    // ending in an empty query or fragment (https://h/x? or https://h/x#, a typo) was taken, as
+    // the check looked at the query's and fragment's values only, and links were handed out as
+    // https://h/x?/l/<token>: a page at /x that gets the token in its query.
+    ['an empty query', 'https://files.example.com/x?', notPlain],
+    ['an empty fragment', 'https://files.example.com/#', notPlain],
+    // Property: a link's redirect never leads to another host. Found: --public-url https://h//x
+    // made the redirect after a link password go to //x/l/…, which browsers read as host x.
+    [
+      'a path that starts with //',
+      'https://files.example.com//x',
+      'expected a path that does not start with //',
+    ],
+  ])(
+    '--public-url with %s (%s): one line, exit 2, the server not started',
+    async (_what, url, expected) => {
       const res = await execa('node', [BIN, 'serve', '--port', '0', '--public-url', url], {
         env: cleanEnv(),
         extendEnv: false,
@@ -262,45 +281,10 @@ describe('fshare serve, as an operator meets it', () => {
       });
       expect(res.exitCode, res.stderr).toBe(2);
       expect(res.stderr.trim().split('\n')).toEqual([
-        `fshare: option '--public-url <url>' argument '${url}' is invalid. expected an http or https URL without user name, password, query or fragment`,
+        `fshare: option '--public-url <url>' argument '${url}' is invalid. ${expected}`,
       ]);
-    }
-  });
-
-  // Property: link URLs are the public URL's path followed by /l/<token>. Found: a public URL
-  // ending in an empty query or fragment (https://h/x? or https://h/x#, a typo) was taken, as
-  // the check looked at the query's and fragment's values only, and links were handed out as
-  // https://h/x?/l/<token>: a page at /x that gets the token in its query.
-  it('--public-url with an empty query or fragment: one line, exit 2, the server not started', async () => {
-    for (const url of ['https://files.example.com/x?', 'https://files.example.com/#']) {
-      const res = await execa('node', [BIN, 'serve', '--port', '0', '--public-url', url], {
-        env: cleanEnv(),
-        extendEnv: false,
-        reject: false,
-        timeout: 20_000,
-      });
-      expect(res.exitCode, res.stderr).toBe(2);
-      expect(res.stderr.trim().split('\n')).toEqual([
-        `fshare: option '--public-url <url>' argument '${url}' is invalid. expected an http or https URL without user name, password, query or fragment`,
-      ]);
-    }
-  });
-
-  // Property: a link's redirect never leads to another host. Found: --public-url https://h//x
-  // made the redirect after a link password go to //x/l/…, which browsers read as host x.
-  it('--public-url whose path starts with //: one line, exit 2, the server not started', async () => {
-    const url = 'https://files.example.com//x';
-    const res = await execa('node', [BIN, 'serve', '--port', '0', '--public-url', url], {
-      env: cleanEnv(),
-      extendEnv: false,
-      reject: false,
-      timeout: 20_000,
-    });
-    expect(res.exitCode, res.stderr).toBe(2);
-    expect(res.stderr.trim().split('\n')).toEqual([
-      `fshare: option '--public-url <url>' argument '${url}' is invalid. expected a path that does not start with //`,
-    ]);
-  });
+    },
+  );
 
   // Property: a full disk under the log never takes the server down. Standard error redirected
   // to a file is the request log: a line that cannot be written is dropped, requests are still
