@@ -1149,6 +1149,53 @@ describe('counting downloads', () => {
     expect((await get(base, made.path, { headers: JSON_ONLY })).body.downloads_left).toBe(1);
   });
 
+  // Any `download` key downloaded and counted, so ?download=0 (a script's "no") spent a download.
+  // Now 0, false and no show the page, as without the key; a value that says neither, or the key
+  // twice, is a 400; only ?download, ?download= and 1, true, yes download.
+  it('?download=0, false or no is the page and counts nothing; another value or the key twice is a 400 that counts nothing (found: ?download=0 counted a download)', async () => {
+    const made = await freshLink(2);
+    for (const no of ['0', 'false', 'no', 'FALSE', 'No']) {
+      const path = `${made.path}?download=${no}`;
+      expectPage(await get(base, path, { headers: HTML }), 200);
+      const plain = await get(base, path);
+      expectStatus(plain, 200);
+      expect(plain.headers['content-disposition']).toBeUndefined();
+      expect(plain.buf.includes(DATA.subarray(0, 64))).toBe(false);
+      const view = await get(base, path, { headers: JSON_ONLY });
+      expectStatus(view, 200);
+      expect(view.body.downloads_left).toBe(2);
+      expectStatus(await request(base, 'HEAD', path), 200);
+    }
+    for (const odd of ['2', 'maybe', 'yes%20please', '1&download=0', '&download', '0&download=0']) {
+      const refused = await get(base, `${made.path}?download=${odd}`);
+      expectFail(refused, 400);
+      expect(refused.body.message).toMatch(/^download takes no value/);
+      expect(refused.buf.includes(DATA.subarray(0, 64))).toBe(false);
+      expectStatus(await request(base, 'HEAD', `${made.path}?download=${odd}`), 400);
+    }
+    expect(await downloadsOf(made)).toBe(0);
+    // The spellings of yes download, each counted (the page's button and download_url send ?download).
+    const yes = await freshLink(null);
+    for (const query of [
+      '?download',
+      '?download=',
+      '?download=1',
+      '?download=true',
+      '?download=YES',
+    ])
+      expectBytes(await get(base, `${yes.path}${query}`), DATA);
+    expect(await downloadsOf(yes)).toBe(5);
+    // The password form posted back to ?download=0 unlocks the page, it gives no bytes; a value
+    // that says neither is refused before the password is looked at.
+    const locked = await makeLink(base, alice.token, shareId, { password: 'pw', max_downloads: 1 });
+    const body = 'password=pw';
+    const unlocked = await post(base, `${locked.path}?download=0`, { body, headers: FORM });
+    expectStatus(unlocked, 303);
+    expect(unlocked.buf.length).toBe(0);
+    expectFail(await post(base, `${locked.path}?download=2`, { body, headers: FORM }), 400);
+    expect(await downloadsOf(locked)).toBe(0);
+  });
+
   it('a link without a limit counts but never runs out', async () => {
     const made = await freshLink(null);
     for (let i = 0; i < 4; i++) expectBytes(await download(base, made.path), DATA);

@@ -52,6 +52,26 @@ function rangeStart(req: Request, size: number | null | undefined): number {
   return Math.max(0, size - Number(m[2]));
 }
 
+/** `?download` values that ask for the bytes, and those that ask for the page (case ignored). */
+const DOWNLOAD_YES = new Set(['', '1', 'true', 'yes']);
+const DOWNLOAD_NO = new Set(['0', 'false', 'no']);
+
+/**
+ * Whether a link request asks for the bytes: `?download` (empty, or 1, true, yes) does;
+ * `?download=0` (or false, no) asks for the page, as without the key. Any other value, or the key
+ * given twice, is a 400 that counts nothing: a download is counted only when one was asked for.
+ */
+function wantsDownload(req: Request): boolean {
+  const value = req.query.download;
+  if (value === undefined) return false;
+  const v = typeof value === 'string' ? value.toLowerCase() : undefined;
+  if (v !== undefined && DOWNLOAD_YES.has(v)) return true;
+  if (v !== undefined && DOWNLOAD_NO.has(v)) return false;
+  throw Errors.badRequest(
+    'download takes no value, or 1, true or yes for the file, or 0, false or no for the page, given once',
+  );
+}
+
 export const tokenHash = (token: string) => createHash('sha256').update(token).digest('hex');
 
 type LinkState = Link['state'];
@@ -427,17 +447,19 @@ export function linkRoutes(ctx: Context): { manage: Router; pages: Router } {
   route(pages, '/l/:token', {
     get: publicSide(async (req, res) => {
       const { link, share } = await resolve(req, res);
+      const downloading = wantsDownload(req);
       if (link.password_hash !== null && !hasGrant(req, link)) {
         needPassword(req, res, false);
         return;
       }
-      if ('download' in req.query) await download(req, res, link, share);
+      if (downloading) await download(req, res, link, share);
       else showPage(req, res, link, share);
     }),
     post: publicSide(async (req, res) => {
       await new Promise<void>((ok, fail) => form(req, res, (err) => (err ? fail(err) : ok())));
       const { token, link, share } = await resolve(req, res);
       noJsonBody(req); // a body declared JSON must parse, as everywhere else
+      const downloading = wantsDownload(req);
       if (link.password_hash !== null) {
         const body = (req.body ?? {}) as Record<string, unknown>;
         const password = typeof body.password === 'string' ? body.password : '';
@@ -457,7 +479,7 @@ export function linkRoutes(ctx: Context): { manage: Router; pages: Router } {
         await guesses.reward(key, 1).catch(() => undefined);
         grant(req, res, link, token);
       }
-      if ('download' in req.query) {
+      if (downloading) {
         await download(req, res, link, share);
         return;
       }
