@@ -91,8 +91,9 @@ export function userShape(u: User): UserShape {
 
 /** What one upload, replace or download did. */
 export interface TransferShape {
-  share_id: string;
-  url: string;
+  /** null for a share link's download (a link does not say which share it is for). */
+  share_id: string | null;
+  url: string | null;
   file_name: string | null;
   /** The local file read (upload, replace) or written (get; null for standard output). */
   path: string | null;

@@ -102,6 +102,24 @@ export interface DownloadOptions {
   /** Told what could not be done, e.g. that the server gives no digest to verify against. */
   onNotice?: (line: string) => void;
   signal?: AbortSignal;
+  /**
+   * Where the content comes from when it is not a share's `/files/<id>/content` (a share link):
+   * the id given to download() then only names the download where no name is known.
+   */
+  source?: ContentSource;
+}
+
+/** The content to download: its URL path, what each request carries, what is known of it. */
+export interface ContentSource {
+  /** Path (and query) below the client's server of the GET and HEAD that give the content. */
+  path: string;
+  /** Headers every request carries (a link's grant cookie). */
+  headers?: Record<string, string>;
+  /**
+   * What the server states about the content: its size and sha256 (and the name it goes by).
+   * Rejects with the server's ApiError when it will not say (a failed HEAD is explained by it).
+   */
+  info: () => Promise<Pick<Share, 'size' | 'sha256'>>;
 }
 
 export interface DownloadResult {
@@ -221,14 +239,19 @@ export function defaultFileName(headers: IncomingHttpHeaders, id: string, suffix
   return (sanitizeFileName(name, suffix) ?? id) + suffix;
 }
 
-/** An error for a failed HEAD (which has no body): ask GET /files/<id> for the server's words. */
-async function headFailure(client: ApiClient, id: string, status: number): Promise<Error> {
+/** An error for a failed HEAD (which has no body): ask the source for the server's words. */
+async function headFailure(source: ContentSource, status: number): Promise<Error> {
   try {
-    await getFile(client, id);
+    await source.info();
   } catch (err) {
     if (err instanceof ApiError) return err;
   }
   return new ApiError(status, status === 404 ? 'the share has no content yet' : `HTTP ${status}`);
+}
+
+/** A share's content: GET /files/<id>/content, described by GET /files/<id>. */
+function shareSource(client: ApiClient, id: string): ContentSource {
+  return { path: `${sharePath(id)}/content`, info: () => getFile(client, id) };
 }
 
 /**
@@ -424,7 +447,9 @@ interface State {
   /** Bytes of the whole content, as the server stated them (share, Content-Length, -Range). */
   total: number | undefined;
   /** The share's metadata (its size and sha256), asked for once, when first needed. */
-  share: Promise<Share | undefined> | undefined;
+  share: Promise<Pick<Share, 'size' | 'sha256'> | undefined> | undefined;
+  /** Where the content comes from (a share's content, or a link). */
+  source: ContentSource;
 }
 
 /**
@@ -467,6 +492,7 @@ export async function download(
     part: undefined,
     total: undefined,
     share: undefined,
+    source: options.source ?? shareSource(client, id),
   };
   if (!toStream && options.output !== undefined) {
     if (/[/\\]$/.test(options.output) || (await isDirectory(options.output)))
@@ -572,10 +598,14 @@ async function holdPart(state: State, create: boolean): Promise<boolean> {
 }
 
 /** The share's metadata (undefined when the server will not say), asked for once. */
-function shareOf(client: ApiClient, id: string, state: State): Promise<Share | undefined> {
+function shareOf(
+  client: ApiClient,
+  id: string,
+  state: State,
+): Promise<Pick<Share, 'size' | 'sha256'> | undefined> {
   // Without the record (a network failure) the download goes on with less to check; a record of
   // the wrong shape (a 2xx that is not this share, a sha256 that is not one) is a lying server.
-  return (state.share ??= getFile(client, id).catch((err: unknown) => {
+  return (state.share ??= state.source.info().catch((err: unknown) => {
     if (err instanceof ApiError && err.status >= 200 && err.status < 300) throw err;
     return undefined;
   }));
@@ -621,12 +651,13 @@ async function planResume(
 ): Promise<DownloadResult | undefined> {
   const head = await send(client, {
     method: 'HEAD',
-    path: `${sharePath(id)}/content`,
+    path: state.source.path,
+    headers: state.source.headers,
     idempotent: true,
     retryServerErrors: true,
   });
   await head.dump();
-  if (head.statusCode >= 400) throw await headFailure(client, id, head.statusCode);
+  if (head.statusCode >= 400) throw await headFailure(state.source, head.statusCode);
   if (state.target === undefined) {
     state.target = join(state.directory, defaultFileName(head.headers, id, options.nameSuffix));
     state.nameFromServer = true;
@@ -708,8 +739,8 @@ async function transfer(
     const headers = rangeHeaders(state, options, windowStart);
     const res = await send(client, {
       method: 'GET',
-      path: `${sharePath(id)}/content`,
-      headers,
+      path: state.source.path,
+      headers: { ...state.source.headers, ...headers },
       idempotent: true,
       retryServerErrors: true,
       download: true,

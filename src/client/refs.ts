@@ -32,11 +32,11 @@ export function parseShareRef(ref: string): ShareRef {
     const match = /^(.*)\/files\/([^/]+)(?:\/content)?\/?$/.exec(url.pathname);
     if (match && isUuid(match[2]!))
       return { id: match[2]!.toLowerCase(), server: normalizeServer(url.origin + match[1]!) };
-    // A share link's URL (what `fshare link` prints) names no share: say what it is, and how it
-    // downloads, rather than that it is no URL.
+    // A share link's URL (what `fshare link` prints) names no share (only `fshare get` takes
+    // one): say what it is, and how it downloads, rather than that it is no URL.
     if (/\/l\/[^/]+\/?$/i.test(url.pathname))
       throw new ClientInputError(
-        `a share link, not a share id or URL: ${shown} (download a link with curl -OJ '${url.origin}${url.pathname}?download')`,
+        `a share link, not a share id or URL: ${shown} (download a link with fshare get '${url.origin}${url.pathname}')`,
       );
   }
   throw new ClientInputError(`not a share id or URL: ${shown}`);

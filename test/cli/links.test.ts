@@ -612,19 +612,19 @@ describe('a share link given where a share is expected', () => {
       if (dir) await rm(dir, { recursive: true, force: true });
   });
 
-  // `fshare get <the URL fshare link printed>` said 'not a share id or URL: http://…/l/…', of a
+  // `fshare info <the URL fshare link printed>` said 'not a share id or URL: http://…/l/…', of a
   // URL, and nothing of what it is or how it downloads. It is still exit 2 before any request,
-  // and the line now says it is a share link and gives the curl command that downloads it.
-  it('get, info or rm of a link URL: exit 2, one line saying it is a share link and how it downloads', async () => {
+  // and the line now says it is a share link and gives the command that downloads it (`fshare
+  // get` takes a link: link-get.test.ts).
+  it('info or rm of a link URL: exit 2, one line saying it is a share link and how it downloads', async () => {
     const file = join(work, 'linked.bin');
     await writeFile(file, randomBytes(5_000));
     const [up] = await admin.json<Transfer[]>(['upload', file]);
     const link = await admin.json<LinkShape>(['link', up!.share_id]);
     const url = link.url!;
     for (const [args, given] of [
-      [['get', url, '-o', join(work, 'out.bin')], url],
-      [['get', `${url}?download`], `${url}?download`],
       [['info', `${url}/`], `${url}/`],
+      [['info', `${url}?download`], `${url}?download`],
       [['rm', url], url],
     ] as const) {
       const res = await admin.run([...args]);
@@ -633,7 +633,7 @@ describe('a share link given where a share is expected', () => {
       const path = new URL(given).pathname;
       expect(expectErrorLine(res.stderr)).toBe(
         `fshare: a share link, not a share id or URL: ${given} ` +
-          `(download a link with curl -OJ '${serve.url}${path}?download')`,
+          `(download a link with fshare get '${serve.url}${path}')`,
       );
     }
     // Nothing was asked of the server: the link counted nothing, and the share is still there.

@@ -6,6 +6,8 @@ import { createLink, deleteFile, getFile, whoami } from '../../client/api.js';
 import { byteRangeText, download, parseByteRange, type ByteRange } from '../../client/download.js';
 import { ApiError, NetworkError } from '../../client/errors.js';
 import { createLimiter } from '../../client/limit.js';
+import { createClient } from '../../client/http.js';
+import { openLink, parseLinkRef } from '../../client/link-download.js';
 import { shareUrl } from '../../client/refs.js';
 import {
   busyElsewhere,
@@ -27,6 +29,7 @@ import type { Whoami } from '../../shared/types.js';
 import { parseChunkSize, parseDuration, parsePositiveInt } from '../args.js';
 import { configDir } from '../config.js';
 import { openSession, partialValidators, type Session } from '../context.js';
+import { promptHidden, readStdinLines } from '../input.js';
 import { localIso, shortDate } from '../lists.js';
 import {
   EXIT,
@@ -403,18 +406,23 @@ function namesStdout(path: string): boolean {
 const get = (program: Command) =>
   program
     .command('get')
-    .description('download a share, verified (name from Content-Disposition; resumable)')
-    .argument('<id>', 'share id or URL')
+    .description(
+      'download a share or a share link, verified (name from Content-Disposition; resumable)',
+    )
+    .argument('<id>', "share id or URL, or a share link's URL")
     .option('-o, --output <path>', 'file or directory to write to, or - for standard output')
     .option('--range <A-B>', 'only bytes A to B (inclusive); also A- or -N')
     .option('-c, --continue', 'resume NAME.part with Range + If-Range')
     .option('--clobber', 'overwrite an existing file named by the server')
     .option('-v, --verbose', 'say how the download was verified')
+    .option('--password-stdin', "a share link's password, from the first line of standard input")
     .addHelpText(
       'after',
       examples([
         'fshare get 3f0c…e1',
         'fshare get http://127.0.0.1:5000/files/3f0c…e1 -o backup.tar.gz',
+        'fshare get https://files.example.com/l/Qm9…x2',
+        'printf %s "$PW" | fshare get https://files.example.com/l/Qm9…x2 --password-stdin',
         'fshare get 3f0c…e1 --continue',
         'fshare get 3f0c…e1 --range 0-1023 -o - | xxd | head',
       ]),
@@ -428,10 +436,14 @@ const get = (program: Command) =>
           continue?: boolean;
           clobber?: boolean;
           verbose?: boolean;
+          passwordStdin?: boolean;
         },
         cmd: Command,
       ) => {
         const session = openSession(cmd);
+        const link = parseLinkRef(ref);
+        if (options.passwordStdin && !link)
+          throw new UsageError("--password-stdin is for a share link's password");
         // -o /dev/stdout (or /dev/fd/1, or any other name of it) is -o -: the bytes are the
         // output, and no other line may go there.
         const toStdout =
@@ -445,7 +457,16 @@ const get = (program: Command) =>
           throw new UsageError('--continue and --range cannot be combined');
         const range: ByteRange | undefined =
           options.range !== undefined ? parseByteRange(options.range) : undefined;
-        const { client, id } = await session.shareClient(ref);
+        // A link is downloaded without any token of ours (it needs none, and a link URL may come
+        // from anyone); its page's description gives the name, size and sha256 to check.
+        const opened = link
+          ? await openLink(createClient({ server: link.server }), link, () =>
+              linkPassword(options.passwordStdin === true),
+            )
+          : undefined;
+        const { client, id } = link
+          ? { client: createClient({ server: link.server }), id: 'download' }
+          : await session.shareClient(ref);
         const progress = createProgress(progressEnabled(session.opts.progress));
         let bar: ReturnType<typeof progress.bar> | undefined;
         const stop = interruptible();
@@ -471,11 +492,22 @@ const get = (program: Command) =>
             onProgress: (bytes, total) => bar?.update(bytes, total),
             onRestart: (reason) => progress.log(`fshare: ${reason}`),
             onNotice: (line) => progress.log(`fshare: ${line}`),
+            source: opened?.source,
+          }).catch((err: unknown) => {
+            // The download names the sha256 the link stated: a 412 is content that replaced it
+            // between the two requests, and nothing of it was saved.
+            if (link && err instanceof ApiError && err.status === 412)
+              throw new ApiError(
+                412,
+                'the share was replaced as the download started, and nothing was saved; run the command again for the new content',
+              );
+            throw err;
           });
           progress.stop();
           const shape: TransferShape = {
-            share_id: id,
-            url: shareUrl(client.server, id),
+            // A link does not say which share it is for.
+            share_id: link ? null : id,
+            url: link ? null : shareUrl(client.server, id),
             file_name: result.path ? basename(result.path) : null,
             path: result.path ? resolve(result.path) : null,
             size: result.bytes,
@@ -498,6 +530,17 @@ const get = (program: Command) =>
         }
       },
     );
+
+/** A share link's password: the first line of stdin, or asked for on the terminal. */
+async function linkPassword(fromStdin: boolean): Promise<string> {
+  if (fromStdin) return (await readStdinLines(1, "the link's password"))[0]!;
+  if (!process.stdin.isTTY || !process.stderr.isTTY) {
+    const err = new ApiError(401, 'This link needs a password; give it with --password-stdin');
+    err.hint = null;
+    throw err;
+  }
+  return promptHidden('Password for the link: ');
+}
 
 const uploads = (program: Command) => {
   const cmd = program
