@@ -30,6 +30,11 @@ export function parseLinkRef(ref: string): LinkRef | undefined {
   }
   const match = /^(.*)\/l\/([^/]+)\/?$/i.exec(url.pathname);
   if (!match) return undefined;
+  // Never sent (a link needs none), so never silently dropped either; not echoed.
+  if (url.username || url.password)
+    throw new ClientInputError(
+      `a user name or password in a share link's URL is never sent: leave it out of ${url.origin}${url.pathname}`,
+    );
   const token = match[2]!;
   if (!TOKEN.test(token))
     throw new ClientInputError(`not a share link's token in ${shownArgument(ref)}`);

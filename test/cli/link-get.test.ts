@@ -317,7 +317,8 @@ describe('fshare get of a share link, against fshare serve', () => {
     expect(existsSync(out)).toBe(false);
   });
 
-  // Property: what is not a link's URL is said in one line before any request.
+  // Property: what is not a link's URL is said in one line before any request (and credentials in
+  // one, which would never be sent, are refused without being echoed).
   it('a malformed link token or sha256=, or --password-stdin for a share: exit 2, no request', async () => {
     const { share } = await linked();
     for (const [args, line] of [
@@ -329,6 +330,10 @@ describe('fshare get of a share link, against fshare serve', () => {
       [
         ['get', share, '--password-stdin'],
         "fshare: --password-stdin is for a share link's password",
+      ],
+      [
+        ['get', `${proxyUrl.replace('//', '//ann:secret@')}/l/${'a'.repeat(32)}`],
+        `fshare: a user name or password in a share link's URL is never sent: leave it out of ${proxyUrl}/l/${'a'.repeat(32)}`,
       ],
     ] as const) {
       const res = await owner.run([...args], { input: 'x\n' });
