@@ -1,10 +1,12 @@
 import { fstatSync } from 'node:fs';
 import type { Writable } from 'node:stream';
 import { CommanderError } from 'commander';
-import { closeConnections } from '../client/http.js';
+import { closeConnections, onRetry } from '../client/http.js';
 import { writeFullySync } from '../shared/copy.js';
 import {
   EXIT,
+  debugEnabled,
+  debugLine,
   outputErrorText,
   outputFailuresAreFatal,
   outputIsADownload,
@@ -72,6 +74,8 @@ process.stdout.on('error', (err: NodeJS.ErrnoException) => {
 // A log (standard error) that cannot be written at all, its reader gone, is not worth a crash
 // either: the command goes on without it.
 process.stderr.on('error', () => undefined);
+
+if (debugEnabled()) onRetry(debugLine);
 
 try {
   await program.parseAsync(process.argv);

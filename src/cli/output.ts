@@ -9,7 +9,7 @@ import {
 } from '../client/errors.js';
 import { FileExistsError, PartBusyError } from '../client/download.js';
 import { UNSAFE_CHARACTERS } from '../client/filename.js';
-import { withoutTokens } from '../client/http.js';
+import { retryAfterMs, withoutTokens } from '../client/http.js';
 import { systemErrorText } from '../shared/syserr.js';
 import { ConfigDamagedError } from './config.js';
 
@@ -123,6 +123,24 @@ function nextStep(err: unknown): string | undefined {
   return undefined;
 }
 
+/**
+ * The wait a 429 or 5xx's `Retry-After` asks for, when the message does not say it already (the
+ * sign-in throttle's does): a command that gave up on it, or was never retried, says when to
+ * come back.
+ */
+function askedWait(err: unknown, line: string): string | undefined {
+  if (!(err instanceof ApiError) || (err.status !== 429 && err.status < 500)) return undefined;
+  const ms = retryAfterMs(err.headers);
+  if (!ms) return undefined;
+  const wait = `${Math.ceil(ms / 1000)} s`;
+  return line.includes(wait) ? undefined : `the server asks to wait ${wait}`;
+}
+
+/** `--debug` lines: what the command does on the way (a retry and its wait), tokens hidden. */
+export function debugLine(line: string): void {
+  process.stderr.write(`fshare: debug: ${printable(withoutTokens(line))}\n`);
+}
+
 /** The one line CLI.md asks for: `fshare: <the server's message> (HTTP 403)`. */
 export function errorLine(err: unknown): string {
   const message = systemErrorText(err) ?? (err instanceof Error ? err.message : String(err));
@@ -133,7 +151,7 @@ export function errorLine(err: unknown): string {
         .trim(),
     ) || 'failed';
   if (err instanceof ApiError) oneLine += ` (HTTP ${err.status})`;
-  const step = nextStep(err);
+  const step = nextStep(err) ?? askedWait(err, oneLine);
   return step ? `fshare: ${oneLine}; ${step}` : `fshare: ${oneLine}`;
 }
 

@@ -41,7 +41,10 @@ export function buildProgram(): Command {
     )
     .option('--json', 'print exactly one JSON document on stdout')
     .option('--no-progress', 'never draw progress bars')
-    .option('--debug', 'on failure, also show the underlying error and its stack (FSHARE_DEBUG=1)')
+    .option(
+      '--debug',
+      'show each retry and its wait, and on failure the underlying error and its stack (FSHARE_DEBUG=1)',
+    )
     .addHelpText(
       'after',
       `

@@ -106,6 +106,40 @@ export function createClient(options: ClientOptions): ApiClient {
   };
 }
 
+/**
+ * The longest a `Retry-After` may ask fshare to wait before a retry: 30 s, so a command's five
+ * attempts never wait more than about 2 minutes in all (a CI step, a person at a terminal). A
+ * server asking for more is not retried: the command fails at once and says how long it asked.
+ */
+export const MAX_RETRY_AFTER_MS = 30_000;
+
+/** A `Retry-After` beyond a day is taken for a broken value, not a wish: the backoff applies. */
+const ABSURD_RETRY_AFTER_MS = 86_400_000;
+
+/**
+ * The wait a `Retry-After` header asks for, in ms (RFC 9110: seconds, or an HTTP date); undefined
+ * when there is none or it is not a valid one (negative, a fraction, text, beyond a day).
+ */
+export function retryAfterMs(headers: IncomingHttpHeaders, now = Date.now()): number | undefined {
+  const value = header(headers, 'retry-after')?.trim();
+  if (!value) return undefined;
+  let ms: number;
+  if (/^\d{1,12}$/.test(value)) ms = Number(value) * 1000;
+  else if (/ GMT$/.test(value) && !Number.isNaN(Date.parse(value)))
+    ms = Math.max(0, Date.parse(value) - now);
+  else return undefined;
+  return ms <= ABSURD_RETRY_AFTER_MS ? ms : undefined;
+}
+
+/** Told of every retry and its wait (`--debug` prints it); tokens are the caller's to hide. */
+let retryLog: ((line: string) => void) | undefined;
+
+export function onRetry(log: (line: string) => void): void {
+  retryLog = log;
+}
+
+const seconds = (ms: number) => `${Math.round(ms / 100) / 10} s`;
+
 /** Delay before attempt `attempt + 1`: exponential with jitter so parallel chunks spread out. */
 export function backoffDelay(policy: RetryPolicy, attempt: number): number {
   const exp = Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** (attempt - 1));
@@ -289,6 +323,28 @@ function transient(status: number): boolean {
   return status >= 500 && ![501, 505, 507, 508, 510, 511].includes(status);
 }
 
+/**
+ * How long to wait before retrying an answer that a moment may mend, or undefined when it is not
+ * retried: a transient 5xx, or a 429 that says when to come back (as curl --retry does). The wait
+ * is the backoff, or the server's `Retry-After` when that is longer; one longer than
+ * MAX_RETRY_AFTER_MS is not waited for (the answer is the command's failure, its line says the
+ * wait), and an invalid one leaves the backoff.
+ */
+function serverDelay(
+  res: Response,
+  client: ApiClient,
+  n: number,
+): { ms: number; why: string } | undefined {
+  const asked = retryAfterMs(res.headers);
+  if (!transient(res.statusCode) && !(res.statusCode === 429 && asked !== undefined))
+    return undefined;
+  if (asked !== undefined && asked > MAX_RETRY_AFTER_MS) return undefined;
+  const backoff = backoffDelay(client.retry, n);
+  return asked !== undefined && asked >= backoff
+    ? { ms: asked, why: 'Retry-After' }
+    : { ms: backoff, why: 'backoff' };
+}
+
 /** Every token this process has sent: a server may echo one back, in a message or a Location. */
 const sentTokens = new Set<string>();
 
@@ -340,13 +396,21 @@ export async function send(client: ApiClient, req: RawRequest): Promise<Response
           { cause: err },
         );
       }
-      await sleep(backoffDelay(client.retry, n), undefined, { signal: req.signal });
+      const delay = backoffDelay(client.retry, n);
+      retryLog?.(
+        `${req.method} ${req.path}: ${describeTransportError(err)}; retrying in ${seconds(delay)} (attempt ${n + 1} of ${client.retry.retries + 1})`,
+      );
+      await sleep(delay, undefined, { signal: req.signal });
       continue;
     }
-    if (transient(res.statusCode) && req.retryServerErrors && n <= client.retry.retries) {
+    const delay = req.retryServerErrors && n <= client.retry.retries && serverDelay(res, client, n);
+    if (delay) {
       repeated = true;
       await res.dump();
-      await sleep(backoffDelay(client.retry, n), undefined, { signal: req.signal });
+      retryLog?.(
+        `${req.method} ${req.path} answered ${res.statusCode}; retrying in ${seconds(delay.ms)} (${delay.why}, attempt ${n + 1} of ${client.retry.retries + 1})`,
+      );
+      await sleep(delay.ms, undefined, { signal: req.signal });
       continue;
     }
     if (res.statusCode >= 300 && res.statusCode < 400) {
