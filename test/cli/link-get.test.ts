@@ -5,18 +5,13 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { readFile, readdir, rm, writeFile } from 'node:fs/promises';
-import {
-  createServer,
-  request,
-  type IncomingMessage,
-  type Server,
-  type ServerResponse,
-} from 'node:http';
+import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Link } from '../../src/shared/types.js';
 import { createCli, signIn, startServe, tempDir, type Cli, type Serve } from '../helpers/cli.js';
+import { startFaultProxy, type Fault } from '../helpers/fault-proxy.js';
 
 const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
 
@@ -31,89 +26,6 @@ interface Transfer {
   resumed_bytes: number;
 }
 
-interface Seen {
-  method: string;
-  url: string;
-  authorization?: string;
-  range?: string;
-  ifRange?: string;
-  status?: number;
-}
-
-/**
- * A pass-through proxy in front of the server that records every request, can make a request
- * wait for the test (`before`), and can cut a download's answer after `cutAfter` bytes.
- */
-function startProxy(target: string) {
-  const upstream = new URL(target);
-  const state = {
-    seen: [] as Seen[],
-    before: async (_req: IncomingMessage): Promise<void> => undefined,
-    /** Bytes of the answer to let through before the connection is cut (once, then reset). */
-    cutAfter: (_req: IncomingMessage): number | undefined => undefined,
-  };
-  const server: Server = createServer((req: IncomingMessage, res: ServerResponse) => {
-    const entry: Seen = {
-      method: req.method ?? '',
-      url: req.url ?? '',
-      authorization: req.headers.authorization,
-      range: req.headers.range,
-      ifRange: req.headers['if-range'] as string | undefined,
-    };
-    state.seen.push(entry);
-    const cut = state.cutAfter(req);
-    void state
-      .before(req)
-      .catch(() => undefined)
-      .then(() => {
-        const forward = request(
-          {
-            host: upstream.hostname,
-            port: upstream.port,
-            method: req.method,
-            path: req.url,
-            headers: req.headers,
-          },
-          (up) => {
-            entry.status = up.statusCode;
-            res.writeHead(up.statusCode ?? 502, up.headers);
-            if (cut === undefined) {
-              up.pipe(res);
-              return;
-            }
-            let sent = 0;
-            up.on('data', (chunk: Buffer) => {
-              if (sent >= cut) return;
-              const part = chunk.subarray(0, cut - sent);
-              sent += part.length;
-              const last = sent >= cut;
-              // Cut only once the bytes are flushed, so the client really holds them.
-              res.write(part, () => {
-                if (last) res.socket?.destroy();
-              });
-              if (last) up.destroy();
-            });
-          },
-        );
-        forward.on('error', () => res.socket?.destroy());
-        req.pipe(forward);
-      });
-  });
-  return {
-    state,
-    url: new Promise<string>((resolve) =>
-      server.listen(0, '127.0.0.1', () =>
-        resolve(`http://127.0.0.1:${(server.address() as AddressInfo).port}`),
-      ),
-    ),
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
-}
-
 /** One line on stderr, in CLI.md's shape. */
 function oneLine(stderr: string): string {
   const lines = stderr.trimEnd().split('\n');
@@ -125,7 +37,8 @@ function oneLine(stderr: string): string {
 describe('fshare get of a share link, against fshare serve', () => {
   let serve: Serve;
   let owner: Cli;
-  let proxy: ReturnType<typeof startProxy>;
+  let proxy: ReturnType<typeof startFaultProxy>;
+  let fault: (req: IncomingMessage) => Fault | Promise<Fault> = () => 'pass';
   let proxyUrl: string;
   let work: string;
   let data: Buffer;
@@ -135,7 +48,7 @@ describe('fshare get of a share link, against fshare serve', () => {
     serve = await startServe();
     owner = await createCli();
     await signIn(owner, serve.url);
-    proxy = startProxy(serve.url);
+    proxy = startFaultProxy(serve.url, (req) => fault(req));
     proxyUrl = await proxy.url;
     work = await tempDir('link-get');
     data = randomBytes(3_000_017);
@@ -151,9 +64,8 @@ describe('fshare get of a share link, against fshare serve', () => {
   });
 
   beforeEach(() => {
-    proxy.state.seen.length = 0;
-    proxy.state.before = async () => undefined;
-    proxy.state.cutAfter = () => undefined;
+    proxy.seen.length = 0;
+    fault = () => 'pass';
   });
 
   /** A new share of the test file, and a link to it (args for `fshare link`), through the proxy. */
@@ -189,7 +101,7 @@ describe('fshare get of a share link, against fshare serve', () => {
       expect(await readdir(dir)).toEqual(['report.bin']);
       expect(await downloadsOf(share, link.id)).toBe(1);
       // The download names the content the link stated, so nothing else can be saved under it.
-      const gets = proxy.state.seen.filter((s) => s.url.includes('?download'));
+      const gets = proxy.seen.filter((s) => s.url.includes('?download'));
       expect(gets.map((s) => s.url)).toEqual([
         `${new URL(link.url!).pathname}?download&sha256=${sha256(data)}`,
       ]);
@@ -227,8 +139,8 @@ describe('fshare get of a share link, against fshare serve', () => {
       env: { FSHARE_TOKEN: token, FSHARE_SERVER: proxyUrl },
     });
     expect(res.exitCode, res.stderr).toBe(0);
-    expect(proxy.state.seen.length).toBeGreaterThan(1);
-    expect(proxy.state.seen.filter((s) => s.authorization !== undefined)).toEqual([]);
+    expect(proxy.seen.length).toBeGreaterThan(1);
+    expect(proxy.seen.filter((s) => s.authorization !== undefined)).toEqual([]);
   });
 
   // Property: a password link asks for its password and gives nothing without it: no bytes, no
@@ -263,13 +175,13 @@ describe('fshare get of a share link, against fshare serve', () => {
   it('a cut download of a one-download link resumes (Range + If-Range) and counts once', async () => {
     const { share, link, url } = await linked(['--max-downloads', '1']);
     let downloads = 0;
-    proxy.state.cutAfter = (req) =>
-      req.url?.includes('?download') && ++downloads === 1 ? 1_000_000 : undefined;
+    fault = (req) =>
+      req.url?.includes('?download') && ++downloads === 1 ? { cutAfter: 1_000_000 } : 'pass';
     const out = join(work, 'cut.bin');
     const res = await owner.json<Transfer>(['get', url, '-o', out]);
     expect(res).toMatchObject({ size: data.length, verified: true });
     expect((await readFile(out)).equals(data)).toBe(true);
-    const gets = proxy.state.seen.filter((s) => s.url.includes('?download'));
+    const gets = proxy.seen.filter((s) => s.url.includes('?download'));
     expect(gets).toHaveLength(2);
     expect(gets[1]!.range).toMatch(/^bytes=[1-9]\d*-$/);
     expect(gets[1]!.ifRange).toBeTruthy();
@@ -292,10 +204,11 @@ describe('fshare get of a share link, against fshare serve', () => {
     const { share, link, url } = await linked();
     const other = join(work, 'other.bin');
     await writeFile(other, randomBytes(4_000));
-    proxy.state.before = async (req) => {
-      if (!req.url?.includes('?download')) return;
+    fault = async (req): Promise<Fault> => {
+      if (!req.url?.includes('?download')) return 'pass';
       const res = await owner.run(['replace', share, other]);
       expect(res.exitCode, res.stderr).toBe(0);
+      return 'pass';
     };
     const out = join(work, 'replaced.bin');
     const res = await owner.run(['get', url, '-o', out]);
@@ -308,7 +221,7 @@ describe('fshare get of a share link, against fshare serve', () => {
 
     // A URL naming a sha256 (the page's Download button) that is no longer the content's:
     // refused before anything is downloaded.
-    proxy.state.before = async () => undefined;
+    fault = () => 'pass';
     const named = await owner.run(['get', `${url}?download&sha256=${sha256(data)}`, '-o', out]);
     expect(named.exitCode, named.stderr).toBe(1);
     expect(oneLine(named.stderr)).toContain(
@@ -340,7 +253,7 @@ describe('fshare get of a share link, against fshare serve', () => {
       expect(res.exitCode, res.stderr).toBe(2);
       expect(oneLine(res.stderr)).toBe(line);
     }
-    expect(proxy.state.seen).toEqual([]);
+    expect(proxy.seen).toEqual([]);
   });
 });
 
