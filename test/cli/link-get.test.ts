@@ -9,22 +9,14 @@ import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import type { TransferShape } from '../../src/cli/shapes.js';
 import type { Link } from '../../src/shared/types.js';
 import { createCli, signIn, startServe, tempDir, type Cli, type Serve } from '../helpers/cli.js';
 import { startFaultProxy, type Fault } from '../helpers/fault-proxy.js';
 
 const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
 
-interface Transfer {
-  share_id: string | null;
-  url: string | null;
-  file_name: string | null;
-  path: string | null;
-  size: number;
-  sha256: string | null;
-  verified: boolean;
-  resumed_bytes: number;
-}
+type Transfer = TransferShape;
 
 /** One line on stderr, in CLI.md's shape. */
 function oneLine(stderr: string): string {
