@@ -324,6 +324,27 @@ describe('a share link in Chromium', () => {
     expect(await other.locator('#password').count()).toBe(1);
   });
 
+  // A used-up password link showed its password form, and the password, once typed, led to the
+  // 410 page: the browser now shows that page at once, and no form to type a password into.
+  it('a used-up password link shows its 410 page, not the password form', async () => {
+    const link = await createLink(shareId, { password: 'pw', max_downloads: 1 });
+    const unlocked = await post(base, `/l/${tokenOf(link.url)}?download`, {
+      body: 'password=pw',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    });
+    expectStatus(unlocked, 200);
+    expect(sha256hex(unlocked.buf)).toBe(sha256hex(DATA));
+    const page = await (await newContext()).newPage();
+    for (const url of [link.url, `${link.url}?download`]) {
+      const res = await open(page, url);
+      expect(res.status(), url).toBe(410);
+      expect(await page.locator('#password').count(), url).toBe(0);
+      expect(await page.locator('form').count(), url).toBe(0);
+      expect(await page.textContent('#message'), url).toMatch(/download limit/);
+    }
+    expect((await linkState(link.id)).downloads).toBe(1);
+  });
+
   it('fits a phone screen without horizontal scrolling', async () => {
     const longName = `${'quarterly-report-without-any-space-'.repeat(5)}été.tar.gz`;
     const longShare = await createShareWithContent(base, admin, longName, randomBytes(2048));

@@ -1305,6 +1305,56 @@ describe('password links', () => {
     expectFail(wrong, 401);
   });
 
+  // A used-up password link showed its password form (401), and the right password then led to
+  // its 410: people typed a password into a link that could give nothing, and anyone could try
+  // passwords against it (a 303 told the right one). It now says 410 first, as a link without a
+  // password does, and checks no password; only the resume of its counted download, from that
+  // download's address, still goes on to the password.
+  it('a used-up password link is a 410 before any password is asked for or checked; its resume still needs the password (found: the 401 form first)', async () => {
+    const once = await makeLink(base, alice.token, shareId, {
+      password: PASSWORD,
+      max_downloads: 1,
+    });
+    const from = '127.0.0.30';
+    const right = `password=${encodeURIComponent(PASSWORD)}`;
+    expectBytes(
+      await post(base, `${once.path}?download`, { body: right, headers: FORM, localAddress: from }),
+      DATA,
+    );
+    const page = await get(base, once.path, { headers: HTML });
+    expectPage(page, 410);
+    expect(page.text).toMatch(/download limit/);
+    expect(page.text).not.toMatch(/<form|report\.pdf/);
+    expect(page.text).not.toContain(SHA);
+    expectFail(await get(base, once.path, { headers: JSON_ONLY }), 410);
+    expectFail(await download(base, once.path), 410);
+    expectStatus(await request(base, 'HEAD', `${once.path}?download`), 410);
+    // No password is checked: the right one and a wrong one get the same 410 and no cookie.
+    for (const password of [PASSWORD, 'not it']) {
+      const sent = await unlock(once.path, password, { localAddress: '127.0.0.31' });
+      expectPage(sent, 410);
+      expect(sent.headers['set-cookie']).toBeUndefined();
+      const json = await post(base, `${once.path}?download`, {
+        body: `password=${encodeURIComponent(password)}`,
+        headers: FORM,
+        localAddress: '127.0.0.31',
+      });
+      expectFail(json, 410);
+      expect(json.headers['set-cookie']).toBeUndefined();
+    }
+    // The resume of the counted download, from its address: the password first, then the bytes.
+    const range = { range: 'bytes=5-' };
+    expectFail(await download(base, once.path, { headers: range, localAddress: from }), 401);
+    const resumed = await post(base, `${once.path}?download`, {
+      body: right,
+      headers: { ...FORM, ...range },
+      localAddress: from,
+    });
+    expectStatus(resumed, 206);
+    expect(resumed.buf.equals(DATA.subarray(5))).toBe(true);
+    expect((await linkOf(base, alice.token, once.id)).downloads).toBe(1);
+  });
+
   it("a forged cookie is a 401: another link's grant, a tampered MAC, a moved expiry", async () => {
     const other = await makeLink(base, alice.token, shareId, { password: PASSWORD });
     const grant = cookieOf(await unlock(made.path, PASSWORD)).split(';')[0]!;

@@ -383,12 +383,29 @@ export function linkRoutes(ctx: Context): { manage: Router; pages: Router } {
   const usedUp = (link: LinkRecord) =>
     link.max_downloads !== null && link.downloads >= link.max_downloads;
 
+  /**
+   * A link with no downloads left is gone, for the page and for HEAD and conditional requests too
+   * (they count nothing, so they are checked here); only the resume of a counted download goes on.
+   */
+  const refuseUsedUp = async (
+    req: Request,
+    link: LinkRecord,
+    share: ShareRecord,
+    downloading: boolean,
+  ) => {
+    if (!usedUp(link)) return;
+    if (
+      downloading &&
+      share.initialized &&
+      (await continues(req, link, blobOf(share), rangeStart(req, share.size)))
+    )
+      return;
+    throw new HttpError(410, 'This link has reached its download limit');
+  };
+
   const download = async (req: Request, res: Response, link: LinkRecord, share: ShareRecord) => {
     if (!share.initialized) throw new HttpError(404, 'The file has not been uploaded yet');
-    // A link with no downloads left is gone for HEAD and conditional requests too (they count
-    // nothing, so they are checked here); only the resume of a counted download goes on.
-    if (usedUp(link) && !(await continues(req, link, blobOf(share), rangeStart(req, share.size))))
-      throw new HttpError(410, 'This link has reached its download limit');
+    await refuseUsedUp(req, link, share, true);
     res.set('Referrer-Policy', 'no-referrer');
     try {
       await sendContent(req, res, share, storage, store, {
@@ -444,10 +461,17 @@ export function linkRoutes(ctx: Context): { manage: Router; pages: Router } {
 
   const form = express.urlencoded({ extended: false, limit: '8kb', parameterLimit: 4 });
 
+  // A link that can give nothing any more says so before it asks for a password: unknown or
+  // revoked 404, expired 410 (resolve), no downloads left 410 (refuseUsedUp). Nobody types a
+  // password into such a link, nor can anyone try passwords against it (one perhaps used
+  // elsewhere). The answer tells a caller without the password only what a link without one tells
+  // anyone, that the link is gone, and nothing of the share (name, size, sha256). Only a resume of
+  // a download counted for the same address goes on past the 410, and then to the password check.
   route(pages, '/l/:token', {
     get: publicSide(async (req, res) => {
       const { link, share } = await resolve(req, res);
       const downloading = wantsDownload(req);
+      await refuseUsedUp(req, link, share, downloading);
       if (link.password_hash !== null && !hasGrant(req, link)) {
         needPassword(req, res, false);
         return;
@@ -460,6 +484,7 @@ export function linkRoutes(ctx: Context): { manage: Router; pages: Router } {
       const { token, link, share } = await resolve(req, res);
       noJsonBody(req); // a body declared JSON must parse, as everywhere else
       const downloading = wantsDownload(req);
+      await refuseUsedUp(req, link, share, downloading);
       if (link.password_hash !== null) {
         const body = (req.body ?? {}) as Record<string, unknown>;
         const password = typeof body.password === 'string' ? body.password : '';
