@@ -192,14 +192,28 @@ export function printable(text: string): string {
   return text.replace(UNSAFE_CHARACTERS, '?');
 }
 
-/** The single JSON document of `--json`. */
-export function printJson(value: unknown): void {
-  process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+/**
+ * A token fshare sent is never part of what it prints (`[token]` instead), on stdout as in errors:
+ * a server may put it into a name (a share's, a user's) that `ls` would hand to a CI log.
+ * `fshare token` prints one on purpose: `secret` is for that alone.
+ */
+export type Printed = 'secret' | undefined;
+
+/** The single JSON document of `--json`; tokens fshare sent, in keys or values, show as [token]. */
+export function printJson(value: unknown, printed?: Printed): void {
+  const hide = (_key: string, v: unknown): unknown => {
+    if (printed === 'secret') return v;
+    if (typeof v === 'string') return withoutTokens(v);
+    if (typeof v === 'object' && v !== null && !Array.isArray(v))
+      return Object.fromEntries(Object.entries(v).map(([k, x]) => [withoutTokens(k), x]));
+    return v;
+  };
+  process.stdout.write(`${JSON.stringify(value, hide, 2)}\n`);
 }
 
-/** One human line on stdout; names from the server inside it are made printable. */
-export function printLine(line = ''): void {
-  writeLine(printable(line));
+/** One human line on stdout; names from the server inside it are made printable, tokens hidden. */
+export function printLine(line = '', printed?: Printed): void {
+  writeLine(printable(printed === 'secret' ? line : withoutTokens(line)));
 }
 
 function writeLine(line: string): void {
@@ -211,7 +225,8 @@ function writeLine(line: string): void {
  * so `cut -f1` works (the way gh prints lists).
  */
 export function printTable(columns: string[], rows: string[][], tty = process.stdout.isTTY): void {
-  rows = rows.map((row) => row.map(printable)); // before measuring, and so a tab stays a separator
+  // Before measuring, and so a tab stays a separator.
+  rows = rows.map((row) => row.map((cell) => printable(withoutTokens(cell))));
   if (!tty) {
     for (const row of rows) writeLine(row.join('\t'));
     return;

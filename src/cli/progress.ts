@@ -1,5 +1,6 @@
 import type CliProgress from 'cli-progress';
 import { createRequire } from 'node:module';
+import { withoutTokens } from '../client/http.js';
 import { formatSize } from '../shared/size.js';
 import { printLine } from './output.js';
 
@@ -40,7 +41,8 @@ function shortLabel(label: string, max: number): string {
 /** One multi-bar per command: bytes, rate and ETA for each file. */
 export function createProgress(enabled: boolean): ProgressDisplay {
   const printNow = (line: string) => printLine(line);
-  const logNow = (line: string) => process.stderr.write(`${line}\n`);
+  // Notices name files the server named: a token fshare sent shows as [token], as in warnings.
+  const logNow = (line: string) => process.stderr.write(`${withoutTokens(line)}\n`);
   if (!enabled) return { bar: () => noopBar, print: printNow, log: logNow, stop() {} };
   // Fit one line of the terminal: about 50 columns of numbers, the rest for name and bar.
   const columns = process.stderr.columns || 80;
@@ -70,7 +72,7 @@ export function createProgress(enabled: boolean): ProgressDisplay {
       const payload = (bytes: number, size: number) => {
         const seconds = Math.max(0.001, (Date.now() - started) / 1000);
         return {
-          label: shortLabel(shown, labelWidth),
+          label: shortLabel(withoutTokens(shown), labelWidth),
           done: formatSize(bytes),
           size: formatSize(size),
           rate: formatSize(Math.round(bytes / seconds)),
@@ -94,7 +96,7 @@ export function createProgress(enabled: boolean): ProgressDisplay {
     },
     log(line) {
       if (stopped) logNow(line);
-      else multi.log(`${line}\n`);
+      else multi.log(`${withoutTokens(line)}\n`);
     },
     print(line) {
       if (stopped) printNow(line);

@@ -170,6 +170,53 @@ describe('answers that break or echo the token', () => {
     expect(placeholder.stderr).toContain('fshare: bad header Bearer null (HTTP 401)');
   });
 
+  it('a token put into names the server sends is never printed on stdout, tables or --json', async () => {
+    // Property: what fshare prints from the server's strings (share and owner names, a user
+    // name) shows a token it sent as [token], on stdout as on stderr (CLI.md Errors and exit
+    // codes). Found broken: a hostile server that named a share after the caller's token had
+    // `ls` print it whole on stdout, in the table and in --json (a CI log, kept and shared).
+    const id = '0e13fdd1-7ff2-4179-8263-b57911c15f09';
+    answer = (req, res) => {
+      const token = (req.headers.authorization ?? '').slice(7);
+      const share = {
+        share_id: id,
+        file_name: `leak-${token}.txt`,
+        owner_name: `owner-${token}`,
+        initialized: true,
+        locked: false,
+        create_date: '2026-11-20T10:00:00.000Z',
+      };
+      if (req.url?.startsWith('/files?'))
+        return res.end(JSON.stringify({ data: [share], pages: 1, next: null }));
+      if (req.url === `/files/${id}`) return res.end(JSON.stringify(share));
+      if (req.url === '/whoami')
+        return res.end(JSON.stringify({ username: `user-${token}`, permissions: ['READ'] }));
+      if (req.url === '/users/extend')
+        return res.end(JSON.stringify({ status: 'success', username: 'ci', auth_token: token }));
+      res.writeHead(404, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ status: 'fail', message: 'Not found' }));
+    };
+    for (const args of [
+      ['ls'],
+      ['--json', 'ls'],
+      ['info', id],
+      ['--json', 'info', id],
+      ['whoami'],
+    ]) {
+      const res = await run(args);
+      expect(res.exitCode, args.join(' ')).toBe(0);
+      expect(res.stdout, args.join(' ')).toContain('[token]');
+      expect(res.stdout + res.stderr, args.join(' ')).not.toContain(TOKEN);
+    }
+    const json = await run(['--json', 'whoami']);
+    expect(JSON.parse(json.stdout)).toEqual({ username: 'user-[token]', permissions: ['READ'] });
+    // Where the token is the output asked for (token extend hands back the new one, here the
+    // same), it is printed as it is.
+    const extended = await run(['token', 'extend']);
+    expect(extended.exitCode).toBe(0);
+    expect(extended.stdout).toBe(TOKEN);
+  });
+
   it("info fails when the share's links cannot be read, instead of saying there are none to see", async () => {
     // Property: info's "links" is null only when the caller may not see them (401, 403) or the
     // server has none (404, 405), as CLI.md says. Found broken: every failure was taken for that,

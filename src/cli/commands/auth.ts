@@ -225,8 +225,8 @@ export function registerAuth(program: Command): void {
       const session = openSession(cmd);
       const { token: current } = await session.client();
       if (!current) throw new AuthError(`not signed in to ${session.server}; run fshare login`);
-      if (session.opts.json) printJson({ token: current });
-      else printLine(current);
+      if (session.opts.json) printJson({ token: current }, 'secret');
+      else printLine(current, 'secret');
     });
 
   token
@@ -245,8 +245,9 @@ export function registerAuth(program: Command): void {
       const res = await extend(client);
       if (envToken() !== undefined) {
         // A token from the environment cannot be updated in place: hand the new one back.
-        if (session.opts.json) printJson({ username: res.username, token: res.auth_token });
-        else printLine(res.auth_token);
+        if (session.opts.json)
+          printJson({ username: res.username, token: res.auth_token }, 'secret');
+        else printLine(res.auth_token, 'secret');
         return;
       }
       const where = await remember(session, res, account);
