@@ -354,6 +354,14 @@ const sentTokens = new Set<string>();
  */
 const MIN_HIDDEN_TOKEN = 12;
 
+/**
+ * Hides another secret as the tokens sent are hidden: a share link's token, which is the link
+ * (`--debug`'s retry lines name the request's path, /l/<token>), as the server's log hides it.
+ */
+export function hideSecret(secret: string): void {
+  if (secret.length >= MIN_HIDDEN_TOKEN) sentTokens.add(secret);
+}
+
 /** `text` with every token this process sent replaced by `[token]` (for lines a log may keep). */
 export function withoutTokens(text: string): string {
   for (const token of sentTokens) text = text.split(token).join('[token]');

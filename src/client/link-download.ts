@@ -1,5 +1,5 @@
 import { ApiError, ClientInputError } from './errors.js';
-import { isRecord, normalizeServer, send, toApiError, type ApiClient } from './http.js';
+import { hideSecret, isRecord, normalizeServer, send, toApiError, type ApiClient } from './http.js';
 import { shownArgument } from './refs.js';
 import type { ContentSource } from './download.js';
 
@@ -85,6 +85,8 @@ export async function openLink(
   link: LinkRef,
   password: () => Promise<string>,
 ): Promise<OpenedLink> {
+  // No line of ours shows the link's token (it is the link), --debug's included.
+  hideSecret(link.token);
   const path = `/l/${link.token}`;
   const headers: Record<string, string> = {};
   let view: LinkView;
@@ -199,9 +201,4 @@ function grantCookie(setCookie: string | string[] | undefined): string | undefin
     if (/^fshare_link_[A-Za-z0-9_-]+=[^;\s]+$/.test(pair)) return pair;
   }
   return undefined;
-}
-
-/** Only for error lines: a link URL with its token shortened, so no log keeps the whole token. */
-export function shownLink(link: LinkRef): string {
-  return `${link.server}/l/${link.token.slice(0, 4)}…`;
 }

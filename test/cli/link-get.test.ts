@@ -135,6 +135,22 @@ describe('fshare get of a share link, against fshare serve', () => {
     expect(proxy.seen.filter((s) => s.authorization !== undefined)).toEqual([]);
   });
 
+  // Property: the link's token (which is the link) is never shown by fshare, as the server's log
+  // never shows it. Found: --debug's retry line named the request's path, /l/<token>.
+  it('--debug never shows the link token: a retried download is named /l/[token]', async () => {
+    const { link, url } = await linked();
+    const token = new URL(link.url!).pathname.split('/').pop()!;
+    let downloads = 0;
+    fault = (req) => (req.url?.includes('?download') && ++downloads === 1 ? 'http503' : 'pass');
+    const res = await owner.run(['get', url, '-o', join(work, 'debug.bin'), '--debug']);
+    expect(res.exitCode, res.stderr).toBe(0);
+    expect(downloads).toBe(2);
+    expect(res.stderr).toMatch(
+      /GET \/l\/\[token\]\?download&sha256=[0-9a-f]{64} answered 503; retrying/,
+    );
+    expect(res.stderr + res.stdout).not.toContain(token);
+  });
+
   // Property: a password link asks for its password and gives nothing without it: no bytes, no
   // count. Without a terminal and without --password-stdin it says how to give it (exit 3); a
   // wrong one is the server's 401 (exit 3); the right one on stdin downloads.
