@@ -20,7 +20,15 @@ import {
   isTransportError,
 } from './errors.js';
 import { filenameFromDisposition, nameTooLong, partPathOf, sanitizeFileName } from './filename.js';
-import { backoffDelay, header, send, toApiError, type ApiClient, type Response } from './http.js';
+import {
+  backoffDelay,
+  header,
+  send,
+  toApiError,
+  withoutTokens,
+  type ApiClient,
+  type Response,
+} from './http.js';
 import type { BodyTarget } from './rawhttp.js';
 import { sharePath, shownArgument } from './refs.js';
 import { fileHasher } from './hashing.js';
@@ -235,7 +243,11 @@ async function isDirectory(path: string): Promise<boolean> {
  * (".0-1023" for a byte range) appended, the name cut so that it fits with ".part".
  */
 export function defaultFileName(headers: IncomingHttpHeaders, id: string, suffix = ''): string {
-  const name = filenameFromDisposition(header(headers, 'content-disposition'));
+  // A token fshare sent is never part of a real name: a server that put one there would have it
+  // kept in a file name, for every `ls` of the directory to show. It is `[token]` there too, as
+  // in every line fshare prints.
+  const given = filenameFromDisposition(header(headers, 'content-disposition'));
+  const name = given === undefined ? undefined : withoutTokens(given);
   return (sanitizeFileName(name, suffix) ?? id) + suffix;
 }
 

@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
-import { rm } from 'node:fs/promises';
+import { readdir, readFile, rm } from 'node:fs/promises';
+import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createCli, tempDir, type Cli } from '../helpers/cli.js';
 
@@ -215,6 +216,44 @@ describe('answers that break or echo the token', () => {
     const extended = await run(['token', 'extend']);
     expect(extended.exitCode).toBe(0);
     expect(extended.stdout).toBe(TOKEN);
+  });
+
+  it('a token put into the download name the server gives is never kept in a file name', async () => {
+    // Property: a token fshare sent never ends up in a local file name (every `ls` of the
+    // directory, a CI artifact list, shows it). Found broken: a server whose Content-Disposition
+    // named the file after the caller's token (percent-encoded in filename*, as names are) had
+    // `fshare get` save it under that name, while the line on stdout showed [token].
+    const id = '0e13fdd1-7ff2-4179-8263-b57911c15f09';
+    const body = Buffer.from('the content');
+    answer = (req, res) => {
+      const token = (req.headers.authorization ?? '').slice(7);
+      const encoded = [...Buffer.from(`leak-${token}.bin`)]
+        .map((b) => `%${b.toString(16).padStart(2, '0')}`)
+        .join('');
+      if (req.url === `/files/${id}/content`) {
+        res.writeHead(200, {
+          'content-type': 'application/octet-stream',
+          'content-length': body.length,
+          'content-disposition': `attachment; filename*=UTF-8''${encoded}`,
+        });
+        return res.end(body);
+      }
+      res.writeHead(404, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ status: 'fail', message: 'Not found' }));
+    };
+    const dir = await tempDir('token-name');
+    try {
+      const res = await cli.run(['--server', url, 'get', id], {
+        env: { FSHARE_TOKEN: TOKEN },
+        cwd: dir,
+      });
+      expect(res.exitCode, res.stderr).toBe(0);
+      expect(await readdir(dir)).toEqual(['leak-[token].bin']);
+      expect(await readFile(join(dir, 'leak-[token].bin'))).toEqual(body);
+      expect(res.stdout + res.stderr).not.toContain(TOKEN);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   it("info fails when the share's links cannot be read, instead of saying there are none to see", async () => {
