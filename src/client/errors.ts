@@ -53,6 +53,19 @@ export class UnsupportedError extends Error {
   override readonly name = 'UnsupportedError';
 }
 
+/**
+ * The server refused a field it does not know: the reference server answers an fshare field
+ * (expires_in, max_expiry…) with 400 "Invalid data: {'expires_in': ['Unknown field.']}" rather
+ * than ignoring it.
+ */
+export function unknownFieldRefused(err: unknown, field: string): boolean {
+  return (
+    err instanceof ApiError &&
+    err.status === 400 &&
+    err.message.includes(`'${field}': ['Unknown field.']`)
+  );
+}
+
 const NETWORK_CODES = new Set([
   'ECONNREFUSED',
   'ECONNRESET',

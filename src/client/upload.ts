@@ -14,7 +14,13 @@ import {
   uploadState,
   whoami,
 } from './api.js';
-import { ApiError, ClientInputError, UnsupportedError, VerificationError } from './errors.js';
+import {
+  ApiError,
+  ClientInputError,
+  UnsupportedError,
+  unknownFieldRefused,
+  VerificationError,
+} from './errors.js';
 import { send, toApiError, type ApiClient, type Body } from './http.js';
 import { UNSAFE_CHARACTERS } from './filename.js';
 import { fileHasher } from './hashing.js';
@@ -972,8 +978,8 @@ async function createAndRecord(
 
 /**
  * Creates the share (`made` is told its id at once); with an expiry, checks that the server took
- * it before any byte is sent (a server without expiry may ignore the field: its share would never
- * be deleted).
+ * it before any byte is sent (a server without expiry refuses the field, as the reference does, or
+ * may ignore it: its share would never be deleted).
  */
 async function createShare(
   client: ApiClient,
@@ -983,15 +989,20 @@ async function createShare(
   made: (id: string) => Promise<void>,
 ): Promise<string> {
   const fields = expiresIn === undefined ? undefined : { expires_in: expiresIn };
-  const id = idFromUrl((await createFile(client, fileName, fields, key)).url);
+  const unsupported = () =>
+    new UnsupportedError(
+      `${client.server} does not support share expiry (--expires); nothing was uploaded`,
+    );
+  const created = await createFile(client, fileName, fields, key).catch((err: unknown) => {
+    throw unknownFieldRefused(err, 'expires_in') ? unsupported() : err;
+  });
+  const id = idFromUrl(created.url);
   await made(id);
   if (expiresIn === undefined) return id;
   const share = await getFile(client, id);
   if (!share.expires) {
     await deleteFile(client, id).catch(() => undefined);
-    throw new UnsupportedError(
-      `${client.server} does not support share expiry (--expires); nothing was uploaded`,
-    );
+    throw unsupported();
   }
   return id;
 }

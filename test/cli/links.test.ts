@@ -509,6 +509,9 @@ describe('share links and expiry against a server without them (the reference st
     expect(kept[0]!.initialized).toBe(true);
   });
 
+  // The real reference (sachet-server) refuses expires_in on the create with 400 "Invalid data:
+  // {'expires_in': ['Unknown field.']}" rather than ignoring it; fshare printed that line instead
+  // of saying the server has no expiry. The stand-in refuses it as the reference does.
   it('upload --expires exits 1 saying the server does not support expiry, and leaves no share', async () => {
     const before = [...standIn.shares.keys()];
     const contentPosts = () =>
@@ -525,6 +528,35 @@ describe('share links and expiry against a server without them (the reference st
     expect(listed.shares.map((s) => s.share_id).sort()).toEqual(before.sort());
     expect(listed.shares.some((s) => s.file_name === 'expiring.bin')).toBe(false);
     expect(contentPosts()).toBe(postsBefore);
+  });
+
+  // fshare expire against the real reference printed its 400 "Invalid patch: {'expires_in':
+  // ['Unknown field.']}" as the error: the line now says the server has no expiry, exit 1.
+  it('expire exits 1 saying the server does not support expiry; the share is unchanged', async () => {
+    const up = await run(['--json', 'upload', file, '--name', 'to-expire.bin']);
+    expect(up.exitCode).toBe(0);
+    const [{ share_id: id }] = JSON.parse(up.stdout) as { share_id: string }[];
+    const res = await run(['expire', id, '1d']);
+    expect(res.exitCode).toBe(1);
+    expect(res.stdout).toBe('');
+    expect(expectErrorLine(res.stderr)).toBe(
+      `fshare: ${standIn.url} does not support share expiry (an fshare serve extension)`,
+    );
+    expect(standIn.shares.get(id)?.file_name).toBe('to-expire.bin');
+  });
+
+  // fshare settings limits against the real reference printed its 400 "Invalid patch:
+  // {'max_downloads': ['Unknown field.']}" with exit 1; CLI.md says exit 2 naming the setting.
+  it('settings limits exits 2 naming the setting the server does not have', async () => {
+    const res = await run(['settings', 'limits', '--max-downloads', '5']);
+    expect(res.exitCode).toBe(2);
+    expect(res.stdout).toBe('');
+    expect(expectErrorLine(res.stderr)).toBe(
+      `fshare: ${standIn.url} has no setting max_downloads (an fshare serve extension)`,
+    );
+    const both = await run(['settings', 'limits', '--max-expiry', '7d', '--max-downloads', '5']);
+    expect(both.exitCode).toBe(2);
+    expect(expectErrorLine(both.stderr)).toMatch(/has no setting max_expiry /);
   });
 });
 

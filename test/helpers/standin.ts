@@ -8,6 +8,10 @@ import type { AddressInfo } from 'node:net';
  * ETag, Last-Modified or Repr-Digest, `Content-Disposition: inline`, no upload-state endpoint,
  * and multi-chunk uploads that are answered 200 chunk after chunk but never complete (the
  * reference's bug the verified-transfers issue names). A single-chunk upload completes (201).
+ * A field the reference does not know (expires_in, max_downloads…) is refused, as sachet-server
+ * refused fshare's: 400 "Invalid data: {'expires_in': ['Unknown field.']}" (create) or
+ * "Invalid patch: …" (PATCH of a share or of /admin/settings). A file name that is a token is
+ * sent unquoted in Content-Disposition (`inline; filename=small.bin`), as the reference sends it.
  * Any bearer token is accepted. Bodies are small in these tests, so they are buffered.
  */
 export interface StandIn {
@@ -36,6 +40,13 @@ const json = (res: ServerResponse, status: number, body: unknown) => {
   });
   res.end(text);
 };
+
+/** The reference's (marshmallow's) refusal of fields it does not know, or undefined. */
+function unknownFields(body: Record<string, unknown>, known: string[]): string | undefined {
+  const unknown = Object.keys(body).filter((key) => !known.includes(key));
+  if (unknown.length === 0) return undefined;
+  return `{${unknown.map((key) => `'${key}': ['Unknown field.']`).join(', ')}}`;
+}
 
 async function readBody(req: IncomingMessage): Promise<Buffer> {
   const parts: Buffer[] = [];
@@ -74,6 +85,7 @@ export async function startStandIn(createDate = '2026-11-20T10:00:00.123456'): P
   const requests: string[] = [];
   /** Chunks of unfinished multi-chunk uploads, never joined. */
   const pending = new Map<string, Map<number, Buffer>>();
+  let defaultPermissions: string[] = [];
   const view = (s: StandInShare) => ({
     share_id: s.share_id,
     file_name: s.file_name,
@@ -93,9 +105,24 @@ export async function startStandIn(createDate = '2026-11-20T10:00:00.123456'): P
         username: 'alice',
         permissions: ['CREATE', 'MODIFY', 'DELETE', 'READ', 'LIST'],
       });
+    if (url.pathname === '/admin/settings') {
+      if (req.method === 'GET') return json(res, 200, { default_permissions: defaultPermissions });
+      if (req.method === 'PATCH') {
+        const body = JSON.parse((await readBody(req)).toString() || '{}') as {
+          default_permissions?: string[];
+        };
+        const refused = unknownFields(body, ['default_permissions']);
+        if (refused)
+          return json(res, 400, { status: 'fail', message: `Invalid patch: ${refused}` });
+        defaultPermissions = body.default_permissions ?? defaultPermissions;
+        return json(res, 200, { status: 'success' });
+      }
+    }
     if (path[0] !== 'files') return json(res, 404, { status: 'fail', message: 'Not found' });
     if (path.length === 1 && req.method === 'POST') {
       const body = JSON.parse((await readBody(req)).toString() || '{}') as { file_name?: string };
+      const refused = unknownFields(body, ['file_name', 'owner_name']);
+      if (refused) return json(res, 400, { status: 'fail', message: `Invalid data: ${refused}` });
       const id = randomUUID();
       shares.set(id, {
         share_id: id,
@@ -119,6 +146,20 @@ export async function startStandIn(createDate = '2026-11-20T10:00:00.123456'): P
       if (req.method === 'GET') return json(res, 200, view(share));
       if (req.method === 'DELETE') {
         shares.delete(share.share_id);
+        return json(res, 200, { status: 'success' });
+      }
+      if (req.method === 'PATCH') {
+        const body = JSON.parse((await readBody(req)).toString() || '{}') as {
+          file_name?: string;
+          owner_name?: string | null;
+        };
+        if (share.locked)
+          return json(res, 423, { status: 'fail', message: 'This share is locked.' });
+        const refused = unknownFields(body, ['file_name', 'owner_name']);
+        if (refused)
+          return json(res, 400, { status: 'fail', message: `Invalid patch: ${refused}` });
+        if (body.file_name !== undefined) share.file_name = body.file_name;
+        if (body.owner_name !== undefined) share.owner_name = body.owner_name;
         return json(res, 200, { status: 'success' });
       }
     }
@@ -147,7 +188,9 @@ export async function startStandIn(createDate = '2026-11-20T10:00:00.123456'): P
         const size = share.content.length;
         const headers: Record<string, string | number> = {
           'content-type': 'application/octet-stream',
-          'content-disposition': `inline; filename="${share.file_name}"`,
+          'content-disposition': /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(share.file_name)
+            ? `inline; filename=${share.file_name}`
+            : `inline; filename="${share.file_name}"`,
           'accept-ranges': 'bytes',
         };
         const m = /^bytes=(\d+)-(\d*)$/.exec(req.headers.range ?? '');

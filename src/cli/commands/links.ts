@@ -8,7 +8,7 @@ import {
   shareLinks,
   type NewLink,
 } from '../../client/api.js';
-import { ApiError, UnsupportedError } from '../../client/errors.js';
+import { ApiError, UnsupportedError, unknownFieldRefused } from '../../client/errors.js';
 import type { Link } from '../../shared/types.js';
 import { parseDuration, parsePositiveInt } from '../args.js';
 import { openSession } from '../context.js';
@@ -189,13 +189,17 @@ export function registerLinks(program: Command): void {
       const session = openSession(cmd);
       const seconds = parseDuration(when, 'the expiry', true);
       const { client, id } = await session.shareClient(ref);
-      await patchFile(client, id, { expires_in: seconds });
-      // Checked, not assumed: a server without expiry may ignore the field.
-      const share = await getFile(client, id);
-      if (share.expires === undefined || (seconds !== null && !share.expires))
-        throw new UnsupportedError(
+      const unsupported = () =>
+        new UnsupportedError(
           `${client.server} does not support share expiry (an fshare serve extension)`,
         );
+      // The reference server refuses the field it does not know (400 'Unknown field.').
+      await patchFile(client, id, { expires_in: seconds }).catch((err: unknown) => {
+        throw unknownFieldRefused(err, 'expires_in') ? unsupported() : err;
+      });
+      // Checked, not assumed: a server without expiry may ignore the field.
+      const share = await getFile(client, id);
+      if (share.expires === undefined || (seconds !== null && !share.expires)) throw unsupported();
       if (session.opts.json) return printJson(shareShape(client.server, share));
       printLine(
         share.expires ? `${id} expires ${describeExpiry(share.expires)}` : `${id} never expires`,

@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { getSettings, patchSettings } from '../../client/api.js';
+import { unknownFieldRefused } from '../../client/errors.js';
 import { openSession } from '../context.js';
 import type { Settings } from '../../shared/types.js';
 import { formatDuration } from '../../shared/duration.js';
@@ -50,14 +51,17 @@ export function registerSettings(program: Command): void {
       if (Object.keys(changes).length === 0)
         throw new UsageError('give --max-expiry, --max-downloads or both');
       const client = await session.client();
-      await patchSettings(client, changes);
+      const keys = Object.keys(changes) as (keyof Settings)[];
+      const noSetting = (key: string) =>
+        new UsageError(`${client.server} has no setting ${key} (an fshare serve extension)`);
+      // The reference server refuses a setting it does not know (400 'Unknown field.').
+      await patchSettings(client, changes).catch((err: unknown) => {
+        const unknown = keys.find((key) => unknownFieldRefused(err, key));
+        throw unknown ? noSetting(unknown) : err;
+      });
       const current = await getSettings(client);
       // Checked, not assumed: a server without these settings may ignore them.
-      for (const key of Object.keys(changes) as (keyof Settings)[])
-        if (current[key] === undefined)
-          throw new UsageError(
-            `${client.server} has no setting ${key} (an fshare serve extension)`,
-          );
+      for (const key of keys) if (current[key] === undefined) throw noSetting(key);
       if (session.opts.json) printJson(settingsShape(current));
       else printSettings(current);
     });
