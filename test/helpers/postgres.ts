@@ -43,9 +43,9 @@ function findBinaries(): Binaries {
 }
 
 /** initdb and postgres refuse to run as root: then they run as the `postgres` system user. */
-const asRoot = () => process.getuid?.() === 0;
+export const asRoot = () => process.getuid?.() === 0;
 
-function postgresUser(): { uid: number; gid: number } {
+export function postgresUser(): { uid: number; gid: number } {
   const id = (flag: string) => spawnSync('id', [flag, 'postgres'], { encoding: 'utf8' });
   const uid = id('-u');
   const gid = id('-g');
@@ -77,7 +77,7 @@ function run(program: string, args: string[], cwd: string): Promise<void> {
   });
 }
 
-function freePort(): Promise<number> {
+export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.on('error', reject);

@@ -30,6 +30,7 @@ import {
   type UserRecord,
   type UserState,
 } from './index.js';
+import { requireSessions } from './sessions.js';
 
 /**
  * The schema, one entry per version (entry 0 is version 1). An entry that has shipped is never
@@ -453,6 +454,7 @@ export class PostgresStore implements MetadataStore {
       throw new Error(`cannot connect to PostgreSQL at ${where}: ${reason(err)}`);
     }
     try {
+      await requireSessions(client, config);
       await migrate(client, log);
     } catch (err) {
       throw new Error(`PostgreSQL at ${where}: ${reason(err)}`);
