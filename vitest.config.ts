@@ -22,7 +22,10 @@ const EMBEDDED_ONLY = [
 ];
 
 /** Test files of the server suite that only mean something on PostgreSQL and S3. */
-const SHARED_BACKEND_ONLY = ['test/server/lost-answer.test.ts'];
+const SHARED_BACKEND_ONLY = [
+  'test/server/lost-answer.test.ts',
+  'test/server/lost-lock-objects.test.ts',
+];
 
 /** The server suite on PostgreSQL (a throwaway cluster) and s3rver, started by the setup. */
 const sharedBackend = (name: string, alsoExclude: string[] = []) => ({

@@ -53,6 +53,9 @@ export async function openStorage(
     minFreeBytes: limits.minFreeBytes,
     // Across servers when the store is shared: PostgreSQL's advisory locks.
     lock: (key, task) => store.withShareLock(key, task),
+    // Inside a locked task, PostgreSQL's queries run on the lock's own connection, and fail
+    // (LockLostError) once it has dropped with the lock: reading the share's record asks there.
+    checkLock: async (shareId) => void (await store.getShare(shareId)),
     published: async (shareId, blob) => {
       const share = await store.getShare(shareId);
       return !!share && share.initialized && blobOf(share) === blob;

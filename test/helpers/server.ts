@@ -119,12 +119,13 @@ export async function startServer(options: Partial<ServerOptions> = {}): Promise
  * Another server on `srv`'s database (or `database`, a proxy in front of it) and bucket, with a
  * data directory of its own, listening on an ephemeral loopback port: for tests that act on
  * one of two servers themselves. With the embedded store there is nothing to share. The caller
- * closes it (before `srv`).
+ * closes it (before `srv`). `limits` change its limits' defaults.
  */
 export async function startSibling(
   srv: TestServer,
   name: string,
   database = srv.database,
+  limits: ServerOptions['limits'] = {},
 ): Promise<{ server: FshareServer; url: string }> {
   const server = await createServer({
     dataDir: await mkdtemp(join(tmpdir(), `fshare-${name}-`)),
@@ -133,7 +134,7 @@ export async function startSibling(
     s3Endpoint: srv.s3Endpoint,
     s3ForcePathStyle: true,
     minFreeBytes: 16 * 1024 * 1024,
-    limits: { removedContentKeepMs: 0 },
+    limits: { removedContentKeepMs: 0, ...limits },
   });
   const { url } = await server.listen(0, '127.0.0.1');
   return { server, url };

@@ -22,10 +22,10 @@ import {
   UploadPartCommand,
 } from '@aws-sdk/client-s3';
 import type { HashWorker } from '../../shared/hasher.js';
-import { fault } from '../faults.js';
+import { fault, pausePoint } from '../faults.js';
 import { bodyPassedOn } from '../gc.js';
 import { LIMITS } from '../limits.js';
-import { OutcomeUnknownError } from '../store/index.js';
+import { LockLostError, OutcomeUnknownError } from '../store/index.js';
 import {
   ChunkRefusedError,
   type ChunkFields,
@@ -54,6 +54,12 @@ export interface S3StorageOptions {
   minFreeBytes: number;
   /** Runs `task` holding `key` against every server on the bucket (PostgreSQL advisory locks). */
   lock: <T>(key: string, task: () => Promise<T>) => Promise<T>;
+  /**
+   * Inside `lock`'s task on an upload of the share: rejects (LockLostError) once the lock was
+   * lost, when another server may hold it. Objects are written without the database, so nothing
+   * else fences them.
+   */
+  checkLock?: (shareId: string) => Promise<void>;
   /** Whether a share's content is this blob (the metadata recorded its publishing). */
   published?: (shareId: string, blob: string) => Promise<boolean>;
   /**
@@ -389,6 +395,12 @@ export class S3Storage implements ContentStorage {
     const { meta, changed } = await this.checkChunk(upload, objects, fields, received);
     const present = new Set(objects.chunks.keys()).add(fields.index);
     if (present.size < meta.total) {
+      // A task whose lock was lost must not stage: its copy would replace the one another server
+      // acknowledged meanwhile (the later copy wins). What remains open is a PUT already under
+      // way when the lock drops, landing after the other server's copy of the same index (S3
+      // cannot make it conditional on the lock); closing that would need a key for each copy.
+      await pausePoint('s3.before-stage');
+      await this.options.checkLock?.(upload.shareId);
       if (changed) await this.putText(`${upload.dir}meta`, JSON.stringify(meta));
       await this.stage(upload, fields, received);
       return 'stored';
@@ -521,6 +533,7 @@ export class S3Storage implements ContentStorage {
     }
     const { blob } = content;
     await fault('s3.before-publish');
+    await pausePoint('s3.before-publish');
     let replaced: string | undefined;
     try {
       replaced = await publish(content);
@@ -529,14 +542,31 @@ export class S3Storage implements ContentStorage {
       // (unreferenced content of a republish is swept at a start, once it is an hour old).
       // Whether the record names it may be unknown (the database's answer was lost): then it
       // stays, with its record, and the last chunk sent again publishes it.
-      if (!(err instanceof OutcomeUnknownError))
-        await this.remove(fresh ? [this.contentKey(blob), record] : [record]);
+      if (!(err instanceof OutcomeUnknownError)) await this.drop(upload, fresh ? blob : null);
       throw err;
     }
     await fault('s3.after-publish');
     await this.finish(upload);
     if (replaced && replaced !== blob) await this.removeContent(replaced);
     return 'complete';
+  }
+
+  /**
+   * Removes a publishing record and the new content it names, which publish did not take. If
+   * this task's lock was lost, another server may have taken it, found the record and published
+   * that content itself: so the record goes first, and the content only if the lock is still
+   * held after that. Then no other server held the lock since this task took it, and none can
+   * find the record any more: the content is this task's alone. Otherwise it stays (a start
+   * removes it, once an hour old, if no share names it).
+   */
+  private async drop(upload: UploadRef, blob: string | null): Promise<void> {
+    await this.remove([`${upload.dir}publishing`]);
+    if (blob === null) return;
+    const held = await (this.options.checkLock?.(upload.shareId) ?? Promise.resolve()).then(
+      () => true,
+      () => false,
+    );
+    if (held) await this.remove([this.contentKey(blob)]);
   }
 
   /**
@@ -740,14 +770,21 @@ export class S3Storage implements ContentStorage {
     const objects = await this.listUpload(upload);
     if (objects.finished !== undefined) await this.clear(upload, objects);
     else if (objects.keys.length === 0) return;
-    else if (maxIdleMs === undefined || this.now() - objects.newest >= maxIdleMs)
+    else if (maxIdleMs === undefined || this.now() - objects.newest >= maxIdleMs) {
+      await pausePoint('s3.before-end');
+      // Found idle under the lock; if the lock was lost since, another server may have stored
+      // a chunk of it (acknowledged) that this listing did not see: the upload is not ended.
+      // What remains open is the tombstone's PUT under way when the lock drops (one small
+      // request), landing after another server stored a chunk.
+      if (maxIdleMs !== undefined) await this.options.checkLock?.(upload.shareId);
       await this.finish(upload);
+    }
   }
 
   async sweep(maxIdleMs: number): Promise<void> {
     for (const upload of await this.listUploads('uploads/')) {
       if (this.now() - upload.newest < maxIdleMs) continue;
-      await this.options.lock(upload.lockKey, () => this.end(upload, maxIdleMs));
+      await this.options.lock(upload.lockKey, () => this.end(upload, maxIdleMs)).catch(ignoreLost);
     }
     const keep = LIMITS.finishedUploadKeepMs;
     const root = this.key('finished/');
@@ -1393,6 +1430,11 @@ function checkPlacedLength(meta: Meta, index: number, bytes: number): void {
       'invalid',
       `Chunk ${index} must have ${length} bytes (dzchunksize and dztotalfilesize), not ${bytes}`,
     );
+}
+
+/** A lock lost while a sweep held it: that upload is left to the next sweep. */
+function ignoreLost(err: unknown): void {
+  if (!(err instanceof LockLostError)) throw err;
 }
 
 function isMissing(err: unknown): boolean {

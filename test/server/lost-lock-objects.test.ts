@@ -1,0 +1,184 @@
+// S3 objects written by a server whose share lock was lost. Records are fenced (a task's queries
+// run on its lock's connection, 8d79f2f), but objects are written without the database, so a
+// task that went on after its lock's backend ended (another server holding the lock by then)
+// still wrote to the bucket. Found broken, with two fshare serve on one PostgreSQL and s3rver:
+// a completion held after writing its publishing record lost its lock; the last chunk sent again
+// through the other server published that record's content (201), then the first server's
+// publish failed and removed the content: the share named a sha256 and size whose bytes were
+// gone (GET of the content: 503 for good). And a chunk held before it was staged lost its lock;
+// another copy of that index went through the other server (200), then the held copy was staged
+// over it (answered 200 too) and the upload completed with the replaced bytes. And a sweep that
+// had found an upload idle lost its lock; the client resumed the upload through another server
+// (a chunk acknowledged), then the sweep ended the upload: that chunk was removed and the next
+// one got 409. Only PostgreSQL has locks that can be lost.
+import { randomBytes, randomUUID } from 'node:crypto';
+import { Client } from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { holdAt } from '../../src/server/faults.js';
+import type { FshareServer } from '../../src/server/index.js';
+import {
+  content,
+  createShare,
+  expectFail,
+  expectStatus,
+  getShare,
+  sendChunk,
+  sha256hex,
+  type Res,
+} from '../helpers/http.js';
+import { ADMIN, login, startServer, startSibling, type TestServer } from '../helpers/server.js';
+
+describe('S3 objects of a task whose share lock was lost', () => {
+  let own: TestServer;
+  let other: FshareServer;
+  let otherUrl: string;
+  let t: string;
+  let db: Client;
+  /** A third server, started by a test. */
+  let third: Promise<FshareServer> | undefined;
+  beforeAll(async () => {
+    own = await startServer();
+    // Another server on the same database and bucket (`own.direct` is the first of its own).
+    ({ server: other, url: otherUrl } = await startSibling(own, 'lost-lock-objects'));
+    t = await login(own.direct, ADMIN.username, ADMIN.password);
+    db = new Client({ connectionString: own.database });
+    await db.connect();
+  });
+  afterAll(async () => {
+    await db?.end();
+    await (await third?.catch(() => undefined))?.close();
+    await other?.close();
+    await own?.close();
+  });
+
+  /**
+   * Sends `chunk` (to the first server) and holds it at `point`; there terminates the connection
+   * holding its locks, runs `meanwhile`, and lets it go on. Returns its answer.
+   */
+  async function loseLockAt(
+    point: string,
+    chunk: () => Promise<Res>,
+    meanwhile: () => Promise<void>,
+  ) {
+    let reached!: () => void;
+    const atHold = new Promise<void>((done) => (reached = done));
+    let resume!: () => void;
+    const resumed = new Promise<void>((done) => (resume = done));
+    const cancel = holdAt(point, () => {
+      reached();
+      return resumed;
+    });
+    const answer = chunk();
+    try {
+      await Promise.race([
+        atHold,
+        answer.then((res) => {
+          throw new Error(`the chunk was answered (${res.status}) before it reached ${point}`);
+        }),
+      ]);
+      // Only the held task holds advisory locks in this database (all on its one connection).
+      const { rows } = await db.query<{ pid: number }>(
+        `SELECT DISTINCT pid FROM pg_locks
+          WHERE locktype = 'advisory' AND granted
+            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+      );
+      expect(rows).toHaveLength(1);
+      await db.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid]);
+      await meanwhile();
+    } finally {
+      cancel();
+      resume();
+    }
+    return answer;
+  }
+
+  it('content a share names is never removed by a server whose lock was lost: another server published it from that server’s publishing record', async () => {
+    const id = await createShare(own.direct, t, 'published.bin');
+    const data = randomBytes(5000);
+    const dzuuid = randomUUID();
+    const chunk = (index: number) => ({
+      dzuuid,
+      index,
+      total: 2,
+      data: data.subarray(index * 3000, (index + 1) * 3000),
+    });
+    expectStatus(await sendChunk(own.direct, t, id, chunk(0)), 200);
+    const res = await loseLockAt(
+      's3.before-publish',
+      () => sendChunk(own.direct, t, id, chunk(1)),
+      // The last chunk sent again, through the other server: it publishes the held content.
+      async () => expectStatus(await sendChunk(otherUrl, t, id, chunk(1)), 201),
+    );
+    expectFail(res, 503);
+    expect(await getShare(otherUrl, t, id)).toMatchObject({ size: 5000, sha256: sha256hex(data) });
+    expect((await content(otherUrl, t, id)).equals(data)).toBe(true);
+    expect((await content(own.direct, t, id)).equals(data)).toBe(true);
+  });
+
+  it('a chunk acknowledged through another server is never replaced by a copy whose lock was lost', async () => {
+    const id = await createShare(own.direct, t, 'staged.bin');
+    const dzuuid = randomUUID();
+    const [first, late, acknowledged, last] = [3000, 3000, 3000, 1000].map((n) => randomBytes(n));
+    const chunk = (index: number, data: Buffer) => ({ dzuuid, index, total: 3, data });
+    expectStatus(await sendChunk(otherUrl, t, id, chunk(0, first!)), 200);
+    const res = await loseLockAt(
+      's3.before-stage',
+      () => sendChunk(own.direct, t, id, chunk(1, late!)),
+      // Another copy of index 1 (the client gave up on the first), through the other server.
+      async () => expectStatus(await sendChunk(otherUrl, t, id, chunk(1, acknowledged!)), 200),
+    );
+    expectStatus(await sendChunk(otherUrl, t, id, chunk(2, last!)), 201);
+    const whole = Buffer.concat([first!, acknowledged!, last!]);
+    expect(await getShare(otherUrl, t, id)).toMatchObject({ size: 7000, sha256: sha256hex(whole) });
+    expect((await content(otherUrl, t, id)).equals(whole)).toBe(true);
+    // The copy that lost its lock was not stored, and says so.
+    expectFail(res, 503);
+  });
+
+  it('an upload resumed through another server is not ended by a sweep whose lock was lost', async () => {
+    const id = await createShare(own.direct, t, 'swept.bin');
+    const dzuuid = randomUUID();
+    const data = randomBytes(7000);
+    const chunk = (index: number) => ({
+      dzuuid,
+      index,
+      total: 3,
+      data: data.subarray(index * 3000, (index + 1) * 3000),
+    });
+    expectStatus(await sendChunk(own.direct, t, id, chunk(0)), 200);
+    // A server that takes every unfinished upload for idle: its start-up sweep ends this one.
+    let reached!: () => void;
+    const atHold = new Promise<void>((done) => (reached = done));
+    let resume!: () => void;
+    const resumed = new Promise<void>((done) => (resume = done));
+    const cancel = holdAt('s3.before-end', () => {
+      reached();
+      return resumed;
+    });
+    third = startSibling(own, 'sweeper', own.database, { uploadIdleMs: 0 }).then((s) => s.server);
+    try {
+      await Promise.race([
+        atHold,
+        third.then(() => {
+          throw new Error('the server started without ending the upload');
+        }),
+      ]);
+      // Only the sweep holds an advisory lock in this database (the upload's).
+      const { rows } = await db.query<{ pid: number }>(
+        `SELECT DISTINCT pid FROM pg_locks
+          WHERE locktype = 'advisory' AND granted
+            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+      );
+      expect(rows).toHaveLength(1);
+      await db.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid]);
+      // The client resumes the upload: its chunk is acknowledged.
+      expectStatus(await sendChunk(own.direct, t, id, chunk(1)), 200);
+    } finally {
+      cancel();
+      resume();
+    }
+    await third;
+    expectStatus(await sendChunk(own.direct, t, id, chunk(2)), 201);
+    expect((await content(own.direct, t, id)).equals(data)).toBe(true);
+  });
+});
