@@ -6,6 +6,7 @@ import { readdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ADMIN, createCli, startServe, tempDir, type Cli, type Serve } from '../helpers/cli.js';
+import { startStandIn, type StandIn } from '../helpers/standin.js';
 
 let serve: Serve;
 let admin: Cli;
@@ -130,5 +131,50 @@ describe('identity from the command line', () => {
     expect(got.exitCode, got.stderr).toBe(0);
     expect(await readdir(into)).toEqual(['_.._etc_passwd-T.txt']);
     await rm(into, { recursive: true, force: true });
+  });
+});
+
+describe('users quota and users signout against a server without them (the reference stand-in)', () => {
+  let standIn: StandIn;
+  let cli: Cli;
+  const run = (args: string[]) =>
+    cli.run(['--server', standIn.url, ...args], { env: { FSHARE_TOKEN: 'any-token' } });
+
+  beforeAll(async () => {
+    standIn = await startStandIn();
+    cli = await createCli();
+    clis.push(cli);
+  });
+  afterAll(async () => {
+    await standIn?.close();
+  });
+
+  // Against the real reference, users quota printed its 400 "Invalid patch: {'quota': ['Unknown
+  // field.']}": the line now says the server has no quotas (exit 1).
+  it('users quota exits 1 saying the server does not support quotas', async () => {
+    const res = await run(['users', 'quota', 'alice', '1g']);
+    expect(res.exitCode).toBe(1);
+    expect(res.stdout).toBe('');
+    expect(res.stderr).toBe(
+      `fshare: ${standIn.url} does not support user quotas (an fshare serve extension)`,
+    );
+  });
+
+  // Against the real reference, users signout of a user who exists was 'fshare: Not Found (HTTP
+  // 404)', exit 4, as if there were no such user: the server has no such route. It now says so
+  // (exit 1); a user who does not exist is still exit 4.
+  it('users signout of an existing user says the server cannot sign users out (exit 1); a missing user is exit 4', async () => {
+    const res = await run(['users', 'signout', 'alice']);
+    expect(res.exitCode).toBe(1);
+    expect(res.stdout).toBe('');
+    expect(res.stderr).toMatch(
+      new RegExp(
+        `^fshare: ${standIn.url} does not offer signing a user out everywhere \\(an fshare serve extension\\)`,
+      ),
+    );
+    expect(res.stderr.trimEnd().split('\n')).toHaveLength(1);
+    const missing = await run(['users', 'signout', 'nobody']);
+    expect(missing.exitCode).toBe(4);
+    expect(missing.stderr).toMatch(/^fshare: .*\(HTTP 404\)$/);
   });
 });

@@ -10,7 +10,8 @@ import type { AddressInfo } from 'node:net';
  * reference's bug the verified-transfers issue names). A single-chunk upload completes (201).
  * A field the reference does not know (expires_in, max_downloads…) is refused, as sachet-server
  * refused fshare's: 400 "Invalid data: {'expires_in': ['Unknown field.']}" (create) or
- * "Invalid patch: …" (PATCH of a share or of /admin/settings). A file name that is a token is
+ * "Invalid patch: …" (PATCH of a share, of /users/alice or of /admin/settings); a route it does
+ * not have (DELETE /users/<name>/tokens) is a 404. A file name that is a token is
  * sent unquoted in Content-Disposition (`inline; filename=small.bin`), as the reference sends it.
  * Any bearer token is accepted. Bodies are small in these tests, so they are buffered.
  */
@@ -117,6 +118,25 @@ export async function startStandIn(createDate = '2026-11-20T10:00:00.123456'): P
         defaultPermissions = body.default_permissions ?? defaultPermissions;
         return json(res, 200, { status: 'success' });
       }
+    }
+    if (
+      path[0] === 'users' &&
+      path.length === 2 &&
+      (req.method === 'GET' || req.method === 'PATCH')
+    ) {
+      // One user, alice; a quota (fshare serve's) is a field the reference does not know.
+      if (path[1] !== 'alice')
+        return json(res, 404, { status: 'fail', message: 'This resource does not exist.' });
+      if (req.method === 'GET')
+        return json(res, 200, {
+          username: 'alice',
+          permissions: ['CREATE', 'MODIFY', 'DELETE', 'READ', 'LIST'],
+          register_date: createDate,
+        });
+      const body = JSON.parse((await readBody(req)).toString() || '{}') as Record<string, unknown>;
+      const refused = unknownFields(body, ['username', 'password', 'permissions']);
+      if (refused) return json(res, 400, { status: 'fail', message: `Invalid patch: ${refused}` });
+      return json(res, 200, { status: 'success' });
     }
     if (path[0] !== 'files') return json(res, 404, { status: 'fail', message: 'Not found' });
     if (path.length === 1 && req.method === 'POST') {

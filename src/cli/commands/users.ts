@@ -10,7 +10,7 @@ import {
   setQuota,
   whoami,
 } from '../../client/api.js';
-import { ApiError } from '../../client/errors.js';
+import { ApiError, UnsupportedError, unknownFieldRefused } from '../../client/errors.js';
 import type { ApiClient } from '../../client/http.js';
 import { shownArgument } from '../../client/refs.js';
 import type { Permission } from '../../shared/permissions.js';
@@ -306,7 +306,14 @@ export function registerUsers(program: Command): void {
       if (!none && quota === null)
         throw new UsageError(`not a size: ${shownArgument(size)} (try 10GiB, 500m, bytes or none)`);
       const client = await session.client();
-      await setQuota(client, name, quota);
+      // The reference server refuses the field it does not know (400 'Unknown field.').
+      await setQuota(client, name, quota).catch((err: unknown) => {
+        throw unknownFieldRefused(err, 'quota')
+          ? new UnsupportedError(
+              `${client.server} does not support user quotas (an fshare serve extension)`,
+            )
+          : err;
+      });
       if (session.opts.json) printJson(userShape(await getUser(client, name)));
       else printLine(`${name}: quota ${quota === null ? 'none' : formatSize(quota)}`);
     });
@@ -320,7 +327,18 @@ export function registerUsers(program: Command): void {
       const session = openSession(cmd);
       const client = await session.client();
       const self = await isCaller(client, checkName(name));
-      await revokeTokens(client, name);
+      await revokeTokens(client, name).catch(async (err: unknown) => {
+        // A 404 for a user who exists: the server has no such route (the reference server).
+        if (!(err instanceof ApiError && (err.status === 404 || err.status === 405))) throw err;
+        const exists = await getUser(client, name).then(
+          () => true,
+          () => false,
+        );
+        if (!exists) throw err;
+        throw new UnsupportedError(
+          `${client.server} does not offer signing a user out everywhere (an fshare serve extension): ${err.message}`,
+        );
+      });
       if (session.opts.json) printJson({ username: name, signed_out: true });
       else printLine(`Every token of ${name} was revoked`);
       if (self) warn('fshare: that ended this session too: run `fshare login`');
