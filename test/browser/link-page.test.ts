@@ -192,6 +192,22 @@ describe('a share link in Chromium', () => {
     }
   });
 
+  // An RLM in a name (accepted: only controls and bidi embeddings, overrides and isolates are
+  // refused) was on the page and in the name Chromium offered, invisible: "invoice\u200Fexe.pdf"
+  // read as "invoiceexe.pdf". Invisible format characters are now "_" in both.
+  it('shows and offers invisible format characters in a name as "_"', async () => {
+    const bytes = randomBytes(2048);
+    const share = await createShareWithContent(base, admin, 'invoice\u200Fexe\u200B.pdf', bytes);
+    const link = await createLink(share);
+    const page = await (await newContext()).newPage();
+    expect((await open(page, link.url)).status()).toBe(200);
+    expect(await page.textContent('#name')).toBe('invoice_exe_.pdf');
+    expect(await page.title()).toBe('invoice_exe_.pdf');
+    const got = await download(page);
+    expect(sha256hex(got.bytes)).toBe(sha256hex(bytes));
+    expect(got.name, 'the file name Chromium offers').toBe('invoice_exe_.pdf');
+  });
+
   it('a link with one download: after it, the page and ?download answer 410', async () => {
     const link = await createLink(shareId, { max_downloads: 1 });
     const page = await (await newContext()).newPage();

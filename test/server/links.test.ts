@@ -827,6 +827,48 @@ describe('hostile file names on the page', () => {
     expect(cd.parameters.filename).toBe(name.replace(/[/\\]/g, '_'));
   });
 
+  // Invisible format characters are accepted in names (only controls and bidi embeddings,
+  // overrides and isolates are refused), and the page showed them: "invoice\u200Fexe.pdf" read
+  // as "invoiceexe.pdf", with the RLM in the offered name too (filename*=…%E2%80%8F…). They are
+  // now "_" on the page and in the name the download offers, as a control character is; the
+  // joiners that Persian words and emoji sequences need, and a flag's tags, are kept.
+  it('invisible format characters (LRM, RLM, ALM, zero-width space, BOM, soft hyphen, tags) are "_" on the page and in Content-Disposition (found: shown and offered as stored)', async () => {
+    for (const [stored, shown] of [
+      ['invoice\u200Fexe.pdf', 'invoice_exe.pdf'],
+      ['a\u200Eb\u061Cc\u200Bd\uFEFFe\u00ADf\u2060g.txt', 'a_b_c_d_e_f_g.txt'],
+      ['tag\u{E0041}\u{E0042}.txt', 'tag__.txt'],
+      ['k\u00f6ln\u200F.txt', 'k\u00f6ln_.txt'],
+      [
+        '\u{1F468}\u200D\u{1F469}\u200D\u{1F467} \u0646\u0627\u0645\u0647\u200C\u0647\u0627.txt',
+        null,
+      ],
+      ['\u{1F3F4}\u{E0067}\u{E0062}\u{E0073}\u{E0063}\u{E0074}\u{E007F} flag.png', null],
+    ] as const) {
+      const name = shown ?? stored;
+      const id = await createShareWithContent(base, alice.token, stored, DATA);
+      const made = await makeLink(base, alice.token, id);
+      const res = await get(base, made.path, { headers: HTML });
+      expectPage(res, 200);
+      expect(res.text).toContain(`<h1 id="name">${name}</h1>`);
+      expect(res.text).toContain(`<title>${name}</title>`);
+      if (shown)
+        expect(res.text).not.toMatch(/[\u200B\u200E\u200F\u061C\uFEFF\u00AD\u2060]|\u{E0041}/u);
+      // The same name is offered by the link's download and by the share's own content URL.
+      for (const bytes of [
+        await download(base, made.path),
+        await get(base, `/files/${id}/content`, { token: alice.token }),
+      ]) {
+        expectBytes(bytes, DATA);
+        const header = String(bytes.headers['content-disposition']);
+        const cd = contentDisposition.parse(header);
+        expect(cd.parameters.filename).toBe(name);
+        if (shown) expect(header).not.toMatch(/%E2%80%8[BEF]|%D8%9C|%EF%BB%BF|%C2%AD|%F3%A0/i);
+      }
+      // The JSON view is data: the name as stored.
+      expect((await get(base, made.path, { headers: JSON_ONLY })).body.file_name).toBe(stored);
+    }
+  });
+
   // Control and bidi characters are refused in names now, but an older server stored them, and
   // the page showed such a name as stored: U+202E before "gpj.exe" showed "exe.jpg" as the
   // file's name (and a CR or NUL went into the page), while the download was offered as

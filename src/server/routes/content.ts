@@ -424,12 +424,27 @@ export function contentRoutes(ctx: Context): Router {
 }
 
 /**
+ * Invisible format characters (Unicode Cf) a name may hold, matched in the last group: the bidi
+ * marks LRM, RLM and ALM (U+200E, U+200F, U+061C), zero-width spaces, U+FEFF, soft hyphens, tags.
+ * Matched first, and kept: the joiners ZWNJ and ZWJ (Persian and Indic words, emoji sequences),
+ * the visible number signs of Arabic, Syriac and Kaithi, and the tags of an emoji flag.
+ */
+const INVISIBLE =
+  /\u{1F3F4}[\u{E0020}-\u{E007E}]+\u{E007F}|[\u200C\u200D\u0600-\u0605\u06DD\u070F\u0890\u0891\u08E2\u{110BD}\u{110CD}]|(\p{Cf})/gu;
+
+/**
  * A stored name as it may be shown (the share-link page) or offered: names stored before control
  * and bidi characters were refused have "_" in their place (a U+202E before "gpj.exe" shows it as
- * "exe.jpg"), and a lone surrogate becomes U+FFFD.
+ * "exe.jpg"), and so do invisible format characters, still accepted in names, which would hide
+ * in what is shown and saved ("invoice\u200Fexe.pdf" shows as "invoiceexe.pdf"); a lone
+ * surrogate becomes U+FFFD.
  */
 export function shownName(fileName: string): string {
-  return toWellFormed(fileName.replace(new RegExp(UNSAFE_NAME_CHAR.source, 'g'), '_'));
+  return toWellFormed(
+    fileName
+      .replace(new RegExp(UNSAFE_NAME_CHAR.source, 'g'), '_')
+      .replace(INVISIBLE, (kept, hidden?: string) => (hidden ? '_' : kept)),
+  );
 }
 
 /**
