@@ -514,6 +514,27 @@ describe('the public side /l/<token>', () => {
     expect(await linkOf(base, alice.token, link.id)).toMatchObject({ downloads: 4 });
   });
 
+  // sha256 given twice came as an array, which was not looked at: ?download&sha256=X&sha256=X
+  // sent and counted content whose sha256 is not X. It is a 400 now, counting nothing.
+  it('sha256 given twice is a 400 that counts nothing (found: the content was sent whatever its sha256)', async () => {
+    const link = await makeLink(base, alice.token, shareId, { max_downloads: 5 });
+    const other = sha256hex(Buffer.from('other content'));
+    for (const query of [
+      `?download&sha256=${other}&sha256=${other}`,
+      `?download&sha256=${SHA}&sha256=${other}`,
+      `?download&sha256=${SHA}&sha256=${SHA}`,
+    ]) {
+      const res = await get(base, `${link.path}${query}`);
+      expectFail(res, 400);
+      expect(res.body.message).toBe('sha256 may be given only once');
+      expect(res.headers['content-disposition']).toBeUndefined();
+      expectStatus(await request(base, 'HEAD', `${link.path}${query}`), 400);
+    }
+    expect((await linkOf(base, alice.token, link.id)).downloads).toBe(0);
+    expectBytes(await get(base, `${link.path}?download&sha256=${SHA}`), DATA);
+    expect((await linkOf(base, alice.token, link.id)).downloads).toBe(1);
+  });
+
   it('Accept: application/json gives exactly {file_name, size, sha256, expires, downloads_left}', async () => {
     const res = await get(base, made.path, { headers: JSON_ONLY });
     expectStatus(res, 200);

@@ -406,6 +406,10 @@ export function linkRoutes(ctx: Context): { manage: Router; pages: Router } {
   const download = async (req: Request, res: Response, link: LinkRecord, share: ShareRecord) => {
     if (!share.initialized) throw new HttpError(404, 'The file has not been uploaded yet');
     await refuseUsedUp(req, link, share, true);
+    // Given twice, sha256 was an array and not looked at: other content was sent and counted.
+    const { sha256 } = req.query;
+    if (sha256 !== undefined && typeof sha256 !== 'string')
+      throw Errors.badRequest('sha256 may be given only once');
     res.set('Referrer-Policy', 'no-referrer');
     try {
       await sendContent(req, res, share, storage, store, {
@@ -413,7 +417,7 @@ export function linkRoutes(ctx: Context): { manage: Router; pages: Router } {
         headers: { 'Cache-Control': 'no-store' },
         // The page's Download button names the content whose sha256 it showed.
         // Hex digits in either case, as people copy them (sha256sum prints lower case).
-        sha256: typeof req.query.sha256 === 'string' ? req.query.sha256.toLowerCase() : undefined,
+        sha256: sha256?.toLowerCase(),
         beforeBody: ({ start, blob }) => countDownload(req, link, blob, start),
       });
     } catch (err) {
