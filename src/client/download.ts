@@ -468,8 +468,8 @@ interface State {
  * Downloads a share's content. Files are written to `NAME.part`, hashed as they are written, and
  * renamed only once the byte count matches what the server announced and the sha256 matches the
  * digest it gave; a mismatch keeps the bytes in `NAME.part` and throws VerificationError. A
- * broken connection is resumed with Range + If-Range (a byte range, which nothing verifies, never
- * without a validator).
+ * broken connection is resumed with Range + If-Range (never without a validator when nothing
+ * would notice a mix: a byte range, which nothing verifies, or a server that gives no sha256).
  */
 export async function download(
   client: ApiClient,
@@ -621,6 +621,11 @@ function shareOf(
     if (err instanceof ApiError && err.status >= 200 && err.status < 300) throw err;
     return undefined;
   }));
+}
+
+/** The server gives a sha256 for the content (Repr-Digest, or the share's). */
+async function digestKnown(client: ApiClient, id: string, state: State): Promise<boolean> {
+  return state.digest !== undefined || !!(await shareOf(client, id, state))?.sha256;
 }
 
 /** The share's size in bytes, when the server states it. */
@@ -806,8 +811,13 @@ async function transfer(
       });
     if (!cut) return;
     // Without a validator the rest could come from content that replaced these bytes, and only
-    // a digest of the whole would notice: a byte range (never verified) is not resumed then.
-    const unsafe = !state.validator && options.range !== undefined;
+    // a digest of the whole would notice: a byte range (never verified) is not resumed then, nor
+    // is a download from a server that gives no digest either (the reference server: a share
+    // replaced in between was saved as old bytes then new ones, exit 0). A file starts over from
+    // byte 0 instead; a stream, whose bytes are out, cannot.
+    const undetectable =
+      !state.validator && options.range === undefined && !(await digestKnown(client, id, state));
+    const unsafe = !state.validator && (options.range !== undefined || (undetectable && toStream));
     if (attempt > client.retry.retries || unsafe)
       throw await resumeHint(
         state,
@@ -822,6 +832,13 @@ async function transfer(
           { cause: cut },
         ),
       );
+    if (undetectable) {
+      options.onRestart?.(
+        `download from ${client.server} broke off: ${describeTransportError(cut)}; the server ` +
+          'gives no validator (ETag or Last-Modified) or sha256 to resume it with; starting over from byte 0',
+      );
+      state.offset = state.resumedFrom = 0;
+    }
     await sleep(backoffDelay(client.retry, attempt), undefined, { signal: options.signal });
   }
 }

@@ -34,6 +34,7 @@ import {
 } from '../helpers/cli.js';
 import { chunkCounter } from '../helpers/chunk-proxy.js';
 import { mountSmallDisk } from '../helpers/mount.js';
+import { startFaultProxy } from '../helpers/fault-proxy.js';
 import { startStandIn, type StandIn } from '../helpers/standin.js';
 
 const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
@@ -885,6 +886,63 @@ describe('against a server without our extensions (the reference stand-in)', () 
     expect(res.stderr).toMatch(/starting over from byte 0/);
     expect((await readFile(join(dir, 'resume.bin'))).equals(data)).toBe(true);
     expect(JSON.parse(res.stdout)).toMatchObject({ resumed_bytes: 0, verified: false });
+  });
+
+  // Against the real reference (no ETag, no Last-Modified, no sha256), a download whose
+  // connection broke and whose share was replaced before the rest was asked for was resumed with
+  // Range alone and saved, exit 0, as the old bytes followed by the new ones: neither version, and
+  // nothing could notice. A file now starts over from byte 0; a stream is not resumed (exit 6).
+  it('a download cut short by a server with neither validator nor sha256 starts over, never mixing two versions', async () => {
+    const before = randomBytes(100_000);
+    const after = randomBytes(100_000);
+    await writeFile(join(work, 'mix.bin'), before);
+    const [up] = JSON.parse(
+      (await run(['--json', 'upload', join(work, 'mix.bin'), '--name', 'mix.bin'])).stdout,
+    ) as Transfer[];
+    const share = standIn.shares.get(up!.share_id)!;
+    let contentGets = 0;
+    const proxy = startFaultProxy(standIn.url, (req) => {
+      if (req.method !== 'GET' || !req.url?.endsWith('/content')) return 'pass';
+      contentGets += 1;
+      // Odd requests are cut after 40,000 bytes; the share is replaced before each even one.
+      if (contentGets % 2 === 1) {
+        share.content = before;
+        return { cutAfter: 40_000 };
+      }
+      share.content = after;
+      return 'pass';
+    });
+    try {
+      const url = await proxy.url;
+      const dir = join(work, 'dl-mix');
+      await import('node:fs/promises').then((fs) => fs.mkdir(dir, { recursive: true }));
+      const res = await cli.run(['--server', url, '--json', 'get', up!.share_id], {
+        cwd: dir,
+        env: { FSHARE_TOKEN: 'any-token' },
+      });
+      expect(res.exitCode, res.stderr).toBe(0);
+      expect(res.stderr).toMatch(
+        /broke off: .*; the server gives no validator \(ETag or Last-Modified\) or sha256 to resume it with; starting over from byte 0/,
+      );
+      expect((await readFile(join(dir, 'mix.bin'))).equals(after)).toBe(true);
+      expect(JSON.parse(res.stdout)).toMatchObject({ size: 100_000, verified: false });
+      const retried = proxy.seen.filter((r) => r.url.endsWith('/content')).slice(1);
+      expect(retried.map((r) => r.range)).toEqual([undefined]);
+
+      // To stdout the bytes already written cannot be taken back: not resumed, exit 6.
+      const piped = await cli.runBinary(['--server', url, 'get', up!.share_id, '-o', '-'], {
+        env: { FSHARE_TOKEN: 'any-token' },
+      });
+      expect(piped.exitCode).toBe(6);
+      // Only bytes of the version it started with, and not all of them.
+      expect(piped.stdout.length).toBeLessThan(before.length);
+      expect(piped.stdout.equals(before.subarray(0, piped.stdout.length))).toBe(true);
+      expect(piped.stderr).toMatch(
+        /not resumed: the server gives no validator \(ETag or Last-Modified\)/,
+      );
+    } finally {
+      await proxy.close();
+    }
   });
 
   it('resume falls back to a fresh upload, and says so, on a server without upload state', async () => {
