@@ -30,7 +30,8 @@ export async function fault(point: string, partial?: () => Promise<unknown>): Pr
  * at SIGUSR2. Without a hold, every call is a no-op.
  *
  * Points: publish.before-record (new content checked under its share's lock, before the share's
- * record names it); with S3 storage, s3.before-stage (a chunk checked under its upload's lock,
+ * record names it); link.before-count (a share-link download about to be counted, its first
+ * bytes in hand); with S3 storage, s3.before-stage (a chunk checked under its upload's lock,
  * before it is staged), s3.before-publish (new content assembled and its publishing record
  * written, before the share's lock is taken to publish it) and s3.before-end (an upload to be
  * ended, found idle by the sweep or removed, under its lock, before its tombstone is written).

@@ -5,11 +5,13 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { appendFile, readFile } from 'node:fs/promises';
 import http from 'node:http';
+import net from 'node:net';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import contentDisposition from 'content-disposition';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import type { RequestEntry } from '../../src/server/options.js';
+import { holdAt } from '../../src/server/faults.js';
 import { encodeLine } from '../../src/server/store/journal.js';
 import type { Link } from '../../src/shared/types.js';
 import {
@@ -1257,6 +1259,56 @@ describe('counting downloads', () => {
     expect(unlocked.buf.length).toBe(0);
     expectFail(await post(base, `${locked.path}?download=2`, { body, headers: FORM }), 400);
     expect(await downloadsOf(locked)).toBe(0);
+  });
+
+  // A client that went away before its answer started (it gave up waiting on slow storage, or
+  // reset the connection) was counted all the same: 20 requests reset at once spent 20 downloads
+  // of a link, and none of them got a byte. A client no longer there is not counted now.
+  it('a request whose client went away before its answer started counts nothing (found: counted)', async () => {
+    const entries: RequestEntry[] = [];
+    const own = await startServer({ requestLog: (e) => entries.push(e) });
+    const socket = new net.Socket();
+    socket.on('error', () => undefined);
+    try {
+      const token = await login(own.url, ADMIN.username, ADMIN.password);
+      const id = await createShareWithContent(own.url, token, 'gone.bin', DATA);
+      const made = await makeLink(own.url, token, id, { max_downloads: 1 });
+      const logged = () => entries.filter((e) => e.path === `/l/<link ${made.id}>`);
+      let reached!: () => void;
+      const atHold = new Promise<void>((done) => (reached = done));
+      let release!: () => void;
+      const released = new Promise<void>((done) => (release = done));
+      const cancel = holdAt('link.before-count', () => {
+        reached();
+        return released;
+      });
+      try {
+        // Straight to a server: a balancer in front may keep its own connection open.
+        const { hostname, port } = new URL(own.direct);
+        socket.connect(Number(port), hostname, () =>
+          socket.write(`GET ${made.path}?download HTTP/1.1\r\nHost: ${hostname}\r\n\r\n`),
+        );
+        await atHold;
+        socket.resetAndDestroy();
+        // The server has seen the connection end (its log entry: no answer sent).
+        await vi.waitFor(() => expect(logged().map((e) => e.status)).toEqual([0]), {
+          timeout: 30_000,
+          interval: 20,
+        });
+      } finally {
+        cancel();
+        release();
+      }
+      // The link's one download is still there, for a client that stays.
+      expectBytes(await download(own.url, made.path), DATA);
+      expect(await linkOf(own.url, token, made.id)).toMatchObject({
+        downloads: 1,
+        state: 'used-up',
+      });
+    } finally {
+      socket.destroy();
+      await own.close();
+    }
   });
 
   it('a link without a limit counts but never runs out', async () => {

@@ -6,7 +6,7 @@ import { need } from '../auth.js';
 import type { Context } from '../context.js';
 import { asHttpError, Errors, HttpError } from '../errors.js';
 import { isExpired } from '../expiry.js';
-import { fault } from '../faults.js';
+import { fault, pausePoint } from '../faults.js';
 import { paginate, route } from '../http.js';
 import { messagePage, PAGE_HEADERS, passwordPage, sharePage } from '../page.js';
 import {
@@ -319,7 +319,12 @@ export function linkRoutes(ctx: Context): { manage: Router; pages: Router } {
   };
 
   const countDownload = async (req: Request, link: LinkRecord, blob: string, start: number) => {
+    await pausePoint('link.before-count');
     if (!(await continues(req, link, blob, start))) {
+      // A client gone before its answer starts (it gave up waiting for the storage, or reset
+      // the connection) can be sent nothing, so its request spends no download.
+      if (req.socket.destroyed || !req.socket.writable)
+        throw new HttpError(400, 'The client went away before its download started');
       try {
         await store.countDownload(link.id);
         await fault('link.after-count');
