@@ -35,6 +35,17 @@ export async function listPaged<T>(
 }
 
 /**
+ * Says on stderr which page a list showed when it has more than one, on a terminal or not: piped
+ * (`fshare ls | cut -f1` in a script) page 1 alone was taken for the whole list, silently.
+ */
+export function notePage(page: Page<unknown> | undefined, pageNumber: number): void {
+  if (!page || page.pages <= 1) return;
+  process.stderr.write(
+    `(page ${pageNumber} of ${page.pages}${page.next ? `; next: --page ${page.next}` : ''}; --all lists every page)\n`,
+  );
+}
+
+/**
  * "2026-11-21 21:05" in the user's local time zone, for tables. Servers print times without a
  * zone; both fshare serve and the reference server mean UTC (docs/CLI.md).
  */

@@ -172,4 +172,33 @@ describe('errors say what happened', () => {
     });
     expect(env.stderr).toMatch(/ApiError/);
   });
+
+  // Property: a list that shows one page of several says so, wherever its output goes. Found:
+  // piped (`fshare ls | cut -f1` in a script), page 1 alone came out with nothing on stderr, and
+  // `links --json` (a bare array) had no way to tell either: the rest was lost silently.
+  it('ls, users ls and links show one page of several: piped or --json, stderr says which', async () => {
+    const file = join(work, 'paged.bin');
+    await writeFile(file, randomBytes(100));
+    const shares = await admin.json<{ share_id: string }[]>(['upload', file, file, file]);
+    for (const share of shares.slice(0, 2)) await admin.json(['link', share.share_id]);
+    await admin.run(['users', 'add', 'paged-user', '--password-stdin'], {
+      input: 'paged-password-1\n',
+    });
+    const note = /^\(page 1 of \d+; next: --page 2; --all lists every page\)$/;
+    for (const args of [
+      ['ls', '--per-page', '2'],
+      ['users', 'ls', '--per-page', '1'],
+      ['--json', 'links', '--per-page', '1'],
+    ]) {
+      const res = await admin.run(args);
+      expect(res.exitCode, res.stderr).toBe(0);
+      expect(res.stdout.trim(), args.join(' ')).not.toBe('');
+      expect(res.stderr.trimEnd().split('\n'), args.join(' ')).toEqual([
+        expect.stringMatching(note),
+      ]);
+    }
+    // Every page, or the last one: nothing more to say.
+    const all = await admin.run(['ls', '--all']);
+    expect(all.stderr).toBe('');
+  });
 });

@@ -15,7 +15,14 @@ import type { Share } from '../../shared/types.js';
 import { configDir } from '../config.js';
 import { openSession, type Session } from '../context.js';
 import { uploadRecords } from '../uploads.js';
-import { addPageOptions, listPaged, localIso, shortDate, type PageOptions } from '../lists.js';
+import {
+  addPageOptions,
+  listPaged,
+  localIso,
+  notePage,
+  shortDate,
+  type PageOptions,
+} from '../lists.js';
 import {
   UsageError,
   examples,
@@ -83,10 +90,7 @@ export function registerFiles(program: Command): void {
         tty ? shortDate(s.create_date) : localIso(s.create_date),
       ]),
     );
-    if (page && page.pages > 1 && tty)
-      process.stderr.write(
-        `(page ${pageNumber} of ${page.pages}${page.next ? `; next: --page ${page.next}` : ''})\n`,
-      );
+    notePage(page, pageNumber);
   });
 
   program

@@ -13,7 +13,7 @@ import type { Link } from '../../shared/types.js';
 import { parseDuration, parsePositiveInt } from '../args.js';
 import { openSession } from '../context.js';
 import { readStdinLines } from '../input.js';
-import { addPageOptions, listPaged, type PageOptions } from '../lists.js';
+import { addPageOptions, listPaged, notePage, type PageOptions } from '../lists.js';
 import {
   eachReporting,
   examples,
@@ -165,11 +165,14 @@ export function registerLinks(program: Command): void {
         ).data;
       } else {
         const client = await session.client();
-        links = (
-          await listPaged(options, (q) => listLinks(client, q)).catch((err: unknown) => {
+        const listed = await listPaged(options, (q) => listLinks(client, q)).catch(
+          (err: unknown) => {
             throw linkUnsupported(err, client.server);
-          })
-        ).items;
+          },
+        );
+        links = listed.items;
+        // --json's array says nothing of pages: the note goes to stderr with it too.
+        notePage(listed.page, listed.pageNumber);
       }
       if (session.opts.json) return printJson(links.map(linkShape));
       if (links.length === 0) {

@@ -27,7 +27,7 @@ import {
   printTable,
   warn,
 } from '../output.js';
-import { addPageOptions, listPaged, localIso, shortDate } from '../lists.js';
+import { addPageOptions, listPaged, localIso, notePage, shortDate } from '../lists.js';
 import { userShape } from '../shapes.js';
 import { applyPermissionChanges, formatPermissions, parsePermissionList } from './perms.js';
 
@@ -112,11 +112,11 @@ export function registerUsers(program: Command): void {
   ).action(async (options: { page?: string; perPage?: string; all?: boolean }, cmd: Command) => {
     const session = openSession(cmd);
     const client = await session.client();
-    const { items, page } = await listPaged(options, (q) => listUsers(client, q));
+    const { items, page, pageNumber } = await listPaged(options, (q) => listUsers(client, q));
     if (session.opts.json)
       return printJson({
         users: items.map(userShape),
-        page: page ? (options.page ? Number(options.page) : 1) : null,
+        page: page ? pageNumber : null,
         pages: page?.pages ?? null,
         next: page?.next ?? null,
       });
@@ -133,6 +133,7 @@ export function registerUsers(program: Command): void {
         tty ? shortDate(u.register_date) : localIso(u.register_date),
       ]),
     );
+    notePage(page, pageNumber);
   });
 
   users
