@@ -1,7 +1,9 @@
 import { mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { inject } from 'vitest';
+import type { Client } from 'pg';
+import { expect, inject } from 'vitest';
+import { holdAt } from '../../src/server/faults.js';
 import { createServer, type FshareServer } from '../../src/server/index.js';
 import type { ServerOptions } from '../../src/server/options.js';
 import { startBalancer, type Balancer } from './balancer.js';
@@ -277,4 +279,48 @@ export async function metadataText(srv: TestServer): Promise<string> {
   } finally {
     await client.end();
   }
+}
+
+/**
+ * Sends `request` and holds it at the fault point `point` (src/server/faults.ts holdAt); there
+ * terminates the one PostgreSQL connection holding advisory locks in `db`'s database (the held
+ * task's lock), runs `meanwhile` (another server taking the lock), and lets the request go on.
+ * Returns its answer. A request answered before it reaches `point` fails the test.
+ */
+export async function loseLockAt<T extends { status: number }>(
+  db: Client,
+  point: string,
+  request: () => Promise<T>,
+  meanwhile: () => Promise<void>,
+): Promise<T> {
+  let reached!: () => void;
+  const atHold = new Promise<void>((done) => (reached = done));
+  let resume!: () => void;
+  const resumed = new Promise<void>((done) => (resume = done));
+  const cancel = holdAt(point, () => {
+    reached();
+    return resumed;
+  });
+  const answer = request();
+  try {
+    await Promise.race([
+      atHold,
+      answer.then((res) => {
+        throw new Error(`the request was answered (${res.status}) before it reached ${point}`);
+      }),
+    ]);
+    // Only the held task holds advisory locks in this database (all on its one connection).
+    const { rows } = await db.query<{ pid: number }>(
+      `SELECT DISTINCT pid FROM pg_locks
+        WHERE locktype = 'advisory' AND granted
+          AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+    );
+    expect(rows).toHaveLength(1);
+    await db.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid]);
+    await meanwhile();
+  } finally {
+    cancel();
+    resume();
+  }
+  return answer;
 }

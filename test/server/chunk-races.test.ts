@@ -8,7 +8,6 @@ import { readdir, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Client } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { holdAt } from '../../src/server/faults.js';
 import type { FshareServer } from '../../src/server/index.js';
 import {
   content,
@@ -36,6 +35,7 @@ import {
   BACKEND,
   incomingFiles,
   login,
+  loseLockAt,
   startServer,
   startSibling,
   storedContent,
@@ -507,41 +507,8 @@ if (BACKEND !== 'embedded') {
      * the share's lock, before the record names it; there terminates the connection holding the
      * lock, runs `meanwhile`, and lets the upload go on. Returns the upload's answer.
      */
-    async function loseLockWhilePublishing(
-      upload: () => Promise<Res>,
-      meanwhile: () => Promise<void>,
-    ) {
-      let reached!: () => void;
-      const atHold = new Promise<void>((done) => (reached = done));
-      let resume!: () => void;
-      const resumed = new Promise<void>((done) => (resume = done));
-      const cancel = holdAt('publish.before-record', () => {
-        reached();
-        return resumed;
-      });
-      const answer = upload();
-      try {
-        await Promise.race([
-          atHold,
-          answer.then((res) => {
-            throw new Error(`the upload ended (${res.status}) before it published`);
-          }),
-        ]);
-        // Only the held task holds advisory locks in this database (all on its one connection).
-        const { rows } = await db.query<{ pid: number }>(
-          `SELECT DISTINCT pid FROM pg_locks
-            WHERE locktype = 'advisory' AND granted
-              AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
-        );
-        expect(rows).toHaveLength(1);
-        await db.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid]);
-        await meanwhile();
-      } finally {
-        cancel();
-        resume();
-      }
-      return answer;
-    }
+    const loseLockWhilePublishing = (upload: () => Promise<Res>, meanwhile: () => Promise<void>) =>
+      loseLockAt(db, 'publish.before-record', upload, meanwhile);
 
     it('a task whose PostgreSQL lock was lost commits nothing: a replace answers 503 and the share locked meanwhile keeps its content', async () => {
       const before = randomBytes(1000);

@@ -26,7 +26,14 @@ import {
   sha256hex,
   type Res,
 } from '../helpers/http.js';
-import { ADMIN, login, startServer, startSibling, type TestServer } from '../helpers/server.js';
+import {
+  ADMIN,
+  login,
+  loseLockAt,
+  startServer,
+  startSibling,
+  type TestServer,
+} from '../helpers/server.js';
 
 describe('S3 objects of a task whose share lock was lost', () => {
   let own: TestServer;
@@ -55,42 +62,8 @@ describe('S3 objects of a task whose share lock was lost', () => {
    * Sends `chunk` (to the first server) and holds it at `point`; there terminates the connection
    * holding its locks, runs `meanwhile`, and lets it go on. Returns its answer.
    */
-  async function loseLockAt(
-    point: string,
-    chunk: () => Promise<Res>,
-    meanwhile: () => Promise<void>,
-  ) {
-    let reached!: () => void;
-    const atHold = new Promise<void>((done) => (reached = done));
-    let resume!: () => void;
-    const resumed = new Promise<void>((done) => (resume = done));
-    const cancel = holdAt(point, () => {
-      reached();
-      return resumed;
-    });
-    const answer = chunk();
-    try {
-      await Promise.race([
-        atHold,
-        answer.then((res) => {
-          throw new Error(`the chunk was answered (${res.status}) before it reached ${point}`);
-        }),
-      ]);
-      // Only the held task holds advisory locks in this database (all on its one connection).
-      const { rows } = await db.query<{ pid: number }>(
-        `SELECT DISTINCT pid FROM pg_locks
-          WHERE locktype = 'advisory' AND granted
-            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
-      );
-      expect(rows).toHaveLength(1);
-      await db.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid]);
-      await meanwhile();
-    } finally {
-      cancel();
-      resume();
-    }
-    return answer;
-  }
+  const loseLock = (point: string, chunk: () => Promise<Res>, meanwhile: () => Promise<void>) =>
+    loseLockAt(db, point, chunk, meanwhile);
 
   it('content a share names is never removed by a server whose lock was lost: another server published it from that server’s publishing record', async () => {
     const id = await createShare(own.direct, t, 'published.bin');
@@ -103,7 +76,7 @@ describe('S3 objects of a task whose share lock was lost', () => {
       data: data.subarray(index * 3000, (index + 1) * 3000),
     });
     expectStatus(await sendChunk(own.direct, t, id, chunk(0)), 200);
-    const res = await loseLockAt(
+    const res = await loseLock(
       's3.before-publish',
       () => sendChunk(own.direct, t, id, chunk(1)),
       // The last chunk sent again, through the other server: it publishes the held content.
@@ -121,7 +94,7 @@ describe('S3 objects of a task whose share lock was lost', () => {
     const [first, late, acknowledged, last] = [3000, 3000, 3000, 1000].map((n) => randomBytes(n));
     const chunk = (index: number, data: Buffer) => ({ dzuuid, index, total: 3, data });
     expectStatus(await sendChunk(otherUrl, t, id, chunk(0, first!)), 200);
-    const res = await loseLockAt(
+    const res = await loseLock(
       's3.before-stage',
       () => sendChunk(own.direct, t, id, chunk(1, late!)),
       // Another copy of index 1 (the client gave up on the first), through the other server.
