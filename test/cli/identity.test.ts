@@ -177,4 +177,20 @@ describe('users quota and users signout against a server without them (the refer
     expect(missing.exitCode).toBe(4);
     expect(missing.stderr).toMatch(/^fshare: .*\(HTTP 404\)$/);
   });
+
+  // Property: a failed request changes nothing. Found (against the real reference, which has no
+  // DELETE /users/<name>/tokens): logout --everywhere deleted the local copy of the token and
+  // said 'signed out locally, but the server did not revoke the token: Not Found' (exit 4),
+  // though nothing had been revoked anywhere. It now says the server cannot, exit 1, and leaves
+  // the session as it was (no other request sent, nothing removed).
+  it('logout --everywhere says the server cannot, exit 1, and signs nothing out', async () => {
+    standIn.requests.length = 0;
+    const res = await run(['logout', '--everywhere']);
+    expect(res.exitCode, res.stderr).toBe(1);
+    expect(res.stdout).toBe('');
+    expect(res.stderr.trimEnd().split('\n')).toEqual([
+      `fshare: ${standIn.url} does not offer signing out everywhere (an fshare serve extension): nothing was revoked, and you are still signed in (\`fshare logout\` ends this session)`,
+    ]);
+    expect(standIn.requests).toEqual(['GET /whoami', 'DELETE /users/alice/tokens']);
+  });
 });

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { changePassword, extend, login, logout, revokeTokens, whoami } from '../../client/api.js';
-import { ApiError } from '../../client/errors.js';
+import { ApiError, UnsupportedError } from '../../client/errors.js';
 import type { ApiClient } from '../../client/http.js';
 import type { LoginResponse } from '../../shared/types.js';
 import { openSession, type Session } from '../context.js';
@@ -154,9 +154,18 @@ export function registerAuth(program: Command): void {
         if (options.everywhere) {
           const me = await whoami(client);
           if (!me.username) throw new AuthError(`not signed in to ${session.server}`);
-          await revokeTokens(client, me.username);
+          await revokeTokens(client, me.username).catch((err: unknown) => {
+            // A 404 or 405 for the caller, who exists: the server has no such route (the
+            // reference server). Nothing was revoked, so nothing is signed out here either.
+            if (err instanceof ApiError && (err.status === 404 || err.status === 405))
+              throw new UnsupportedError(
+                `${client.server} does not offer signing out everywhere (an fshare serve extension): nothing was revoked, and you are still signed in (\`fshare logout\` ends this session)`,
+              );
+            throw err;
+          });
         } else await logout(client, client.token);
       } catch (err) {
+        if (err instanceof UnsupportedError) throw err;
         serverError = err;
       }
       // The local copy goes even when the server could not be told (issue 3).
