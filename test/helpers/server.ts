@@ -282,12 +282,12 @@ export async function metadataText(srv: TestServer): Promise<string> {
 }
 
 /**
- * Sends `request` and holds it at the fault point `point` (src/server/faults.ts holdAt); there
+ * Starts `request` (an HTTP request, a server's start) and holds it at the fault point `point` (src/server/faults.ts holdAt); there
  * terminates the one PostgreSQL connection holding advisory locks in `db`'s database (the held
  * task's lock), runs `meanwhile` (another server taking the lock), and lets the request go on.
  * Returns its answer. A request answered before it reaches `point` fails the test.
  */
-export async function loseLockAt<T extends { status: number }>(
+export async function loseLockAt<T>(
   db: Client,
   point: string,
   request: () => Promise<T>,
@@ -306,7 +306,10 @@ export async function loseLockAt<T extends { status: number }>(
     await Promise.race([
       atHold,
       answer.then((res) => {
-        throw new Error(`the request was answered (${res.status}) before it reached ${point}`);
+        const status = (res as { status?: unknown } | null)?.status;
+        throw new Error(
+          `the request ended${status === undefined ? '' : ` (${String(status)})`} before it reached ${point}`,
+        );
       }),
     ]);
     // Only the held task holds advisory locks in this database (all on its one connection).

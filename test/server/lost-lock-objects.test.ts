@@ -14,7 +14,6 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { Client } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { holdAt } from '../../src/server/faults.js';
 import type { FshareServer } from '../../src/server/index.js';
 import {
   content,
@@ -120,36 +119,17 @@ describe('S3 objects of a task whose share lock was lost', () => {
     });
     expectStatus(await sendChunk(own.direct, t, id, chunk(0)), 200);
     // A server that takes every unfinished upload for idle: its start-up sweep ends this one.
-    let reached!: () => void;
-    const atHold = new Promise<void>((done) => (reached = done));
-    let resume!: () => void;
-    const resumed = new Promise<void>((done) => (resume = done));
-    const cancel = holdAt('s3.before-end', () => {
-      reached();
-      return resumed;
-    });
-    third = startSibling(own, 'sweeper', own.database, { uploadIdleMs: 0 }).then((s) => s.server);
-    try {
-      await Promise.race([
-        atHold,
-        third.then(() => {
-          throw new Error('the server started without ending the upload');
-        }),
-      ]);
-      // Only the sweep holds an advisory lock in this database (the upload's).
-      const { rows } = await db.query<{ pid: number }>(
-        `SELECT DISTINCT pid FROM pg_locks
-          WHERE locktype = 'advisory' AND granted
-            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
-      );
-      expect(rows).toHaveLength(1);
-      await db.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid]);
+    // Only the sweep holds an advisory lock in this database (the upload's) when it is held.
+    await loseLockAt(
+      db,
+      's3.before-end',
+      () =>
+        (third = startSibling(own, 'sweeper', own.database, { uploadIdleMs: 0 }).then(
+          (s) => s.server,
+        )),
       // The client resumes the upload: its chunk is acknowledged.
-      expectStatus(await sendChunk(own.direct, t, id, chunk(1)), 200);
-    } finally {
-      cancel();
-      resume();
-    }
+      async () => expectStatus(await sendChunk(own.direct, t, id, chunk(1)), 200),
+    );
     await third;
     expectStatus(await sendChunk(own.direct, t, id, chunk(2)), 201);
     expect((await content(own.direct, t, id)).equals(data)).toBe(true);
