@@ -51,6 +51,8 @@ export function createHttpServer(
       requestTimeout: 0,
       maxHeaderSize: limits.maxHeaderBytes,
       connectionsCheckingInterval: Math.min(1000, limits.headersTimeoutMs),
+      // Node would answer a missing Host itself, with an empty 400: hostProblem gives the JSON.
+      requireHostHeader: false,
     },
     app,
   );

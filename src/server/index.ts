@@ -71,8 +71,9 @@ export function isValidHost(value: string): boolean {
 }
 
 /**
- * RFC 9112 §3.2: a request with more than one Host, or a Host that is not valid, is a 400
- * (HTTP/1.0 may leave it out). Checked before anything else reads the request.
+ * RFC 9112 §3.2: a request with more than one Host, or a Host that is not valid, is a 400, and
+ * so is an HTTP/1.1 request without one (HTTP/1.0 may leave it out). Checked before anything
+ * else reads the request.
  */
 function hostProblem(req: Request): string | undefined {
   let count = 0;
@@ -80,7 +81,8 @@ function hostProblem(req: Request): string | undefined {
     if (req.rawHeaders[i]!.toLowerCase() === 'host') count++;
   if (count > 1) return 'The request has more than one Host header';
   const host = req.headers.host;
-  if (host === undefined) return undefined;
+  if (host === undefined)
+    return req.httpVersion === '1.1' ? 'An HTTP/1.1 request must have a Host header' : undefined;
   if (!isValidHost(host))
     return `The Host header must be host[:port] (a name, an IPv4 address or a [bracketed] IPv6 address): ${JSON.stringify(host.slice(0, 100))} is not`;
   return undefined;

@@ -582,6 +582,20 @@ describe('Host', () => {
     }
   });
 
+  // An HTTP/1.1 request without Host got Node's own 400: no body, no JSON, no CORS header, not
+  // in the request log (found by sending one with a raw socket). It is the 400 JSON of a bad Host.
+  it('refuses an HTTP/1.1 request without Host with a 400 JSON, and makes nothing', async () => {
+    const id = await createShareWithContent(srv.url, alice.token, unique('h'), Buffer.from('x'));
+    const res = await rawLink(srv.direct, id, []);
+    expect(res).toEqual({
+      status: 400,
+      body: { status: 'fail', message: expect.stringMatching(/Host/) },
+    });
+    expect((await get(srv.url, `/files/${id}/links`, { token: alice.token })).body.data).toEqual(
+      [],
+    );
+  });
+
   it('builds link URLs from --public-url when it is set, whatever the Host', async () => {
     const other = await startServer({ publicUrl: 'https://share.example.com/' });
     try {
