@@ -153,6 +153,26 @@ export function createHttpServer(
     res.end(body);
   });
 
+  // CONNECT asks for a tunnel, which only a proxy makes: Node would close the connection without
+  // a word when nobody listens for it. Every error has a JSON body, this one too.
+  server.on('connect', (_req: http.IncomingMessage, socket: Socket) => {
+    // Node has taken its own listeners off the socket: a reset must not be an uncaught error.
+    socket.on('error', () => socket.destroy());
+    const body = JSON.stringify({
+      status: 'fail',
+      message: 'CONNECT is not allowed: the server is not a proxy',
+    });
+    socket.end(
+      'HTTP/1.1 405 Method Not Allowed\r\n' +
+        'Content-Type: application/json; charset=utf-8\r\n' +
+        `Content-Length: ${Buffer.byteLength(body)}\r\n` +
+        'Allow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS\r\n' +
+        'Access-Control-Allow-Origin: *\r\n' +
+        'Connection: close\r\n\r\n' +
+        body,
+    );
+  });
+
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
     if (!socket.writable || socket.destroyed) {
       socket.destroy();

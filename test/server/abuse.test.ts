@@ -293,6 +293,22 @@ describe('hostile input: a 4xx with a JSON body, never a 500', () => {
     expect(nul).toEqual({ status: 400, body: { status: 'fail', message: expect.any(String) } });
   });
 
+  // CONNECT (a proxy's method) had its connection closed without any answer: Node drops a CONNECT
+  // that nobody listens for (found by a fuzz pass sending every method to every route).
+  it('CONNECT, whatever its target: 405 with JSON, and nothing is created', async () => {
+    const before = (await allShares(srv.url, admin)).length;
+    for (const target of ['127.0.0.1:80', '/files', '/whoami']) {
+      const res = await raw(
+        `CONNECT ${target} HTTP/1.1\r\nHost: 127.0.0.1:80\r\nAuthorization: Bearer ${admin}\r\n\r\n`,
+      );
+      expect(res, target).toEqual({
+        status: 405,
+        body: { status: 'fail', message: expect.stringMatching(/CONNECT/) },
+      });
+    }
+    expect(await allShares(srv.url, admin)).toHaveLength(before);
+  });
+
   it('two Authorization headers: 401, whichever of them is valid (no identity is guessed)', async () => {
     const other = await createUser(srv.url, admin, ['READ']);
     for (const [first, second] of [
