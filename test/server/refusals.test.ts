@@ -71,6 +71,37 @@ describe('a refused chunk leaves nothing behind', () => {
     expect((await get(srv.url, `/files/${id}`, { token: admin })).body.sha256).toBe(sha256(data));
   });
 
+  // A user with a quota (and room to spare) who sent a placed chunk longer than its place got 413
+  // 'This upload would exceed the storage quota of … (9998984 bytes are left)' where anyone else
+  // gets the 400 naming the length (found by a fuzz pass): the cut at the chunk's place was taken
+  // for a cut at the quota.
+  it('a placed chunk longer than its place is a 400 naming its length for a user with a quota too', async () => {
+    const user = await createUser(srv.url, admin, ['CREATE', 'READ']);
+    expectStatus(
+      await patch(srv.url, `/users/${user.username}`, { token: admin, json: { quota: 1_000_000 } }),
+      200,
+    );
+    const id = await createShare(srv.url, user.token, 'placed-long.bin');
+    const dzuuid = randomUUID();
+    const placed = (index: number, bytes: Buffer) =>
+      sendParts(srv.url, user.token, id, [
+        ...fieldsOf({ dzuuid, dzchunkindex: index, dztotalchunks: 2, dzchunksize: 4 }),
+        ...fieldsOf({ dztotalfilesize: 8, dzchunkbyteoffset: index * 4 }),
+        { name: 'upload', filename: 'b', data: bytes },
+      ]);
+    for (const index of [0, 1]) {
+      const refused = await placed(index, randomBytes(5));
+      expectFail(refused, 400);
+      expect(refused.body.message).toMatch(/must have 4 bytes/);
+    }
+    expectFail(await get(srv.url, `/files/${id}/uploads/${dzuuid}`, { token: user.token }), 404);
+    const data = randomBytes(8);
+    expectStatus(await placed(0, data.subarray(0, 4)), 200);
+    expectFail(await placed(1, randomBytes(5)), 400);
+    expectStatus(await placed(1, data.subarray(4)), 201);
+    expect((await content(srv.url, user.token, id)).equals(data)).toBe(true);
+  });
+
   it('refused first chunks do not use up the bound on unfinished uploads, before or after a restart', async () => {
     const id = await createShare(srv.url, admin, 'bounded.bin');
     for (let i = 0; i < 3; i++) {

@@ -292,8 +292,10 @@ class Received implements ReceivedChunk {
   bytes = 0;
   /** The storage's count of stored chunks when this copy began to arrive (FileStorage.stored). */
   startedAt = 0;
-  /** More bytes arrived than the chunk's place can hold; the excess was not written. */
+  /** More bytes arrived than `receive` was allowed to store (the quota, the chunk size). */
   overflow = false;
+  /** More bytes arrived than the chunk's place holds (a placed chunk too long: a 400, not a 413). */
+  pastPlace = false;
   done = false;
 
   constructor(
@@ -554,9 +556,11 @@ export class FileStorage implements ContentStorage {
     try {
       for await (const data of body as AsyncIterable<Buffer>) {
         bodyPassedOn(data.length);
-        if (received.overflow || writer?.aborted || failure) continue;
+        if (received.overflow || received.pastPlace || writer?.aborted || failure) continue;
         if (received.bytes + data.length > max) {
-          received.overflow = true;
+          // In place, `max` is the chunk's place (writeInPlace), not what the body may store.
+          if (received.kind === 'inplace') received.pastPlace = true;
+          else received.overflow = true;
           continue;
         }
         received.bytes += data.length;
@@ -667,10 +671,11 @@ export class FileStorage implements ContentStorage {
     if (fields.sha256 && upload.sha256 && upload.sha256 !== fields.sha256)
       throw new ChunkRefusedError('invalid', 'dzsha256 differs from the one earlier chunks sent');
     const region = upload.meta.layout ? upload.region(index) : null;
-    if (region && (received.overflow || received.bytes !== region.length))
+    const tooLong = received.overflow || received.pastPlace;
+    if (region && (tooLong || received.bytes !== region.length))
       throw new ChunkRefusedError(
         'invalid',
-        `Chunk ${index} must have ${region.length} bytes (dzchunksize and dztotalfilesize), not ${received.overflow ? 'more' : received.bytes}`,
+        `Chunk ${index} must have ${region.length} bytes (dzchunksize and dztotalfilesize), not ${tooLong ? 'more' : received.bytes}`,
       );
     if (!region) this.checkJoinedOffset(upload, fields, received.bytes);
     if (!upload.persisted) {
