@@ -56,6 +56,7 @@ export async function openStorage(
     // Inside a locked task, PostgreSQL's queries run on the lock's own connection, and fail
     // (LockLostError) once it has dropped with the lock: reading the share's record asks there.
     checkLock: async (shareId) => void (await store.getShare(shareId)),
+    fence: store.fenceToken?.bind(store),
     published: async (shareId, blob) => {
       const share = await store.getShare(shareId);
       return !!share && share.initialized && blobOf(share) === blob;

@@ -32,9 +32,11 @@ export async function fault(point: string, partial?: () => Promise<unknown>): Pr
  * Points: publish.before-record (new content checked under its share's lock, before the share's
  * record names it); link.before-count (a share-link download about to be counted, its first
  * bytes in hand); with S3 storage, s3.before-stage (a chunk checked under its upload's lock,
- * before it is staged), s3.before-publish (new content assembled and its publishing record
- * written, before the share's lock is taken to publish it) and s3.before-end (an upload to be
- * ended, found idle by the sweep or removed, under its lock, before its tombstone is written).
+ * before it is staged), s3.before-put and s3.after-put (its copies' token taken: before the PUTs
+ * of the chunk's copy and meta's, and after they landed, before the lock is asked for again),
+ * s3.before-publish (new content assembled and its publishing record written, before the
+ * share's lock is taken to publish it) and s3.before-end (an upload to be ended, found idle by
+ * the sweep or removed, under its lock, before its tombstone is written).
  */
 const holds = new Map<string, () => Promise<void>>();
 

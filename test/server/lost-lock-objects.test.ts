@@ -10,10 +10,13 @@
 // over it (answered 200 too) and the upload completed with the replaced bytes. And a sweep that
 // had found an upload idle lost its lock; the client resumed the upload through another server
 // (a chunk acknowledged), then the sweep ended the upload: that chunk was removed and the next
-// one got 409. Only PostgreSQL has locks that can be lost.
+// one got 409. And a chunk whose PUT was under way when its lock was lost landed after another
+// server's copy of that index (200), replacing it: answered 200 too, and the upload completed with
+// its bytes. Only PostgreSQL has locks that can be lost.
 import { randomBytes, randomUUID } from 'node:crypto';
 import { Client } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { holdAt } from '../../src/server/faults.js';
 import type { FshareServer } from '../../src/server/index.js';
 import {
   content,
@@ -22,6 +25,7 @@ import {
   expectStatus,
   getShare,
   sendChunk,
+  sendParts,
   sha256hex,
   type Res,
 } from '../helpers/http.js';
@@ -133,5 +137,92 @@ describe('S3 objects of a task whose share lock was lost', () => {
     await third;
     expectStatus(await sendChunk(own.direct, t, id, chunk(2)), 201);
     expect((await content(own.direct, t, id)).equals(data)).toBe(true);
+  });
+
+  // A chunk whose PUT was under way when its lock was lost, landing after another server's copy
+  // of the same index (found broken: it replaced that copy, answered 200 too, and the upload
+  // completed with its bytes). Each copy now has a key of its own, and the highest token wins.
+  it('a copy whose PUT lands after its lock was lost, and after another server acknowledged a copy of that index, is never the one the upload completes with', async () => {
+    const id = await createShare(own.direct, t, 'in-flight.bin');
+    const dzuuid = randomUUID();
+    const [first, late, acknowledged, last] = [3000, 3000, 3000, 1000].map((n) => randomBytes(n));
+    const chunk = (index: number, data: Buffer) => ({ dzuuid, index, total: 3, data });
+    const whole = Buffer.concat([first!, acknowledged!, last!]);
+    expectStatus(await sendChunk(otherUrl, t, id, chunk(0, first!)), 200);
+    let completed: Promise<Res> | undefined;
+    const res = await loseLock(
+      's3.before-put',
+      () => sendChunk(own.direct, t, id, chunk(1, late!)),
+      async () => {
+        expectStatus(await sendChunk(otherUrl, t, id, chunk(1, acknowledged!)), 200);
+        // Once the held copy has landed (after the acknowledged one), before its server can
+        // learn that its lock is gone: the upload completes through the other server.
+        holdAt('s3.after-put', async () => {
+          completed = sendChunk(otherUrl, t, id, chunk(2, last!));
+          await completed;
+        });
+      },
+    );
+    expect(completed).toBeDefined();
+    expectStatus(await completed!, 201);
+    expect((await content(otherUrl, t, id)).equals(whole)).toBe(true);
+    expect(await getShare(otherUrl, t, id)).toMatchObject({ size: 7000, sha256: sha256hex(whole) });
+    // The copy that lost its lock says it was not stored.
+    expectFail(res, 503);
+  });
+
+  it('a copy that landed before its lock was lost was not acknowledged, and changes nothing: the copy acknowledged before it stays', async () => {
+    const id = await createShare(own.direct, t, 'unanswered.bin');
+    const dzuuid = randomUUID();
+    const [first, acknowledged, unanswered, last] = [3000, 3000, 3000, 1000].map((n) =>
+      randomBytes(n),
+    );
+    const chunk = (index: number, data: Buffer) => ({ dzuuid, index, total: 3, data });
+    expectStatus(await sendChunk(otherUrl, t, id, chunk(0, first!)), 200);
+    expectStatus(await sendChunk(otherUrl, t, id, chunk(1, acknowledged!)), 200);
+    // Index 1 sent again with other bytes: its copy lands, then its lock is lost.
+    const res = await loseLock(
+      's3.after-put',
+      () => sendChunk(own.direct, t, id, chunk(1, unanswered!)),
+      async () => undefined,
+    );
+    expectFail(res, 503);
+    expectStatus(await sendChunk(otherUrl, t, id, chunk(2, last!)), 201);
+    const whole = Buffer.concat([first!, acknowledged!, last!]);
+    expect((await content(otherUrl, t, id)).equals(whole)).toBe(true);
+  });
+
+  it('the upload fields (dzsha256) of a copy whose lock was lost never replace those of the copy another server acknowledged', async () => {
+    const id = await createShare(own.direct, t, 'fields.bin');
+    const dzuuid = randomUUID();
+    const data = randomBytes(5000);
+    const right = sha256hex(data);
+    const chunk = (url: string, index: number, sha: string) =>
+      sendParts(url, t, id, [
+        { name: 'dzuuid', value: dzuuid },
+        { name: 'dzchunkindex', value: String(index) },
+        { name: 'dztotalchunks', value: '2' },
+        { name: 'dzsha256', value: sha },
+        { name: 'upload', filename: 'blob', data: data.subarray(index * 3000, (index + 1) * 3000) },
+      ]);
+    let completed: Promise<Res> | undefined;
+    // The first chunk, with a dzsha256 the client then corrected; its PUTs held until the lock
+    // is lost and the corrected first chunk was acknowledged through the other server.
+    const res = await loseLock(
+      's3.before-put',
+      () => chunk(own.direct, 0, sha256hex(Buffer.from('another file'))),
+      async () => {
+        expectStatus(await chunk(otherUrl, 0, right), 200);
+        holdAt('s3.after-put', async () => {
+          completed = chunk(otherUrl, 1, right);
+          await completed;
+        });
+      },
+    );
+    expect(completed).toBeDefined();
+    expectStatus(await completed!, 201);
+    expect(await getShare(otherUrl, t, id)).toMatchObject({ size: 5000, sha256: right });
+    expect((await content(otherUrl, t, id)).equals(data)).toBe(true);
+    expectFail(res, 503);
   });
 });

@@ -621,7 +621,7 @@ describe('S3Storage', () => {
     const { publish } = publisher();
     // The first chunk through the storage; the rest written as it stages them, to be quick.
     await send(a, shareId, { uploadId, index: 0, total }, Buffer.from('x'), publish);
-    const dir = (await keys(`${prefix}uploads/${shareId}/`))[0]!.replace(/0$/, '');
+    const dir = (await keys(`${prefix}uploads/${shareId}/`))[0]!.replace(/[^/]*$/, '');
     const Bucket = parseS3Url(bucketUrl).bucket;
     for (let start = 1; start < total - 1; start += 50)
       await Promise.all(
@@ -651,6 +651,50 @@ describe('S3Storage', () => {
     expect(await keys(`${prefix}uploads/`)).toEqual([]);
   });
 
+  it('completes an upload an earlier server began (keys without tokens), a copy sent again replacing its chunk', async () => {
+    const { a, b, prefix } = await twoServers();
+    const shareId = randomUUID();
+    const uploadId = randomUUID();
+    const data = randomBytes(30);
+    const [c0, c1, c2] = split(data, 10);
+    // What a server before copies had tokens left: `meta`, and one key per index.
+    const key = createHash('sha256').update(uploadId).digest('hex').slice(0, 40);
+    const dir = `${prefix}uploads/${shareId}/${key}/`;
+    const Bucket = parseS3Url(bucketUrl).bucket;
+    const meta = { v: 1, total: 3, layout: null, sha256: sha(data), created: Date.now() };
+    const put = (name: string, Body: string | Buffer) =>
+      raw.send(
+        new PutObjectCommand({ Bucket, Key: `${dir}${name}`, Body, Metadata: { total: '3' } }),
+      );
+    await Promise.all([
+      put('meta', JSON.stringify(meta)),
+      put('0', c0!),
+      put('1', randomBytes(10)),
+    ]);
+    expect(await b.uploadStatus(shareId, uploadId)).toEqual({
+      total: 3,
+      received: [0, 1],
+      bytes: 20,
+    });
+    expect(await a.isUnfinished(shareId, uploadId)).toBe(true);
+
+    const { publish, published } = publisher();
+    // Chunk 1 sent again: its copy, with a token, counts, and the one it replaced goes.
+    expect(await send(a, shareId, { uploadId, index: 1, total: 3 }, c1!, publish)).toBe('stored');
+    expect(await keys(`${dir}1`)).toEqual([expect.stringMatching(/\/1\.\d+$/)]);
+    // The old meta's dzsha256 holds.
+    const other = 'f'.repeat(64);
+    expect(
+      await refusal(
+        send(b, shareId, { uploadId, index: 2, total: 3, sha256: other }, c2!, publish),
+      ),
+    ).toBe('invalid');
+    expect(await send(b, shareId, { uploadId, index: 2, total: 3 }, c2!, publish)).toBe('complete');
+    expect(published[0]).toMatchObject({ size: 30, sha256: sha(data) });
+    expect((await read(a, published[0]!.blob)).equals(data)).toBe(true);
+    expect(await keys(`${prefix}uploads/`)).toEqual([]);
+  });
+
   it('sweeps idle uploads and old tombstones, and aborts what a cut assembly left', async () => {
     const { a, b, prefix } = await twoServers();
     const shareId = randomUUID();
@@ -661,7 +705,7 @@ describe('S3Storage', () => {
     expect(await a.isUnfinished(shareId, idle)).toBe(true);
 
     // An assembly cut short: its multipart upload and marker stay beside the chunks.
-    const dir = (await keys(`${prefix}uploads/${shareId}/`))[0]!.replace(/0$/, '');
+    const dir = (await keys(`${prefix}uploads/${shareId}/`))[0]!.replace(/[^/]*$/, '');
     const Bucket = parseS3Url(bucketUrl).bucket;
     const started = await raw.send(
       new CreateMultipartUploadCommand({ Bucket, Key: `${prefix}content/${shareId}.x` }),

@@ -60,6 +60,12 @@ export interface S3StorageOptions {
    * else fences them.
    */
   checkLock?: (shareId: string) => Promise<void>;
+  /**
+   * Inside `lock`'s task: a number higher than any it gave before, to any server, taken on the
+   * lock's connection (LockLostError once the lock was lost). Without it (locks that cannot be
+   * lost), copies are numbered from the upload's listing.
+   */
+  fence?: () => Promise<number>;
   /** Whether a share's content is this blob (the metadata recorded its publishing). */
   published?: (shareId: string, blob: string) => Promise<boolean>;
   /**
@@ -93,17 +99,32 @@ interface Meta {
   created: number;
 }
 
+/** A copy of a chunk or meta: `<name>.<token>`, or `<name>` (token 0) as older servers wrote it. */
+interface Copy {
+  key: string;
+  token: number;
+  size: number;
+  etag: string;
+}
+
 /** One upload's objects, as a listing shows them. */
 interface UploadObjects {
-  /** index → bytes, of its staged chunks */
+  /** index → bytes, of its staged chunks (the chosen copy of each) */
   chunks: Map<number, number>;
-  /** index → ETag, of its staged chunks */
+  /** index → ETag, of its staged chunks (the chosen copy of each) */
   tags: Map<number, string>;
+  /** index → the chosen copy of the chunk: the one with the highest token */
+  copies: Map<number, Copy>;
+  /** Keys of copies (chunks and meta) that one with a higher token replaced. */
+  replaced: string[];
+  /** The highest token of its copies (0: none, or only tokenless ones). */
+  top: number;
   /** Every object under the upload's directory (full keys). */
   keys: string[];
   /** When its tombstone was written (ms), if it has one (listUpload only). */
   finished?: number;
-  meta: boolean;
+  /** Its chosen meta copy. */
+  meta: Copy | null;
   multipart: boolean;
   /** Its content was assembled and is being published (the record names it). */
   publishing: boolean;
@@ -143,7 +164,7 @@ class Received implements ReceivedChunk {
   overflow = false;
   done = false;
   /**
-   * The ETag of the staged copy of this chunk's index when this copy began to arrive (null: none),
+   * The ETag of the chosen copy of this chunk's index when this copy began to arrive (null: none),
    * when its fields came first; undefined when not known.
    */
   before?: Promise<string | null | undefined>;
@@ -160,12 +181,15 @@ class Received implements ReceivedChunk {
  *
  *   <prefix>content/<share_id>.<uuid>     a share's bytes (written whole, never changed)
  *   <prefix>uploads/<share_id>/<key>/     an unfinished upload; <key> = sha256(dzuuid), 40 hex
- *       meta       its total, layout and dzsha256 (JSON), written with its first chunk
- *       <index>    a stored chunk (user metadata: total, offset, chunksize, filesize)
- *       multipart  while it is assembled: the S3 UploadId of the new content (JSON)
+ *       meta.<token>     its total, layout and dzsha256 (JSON), written with its first chunk
+ *       <index>.<token>  a stored chunk (user metadata: total, offset, chunksize, filesize)
+ *       multipart        while it is assembled: the S3 UploadId of the new content (JSON)
  *   <prefix>finished/<share_id>/<key>     tombstone of an upload that completed, failed its
  *                                         digest, was swept or removed: its late chunks are
  *                                         refused while it is kept (finishedUploadKeepMs)
+ *
+ * Each copy of a chunk or meta has a key of its own, and the one with the highest token counts
+ * (stageCopy); `meta` and `<index>` without a token (token 0) are what earlier servers wrote.
  *
  * Tombstones have a prefix of their own so that listing the unfinished uploads (every new upload,
  * every chunk of a user with a quota) costs what those hold, not what finished in the last days.
@@ -312,8 +336,8 @@ export class S3Storage implements ContentStorage {
     );
     if (fields) {
       // What is staged for this index now: a copy staged after this one began wins (commitLocked).
-      const key = `${this.upload(shareId, uploadKeyOf(fields.uploadId)).dir}${fields.index}`;
-      received.before = this.etag(key).catch(() => undefined);
+      const upload = this.upload(shareId, uploadKeyOf(fields.uploadId));
+      received.before = this.chosenTag(upload, fields.index).catch(() => undefined);
     }
     // The rest of an oversized body is read and dropped, so that the request can end.
     const bounded = new Transform({
@@ -395,17 +419,64 @@ export class S3Storage implements ContentStorage {
     const { meta, changed } = await this.checkChunk(upload, objects, fields, received);
     const present = new Set(objects.chunks.keys()).add(fields.index);
     if (present.size < meta.total) {
-      // A task whose lock was lost must not stage: its copy would replace the one another server
-      // acknowledged meanwhile (the later copy wins). What remains open is a PUT already under
-      // way when the lock drops, landing after the other server's copy of the same index (S3
-      // cannot make it conditional on the lock); closing that would need a key for each copy.
       await pausePoint('s3.before-stage');
-      await this.options.checkLock?.(upload.shareId);
-      if (changed) await this.putText(`${upload.dir}meta`, JSON.stringify(meta));
-      await this.stage(upload, fields, received);
+      await this.stageCopy(upload, objects, fields, received, changed ? meta : null);
       return 'stored';
     }
     return this.complete(upload, meta, objects, fields.index, received, publish);
+  }
+
+  /**
+   * Stages the chunk (and the upload's fields, when `meta` is given) as new copies, each under a
+   * key of its own: `<index>.<token>`, `meta.<token>`. A task whose lock was lost must not
+   * replace a copy another server acknowledged meanwhile (the later copy wins), and S3 cannot
+   * make a PUT conditional on the lock: one may be under way when the lock drops and land after
+   * the other server's copy. So no copy is ever written over; readers take the copy with the
+   * highest token, which `fence` takes on the lock's connection: the other server, locking
+   * after the loss, has a higher one. The copy that lost its lock is never chosen over it, in
+   * whatever order the PUTs land. Once it landed the lock is asked for again; if lost, the copy
+   * is removed (its key is its own) and the request fails. (A completion through another server
+   * in the moment between may have used it: the client's latest copy of that index.)
+   */
+  private async stageCopy(
+    upload: UploadRef,
+    objects: UploadObjects,
+    fields: ChunkFields,
+    received: Received,
+    meta: Meta | null,
+  ): Promise<void> {
+    const token = await this.token(upload, objects);
+    const metaKey = `${upload.dir}meta.${token}`;
+    const chunkKey = `${upload.dir}${fields.index}.${token}`;
+    try {
+      await pausePoint('s3.before-put');
+      if (meta) await this.putText(metaKey, JSON.stringify(meta));
+      await this.stage(chunkKey, fields, received);
+      await pausePoint('s3.after-put');
+      await this.options.checkLock?.(upload.shareId);
+    } catch (err) {
+      await this.remove(meta ? [metaKey, chunkKey] : [chunkKey]).catch(() => undefined);
+      throw err;
+    }
+    // Held when the copies landed: those they replace go (copies a later one replaced, too).
+    const replaced = [...objects.replaced];
+    const before = objects.copies.get(fields.index);
+    if (before) replaced.push(before.key);
+    if (meta && objects.meta) replaced.push(objects.meta.key);
+    await this.remove(replaced).catch((err: Error) =>
+      this.log(`fshare: could not remove replaced chunk copies: ${err.message}`),
+    );
+  }
+
+  /**
+   * A token for new copies of the upload, higher than that of any copy staged before it. With
+   * `fence` (PostgreSQL) taken on the lock's connection, so it fails once the lock was lost.
+   */
+  private async token(upload: UploadRef, objects: UploadObjects): Promise<number> {
+    if (this.options.fence) return this.options.fence();
+    // A lock that cannot be lost: the listing under it saw every copy.
+    await this.options.checkLock?.(upload.shareId);
+    return objects.top + 1;
   }
 
   /**
@@ -443,8 +514,7 @@ export class S3Storage implements ContentStorage {
   }
 
   /** PUTs a chunk as a staged object: durable once S3 acknowledges it. */
-  private async stage(upload: UploadRef, fields: ChunkFields, received: Received): Promise<void> {
-    const Key = `${upload.dir}${fields.index}`;
+  private async stage(Key: string, fields: ChunkFields, received: Received): Promise<void> {
     const Metadata: Record<string, string> = { total: String(fields.total) };
     if (fields.offset !== undefined) Metadata.offset = String(fields.offset);
     if (fields.layout) {
@@ -475,7 +545,7 @@ export class S3Storage implements ContentStorage {
     const { index } = fields;
     const start = joinedStart(fields, (i) => objects.chunks.get(i));
     if (start === undefined || !objects.chunks.has(index + 1)) return;
-    const next = await this.chunkRecord(`${upload.dir}${index + 1}`);
+    const next = await this.chunkRecord(objects.copies.get(index + 1)!.key);
     checkJoinedEnd(index, start, bytes, next.offset);
   }
 
@@ -496,7 +566,7 @@ export class S3Storage implements ContentStorage {
       sources.push(
         i === last
           ? { file: received.path, size: received.bytes }
-          : { key: `${upload.dir}${i}`, size: objects.chunks.get(i)! },
+          : { key: objects.copies.get(i)!.key, size: objects.chunks.get(i)! },
       );
     const size = sources.reduce((sum, s) => sum + s.size, 0);
     if (size > MAX_OBJECT)
@@ -850,7 +920,7 @@ export class S3Storage implements ContentStorage {
       this.exists(upload.tombstone),
     ]);
     const key = first.Contents?.[0]?.Key;
-    return !finished && key !== undefined && /^\d+$/.test(key.slice(upload.dir.length));
+    return !finished && key !== undefined && /^\d+(\.\d+)?$/.test(key.slice(upload.dir.length));
   }
 
   async uploadStatus(
@@ -941,12 +1011,12 @@ export class S3Storage implements ContentStorage {
   /** The upload's fields: its meta object, or (when that is missing) its first chunk's. */
   private async readMeta(upload: UploadRef, objects: UploadObjects): Promise<Meta> {
     if (objects.meta) {
-      const meta = parseMeta(await this.getText(`${upload.dir}meta`));
+      const meta = parseMeta(await this.getText(objects.meta.key));
       if (meta) return meta;
     }
     let first = Infinity;
     for (const index of objects.chunks.keys()) first = Math.min(first, index);
-    const record = await this.chunkRecord(`${upload.dir}${first}`);
+    const record = await this.chunkRecord(objects.copies.get(first)!.key);
     return { v: 1, total: record.total, layout: record.layout, created: 0 };
   }
 
@@ -1227,17 +1297,16 @@ export class S3Storage implements ContentStorage {
     );
   }
 
-  /** An object's ETag, or null when there is none. */
-  private async etag(key: string): Promise<string | null> {
-    try {
-      const head = await this.call(`HeadObject ${this.describe(key)}`, (c) =>
-        c.send(new HeadObjectCommand({ Bucket: this.bucket, Key: key })),
-      );
-      return head.ETag ?? '';
-    } catch (err) {
-      if (isMissing(err)) return null;
-      throw err;
+  /** The ETag of the chosen copy of an upload's chunk, or null when there is none. */
+  private async chosenTag(upload: UploadRef, index: number): Promise<string | null> {
+    const found = emptyObjects();
+    // `<index>` and its `<index>.<token>` sort before the other keys with this prefix (`.` < `0`).
+    for await (const object of this.objects(`${upload.dir}${index}`, 10)) {
+      const name = object.key.slice(upload.dir.length);
+      if (!name.startsWith(`${index}.`) && name !== String(index)) break;
+      addObject(found, name, object);
     }
+    return found.tags.get(index) ?? null;
   }
 
   private async exists(key: string): Promise<boolean> {
@@ -1257,9 +1326,10 @@ export class S3Storage implements ContentStorage {
     }
   }
 
-  /** Every object under a key prefix, page by page. */
+  /** Every object under a key prefix, page by page (of `pageSize` keys, S3's 1000 by default). */
   private async *objects(
     prefix: string,
+    pageSize?: number,
   ): AsyncGenerator<{ key: string; size: number; modified: number; etag: string }> {
     let token: string | undefined;
     do {
@@ -1269,6 +1339,7 @@ export class S3Storage implements ContentStorage {
             Bucket: this.bucket,
             Prefix: prefix,
             ContinuationToken: token,
+            MaxKeys: pageSize,
           }),
         ),
       );
@@ -1361,8 +1432,11 @@ function emptyObjects(): UploadObjects {
   return {
     chunks: new Map(),
     tags: new Map(),
+    copies: new Map(),
+    replaced: [],
+    top: 0,
     keys: [],
-    meta: false,
+    meta: null,
     multipart: false,
     publishing: false,
     newest: 0,
@@ -1376,12 +1450,31 @@ function addObject(
 ): void {
   objects.keys.push(object.key);
   objects.newest = Math.max(objects.newest, object.modified);
-  if (/^\d+$/.test(name)) {
-    objects.chunks.set(Number(name), object.size);
-    objects.tags.set(Number(name), object.etag);
-  } else if (name === 'meta') objects.meta = true;
-  else if (name === 'multipart') objects.multipart = true;
+  const copy = parseCopy(name, object);
+  if (copy) {
+    objects.top = Math.max(objects.top, copy.token);
+    const index = copy.name === 'meta' ? -1 : Number(copy.name);
+    const chosen = index < 0 ? objects.meta : objects.copies.get(index);
+    // The copy with the highest token wins, in whatever order the PUTs landed.
+    if (chosen && chosen.token >= copy.token) return void objects.replaced.push(copy.key);
+    if (chosen) objects.replaced.push(chosen.key);
+    if (index < 0) return void (objects.meta = copy);
+    objects.copies.set(index, copy);
+    objects.chunks.set(index, copy.size);
+    objects.tags.set(index, copy.etag);
+  } else if (name === 'multipart') objects.multipart = true;
   else if (name === 'publishing') objects.publishing = true;
+}
+
+/** A chunk's or meta's copy, from its name under the upload's directory; null for other objects. */
+function parseCopy(
+  name: string,
+  object: { key: string; size: number; etag: string },
+): (Copy & { name: string }) | null {
+  const match = /^(\d+|meta)(?:\.(\d{1,15}))?$/.exec(name);
+  if (!match) return null;
+  const { key, size, etag } = object;
+  return { name: match[1]!, token: Number(match[2] ?? 0), key, size, etag };
 }
 
 /** The content a `publishing` record names, or null when it is cut short or not ours. */

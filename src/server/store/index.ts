@@ -73,6 +73,11 @@ export interface MetadataStore {
 
   /** Runs `task` while no other task holds the same share's lock. */
   withShareLock<T>(id: string, task: () => Promise<T>): Promise<T>;
+  /**
+   * Inside withShareLock's task, where the lock can be lost (PostgreSQL): a number higher than
+   * any it gave before, to any server; LockLostError once the lock was lost.
+   */
+  fenceToken?(): Promise<number>;
 
   /** Flushes and closes; later calls reject. */
   close(): Promise<void>;
