@@ -18,6 +18,7 @@ const EMBEDDED_ONLY = [
   'test/server/s3-storage.test.ts',
   'test/server/two-servers.test.ts',
   'test/server/s3-crash.test.ts',
+  'test/server/handover-crash.test.ts',
   'test/server/backend-down.test.ts',
 ];
 

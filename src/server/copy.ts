@@ -132,7 +132,8 @@ export async function copyServerData(
 
     const copied: { id: string; sha256: string }[] = [];
     for await (const share of from.store.eachShare()) {
-      const { owner_name: _name, ...record } = share;
+      // Unfinished uploads are not copied: a handover's pending end of them has nothing to end.
+      const { owner_name: _name, pending_handover: _pending, ...record } = share;
       if (share.initialized) {
         const content = await copyContent(from, to, share);
         if (share.sha256 && content.sha256 !== share.sha256)

@@ -6,9 +6,10 @@
  * Points: journal.mid-write, journal.before-fsync, compact.after-rename, chunk.mid-body,
  * chunk.before-record, chunk.after-record, complete.after-link, complete.after-publish,
  * complete.after-tombstone, link.after-count (a share-link download counted durably, before any
- * header of its answer); with S3 storage, s3.before-publish (content assembled under a new name
- * and its publishing record written) and s3.after-publish (recorded in the metadata, before the
- * upload's tombstone and clean-up).
+ * header of its answer), handover.after-record (a share's new owner recorded with its mark,
+ * before the old owner's unfinished uploads are ended: handover.ts); with S3 storage,
+ * s3.before-publish (content assembled under a new name and its publishing record written) and
+ * s3.after-publish (recorded in the metadata, before the upload's tombstone and clean-up).
  */
 const spec = /^([a-z0-9.-]+)(?::(\d+))?$/.exec(process.env.FSHARE_FAULT ?? '');
 const armed = spec?.[1];

@@ -15,6 +15,7 @@ import { createHttpServer, sendContinue } from './connections.js';
 import type { Context } from './context.js';
 import { Errors, errorHandler, notFound } from './errors.js';
 import { ShareExpiry } from './expiry.js';
+import { endFormerUploads } from './handover.js';
 import { HashWorker } from '../shared/hasher.js';
 import { LIMITS, type Limits } from './limits.js';
 import {
@@ -368,8 +369,20 @@ async function openServer(
   const storage = await openStorage(options, dataDir, store, hasher, limits, log);
   opened.push(() => storage.close());
   const referenced = new Set<string>();
-  for await (const share of store.eachShare()) if (share.initialized) referenced.add(blobOf(share));
+  const handedOver = new Map<string, string>();
+  for await (const share of store.eachShare()) {
+    if (share.initialized) referenced.add(blobOf(share));
+    if (share.pending_handover) handedOver.set(share.share_id, share.pending_handover);
+  }
   await storage.init((blob) => referenced.has(blob));
+  // Handovers a crash cut short: the old owner's uploads end before any request could use them.
+  // Until then they count for no one; a failure here is retried by the next request for the share.
+  for (const [shareId, mark] of handedOver)
+    await endFormerUploads(store, storage, shareId, mark).catch((err: unknown) =>
+      log(
+        `share ${shareId}: the uploads of its former owner could not be removed (${String(err)})`,
+      ),
+    );
   await storage.sweep(limits.uploadIdleMs);
   const sweeper = setInterval(
     () => void storage.sweep(limits.uploadIdleMs).catch(() => undefined),

@@ -7,6 +7,7 @@ import type { Context } from '../context.js';
 import { Errors, HttpError } from '../errors.js';
 import { sendContinue } from '../connections.js';
 import { pausePoint } from '../faults.js';
+import { endFormerUploads, unfinishedOf } from '../handover.js';
 import { route } from '../http.js';
 import { LIMITS } from '../limits.js';
 import { parseRange } from '../ranges.js';
@@ -186,9 +187,7 @@ export function contentRoutes(ctx: Context): Router {
     if (!owner || owner.quota === null) return { room: Infinity, owner: undefined };
     let used = await store.usageOf(owner.id);
     if (replacing) used -= share.size ?? 0;
-    for (const [shareId, pending] of await storage.unfinished()) {
-      if ((await store.getShare(shareId))?.owner_id === owner.id) used += pending.bytes;
-    }
+    used += (await unfinishedOf(store, await storage.unfinished(), owner.id)).bytes;
     return { room: Math.max(0, owner.quota - used), owner };
   };
 
@@ -219,9 +218,7 @@ export function contentRoutes(ctx: Context): Router {
         `This share has ${limits.maxUploadsPerShare} unfinished uploads, the most it may have; finish one, or wait for it to expire`,
       );
     if (share.owner_id === null) return;
-    let mine = 0;
-    for (const [shareId, pending] of all)
-      if ((await store.getShare(shareId))?.owner_id === share.owner_id) mine += pending.uploads;
+    const mine = (await unfinishedOf(store, all, share.owner_id)).uploads;
     if (mine >= limits.maxUploadsPerUser)
       throw Errors.tooManyUploads(
         `You have ${limits.maxUploadsPerUser} unfinished uploads, the most a user may have; finish one, or wait for it to expire`,
@@ -293,6 +290,10 @@ export function contentRoutes(ctx: Context): Router {
           // So is the caller: deleted, signed out everywhere or without the permission by now,
           // its chunk is not committed (a deleted user's shares take no content).
           await stillAllowed(req, store, permission);
+          // A handover whose server died before it ended the old owner's uploads ends them now,
+          // before this chunk could continue one or start one that it would end.
+          if (current.pending_handover)
+            await endFormerUploads(store, storage, share.share_id, current.pending_handover);
           await checkNewUpload(req, share, chunkFields, quota, chunk.received.bytes);
           const stored = await commitChunk(
             req,
@@ -412,6 +413,9 @@ export function contentRoutes(ctx: Context): Router {
         throw Errors.badRequest(
           `An upload id (dzuuid) has 1 to ${LIMITS.maxUploadIdChars} characters`,
         );
+      // The old owner's uploads of a handover cut short are not the new owner's to resume.
+      if (share.pending_handover)
+        await endFormerUploads(store, storage, share.share_id, share.pending_handover);
       const status = await storage.uploadStatus(share.share_id, uploadId);
       if (status === null) throw new HttpError(404, 'No unfinished upload with this dzuuid');
       if (status === 'finished')

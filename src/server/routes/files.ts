@@ -4,6 +4,8 @@ import { isoNoZone } from '../../shared/dates.js';
 import { need } from '../auth.js';
 import type { Context } from '../context.js';
 import { Errors, HttpError } from '../errors.js';
+import { fault } from '../faults.js';
+import { endFormerUploads, unfinishedOf } from '../handover.js';
 import { paginate, route, shareJson, success } from '../http.js';
 import { blobOf, type NewShare, type ShareChanges, type ShareRecord } from '../store/index.js';
 import {
@@ -73,26 +75,33 @@ export function fileRoutes(ctx: Context): Router {
         if (current.locked) throw Errors.locked();
         checkOwner(req, current);
         if (recipient) await checkRecipientQuota(recipient, current);
-        await store.updateShare(share.share_id, changes);
-        return 'owner_id' in changes && changes.owner_id !== current.owner_id;
+        if (!('owner_id' in changes) || changes.owner_id === current.owner_id) {
+          await store.updateShare(share.share_id, changes);
+          return undefined;
+        }
+        // Recorded with the new owner: the uploads' ending below then happens even if this
+        // server dies before it (at the next request for the share, or the next start).
+        const mark = randomUUID();
+        await store.updateShare(share.share_id, { ...changes, pending_handover: mark });
+        return mark;
       });
     // A share handed to a user with a quota is counted against it under the lock their uploads'
     // quota checks take (content.ts), taken first as there, so neither can pass the other.
-    const handedOver = recipient
+    const handover = recipient
       ? await store.withShareLock(`uploads of ${recipient}`, change)
       : await change();
     // An upload belongs to the owner it was started under: a handover ends the share's unfinished
     // uploads, so the new owner can neither finish one with the old owner's chunks nor be
     // counted for them; their late chunks are refused (409, the old owner's 403). After the
     // lock, as DELETE does: a completing chunk takes its upload's lock, then the share's.
-    if (handedOver)
-      await storage
-        .removeUploads(share.share_id)
-        .catch((err: unknown) =>
-          ctx.log(
-            `share ${share.share_id} was handed over, but its unfinished uploads could not be removed (${String(err)}); they are left to the idle sweep`,
-          ),
-        );
+    if (handover) {
+      await fault('handover.after-record');
+      await endFormerUploads(store, storage, share.share_id, handover).catch((err: unknown) =>
+        ctx.log(
+          `share ${share.share_id} was handed over, but its unfinished uploads could not be removed yet (${String(err)}); the next request for the share or start of a server removes them`,
+        ),
+      );
+    }
     if (expires !== undefined) expiry.schedule();
     success(res, 'Share updated');
   };
@@ -105,10 +114,8 @@ export function fileRoutes(ctx: Context): Router {
   const checkRecipientQuota = async (userId: string, share: ShareRecord) => {
     const user = await store.getUserById(userId);
     if (!user || user.quota === null) return;
-    const pending = await storage.unfinished();
-    let used = await store.usageOf(user.id);
-    for (const [shareId, p] of pending)
-      if ((await store.getShare(shareId))?.owner_id === user.id) used += p.bytes;
+    const pending = await unfinishedOf(store, await storage.unfinished(), user.id);
+    const used = (await store.usageOf(user.id)) + pending.bytes;
     const bytes = share.size ?? 0;
     const room = Math.max(0, user.quota - used);
     if (bytes > room)

@@ -151,6 +151,11 @@ export interface ShareRecord extends Share {
    * whose content is named after the share id. Never sent to clients.
    */
   blob?: string;
+  /**
+   * Set, with the new owner, by a handover whose ending of the share's unfinished uploads is
+   * still to come (handover.ts); a new value for each handover. Never sent to clients.
+   */
+  pending_handover?: string | null;
 }
 
 /** A share as stored: `owner_name` is not stored, it is the owner's current name. */
@@ -159,7 +164,15 @@ export type NewShare = Omit<ShareRecord, 'owner_name'>;
 export type ShareChanges = Partial<
   Pick<
     ShareRecord,
-    'file_name' | 'owner_id' | 'initialized' | 'locked' | 'size' | 'sha256' | 'blob' | 'expires'
+    | 'file_name'
+    | 'owner_id'
+    | 'initialized'
+    | 'locked'
+    | 'size'
+    | 'sha256'
+    | 'blob'
+    | 'expires'
+    | 'pending_handover'
   >
 >;
 

@@ -115,6 +115,8 @@ export const MIGRATIONS: readonly string[] = [
   // The token a user's own password change left working (UserRecord.kept_token): both or neither.
   `ALTER TABLE fshare_users ADD COLUMN IF NOT EXISTS kept_jti text,
      ADD COLUMN IF NOT EXISTS kept_gen bigint;`,
+  // A handover whose ending of the share's unfinished uploads is still to come (handover.ts).
+  `ALTER TABLE fshare_shares ADD COLUMN IF NOT EXISTS pending_handover text;`,
 ];
 
 /** A unique violation of a user name, exact or differing only in case. */
@@ -239,13 +241,14 @@ interface ShareRow {
   expires: string | null;
   expires_absent: boolean;
   blob: string | null;
+  pending_handover: string | null;
   owner_name: string | null;
 }
 
 /** A share with `owner_name`: its owner's current name, or whose it was (state.ts ownerName). */
 const SHARE_SELECT = `
   SELECT s.seq, s.share_id, s.file_name, s.owner_id, s.initialized, s.locked, s.create_date, s.size,
-         s.sha256, s.sha256_absent, s.expires, s.expires_absent, s.blob,
+         s.sha256, s.sha256_absent, s.expires, s.expires_absent, s.blob, s.pending_handover,
          CASE WHEN s.owner_id IS NULL THEN NULL
               ELSE coalesce(u.username, coalesce(f.username, 'unknown') || ' (deleted)')
          END AS owner_name
@@ -266,6 +269,7 @@ function shareOf(row: ShareRow): ShareRecord {
   if (!row.sha256_absent) share.sha256 = row.sha256;
   if (!row.expires_absent) share.expires = row.expires;
   if (row.blob !== null) share.blob = row.blob;
+  if (row.pending_handover !== null) share.pending_handover = row.pending_handover;
   return { ...share, owner_name: row.owner_name };
 }
 
@@ -778,8 +782,9 @@ export class PostgresStore implements MetadataStore {
     try {
       await this.query(
         `INSERT INTO fshare_shares (share_id, file_name, owner_id, initialized, locked,
-           create_date, size, sha256, sha256_absent, expires, expires_absent, expires_ms, blob)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+           create_date, size, sha256, sha256_absent, expires, expires_absent, expires_ms, blob,
+           pending_handover)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
         [
           share.share_id,
           Buffer.from(share.file_name, 'utf8'),
@@ -794,6 +799,7 @@ export class PostgresStore implements MetadataStore {
           share.expires === undefined,
           expiryMs(share.expires),
           share.blob ?? null,
+          share.pending_handover ?? null,
         ],
       );
     } catch (err) {
@@ -806,7 +812,7 @@ export class PostgresStore implements MetadataStore {
   async updateShare(id: string, changes: ShareChanges) {
     const a = new Assignments([id]);
     if (changes.file_name !== undefined) a.set('file_name', Buffer.from(changes.file_name, 'utf8'));
-    for (const column of ['owner_id', 'initialized', 'locked', 'size'] as const)
+    for (const column of ['owner_id', 'initialized', 'locked', 'size', 'pending_handover'] as const)
       if (changes[column] !== undefined) a.set(column, changes[column]);
     if (changes.sha256 !== undefined) {
       a.set('sha256', changes.sha256);

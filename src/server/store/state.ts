@@ -199,6 +199,8 @@ export class State {
         if (!share) throw new MissingRecordError('share');
         this.count(share, -1);
         Object.assign(share, op.changes);
+        // Cleared, it is absent, as in a share never handed over.
+        if (share.pending_handover === null) delete share.pending_handover;
         this.count(share, 1);
         this.indexExpiry(share);
         return;
