@@ -508,7 +508,7 @@ async function curlFormUpload(src, token, headerFile) {
 
 /**
  * The server's resident set idle, and after `count` sign-ins (each one a password hash), both
- * once the password thread has ended (2 s without work); the peak while signing in as well.
+ * settled (below); the peak while signing in as well.
  */
 async function loginRss(adminPassword, count) {
   const { rss: idle, series: idleSeries } = await settledRss(server.pid);
@@ -529,7 +529,7 @@ async function loginRss(adminPassword, count) {
 
 /**
  * The resident set of a server left alone: 20 s after the last request, read every second on
- * the way (`series`, MB). The password thread ends after 2 s without work, the server collects
+ * the way (`series`, MB). A hashing thread ends after 2 s without work, the server collects
  * its heap 5 s after its last request, and V8's memory reducer shrinks it once more about 8 s
  * after that; a server that idles for minutes sits there.
  */
@@ -704,7 +704,7 @@ async function metadata(url, token, peaks) {
 /**
  * Issue 9: the latency of a download (8 MiB, time to the last byte, one at a time) when the
  * server is idle, during a flood of sign-ins (32 at once, with the right password, so every one
- * costs a password hash: the worst case for the password thread), and with 2,000 connections
+ * costs a password hash: the worst case for the hashes' queue), and with 2,000 connections
  * open that sent half a request and then nothing (from 40 loopback addresses, 50 each).
  */
 async function underAbuse(url, token, adminPassword) {

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { isIPv6, type AddressInfo } from 'node:net';
 import express, { type Express, type Request, type RequestHandler } from 'express';
 import proxyaddr from 'proxy-addr';
-import { RateLimiterMemory, type RateLimiterAbstract } from 'rate-limiter-flexible';
+import type { RateLimiterAbstract } from 'rate-limiter-flexible';
 import { PERMISSIONS } from '../shared/permissions.js';
 import { isoNoZone } from '../shared/dates.js';
 import { MIN_SECRET_BYTES } from '../shared/secrets.js';
@@ -18,6 +18,7 @@ import { ShareExpiry } from './expiry.js';
 import { endFormerUploads } from './handover.js';
 import { HashWorker } from '../shared/hasher.js';
 import { LIMITS, type Limits } from './limits.js';
+import { limiterClass } from './limiters.js';
 import {
   DEFAULT_TOKEN_LIFETIME_SECONDS,
   type RequestEntry,
@@ -410,7 +411,7 @@ async function openServer(
   const limiter = (keyPrefix: string, points: number, seconds: number): RateLimiterAbstract =>
     shared
       ? shared.limiter(keyPrefix, points, seconds)
-      : new RateLimiterMemory({ keyPrefix, points, duration: seconds });
+      : new (limiterClass('RateLimiterMemory'))({ keyPrefix, points, duration: seconds });
   const tokens = new Tokens(
     secret,
     options.tokenLifetimeSeconds ?? DEFAULT_TOKEN_LIFETIME_SECONDS,

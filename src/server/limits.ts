@@ -49,7 +49,7 @@ export const LIMITS = {
   loginFailuresPerAccount: { points: 50, seconds: 300 },
   /** Failed sign-ins per client address, all accounts together. */
   loginFailuresPerAddress: { points: 100, seconds: 300 },
-  /** Password checks waiting for the password thread; beyond this, 503 with Retry-After. */
+  /** Password checks waiting for their turn (one hash at a time); beyond this, 503 with Retry-After. */
   passwordQueue: 32,
 
   /** Time for a client to send a request's headers. */

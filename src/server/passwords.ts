@@ -1,11 +1,13 @@
-import { randomBytes, timingSafeEqual } from 'node:crypto';
-import { Worker } from 'node:worker_threads';
+import { randomBytes, scrypt, timingSafeEqual } from 'node:crypto';
 
 /**
- * Password hashing (scrypt) on a thread of its own. Node's scrypt runs on the libuv pool that
- * file reads and writes also use, so a flood of logins made downloads wait seconds; here hashes
- * wait only for each other. At most `maxQueued` wait at once: beyond that the server is busy
- * (BusyError, answered 503 with Retry-After), so a flood costs the attacker, not the queue.
+ * Password hashing (scrypt), one hash at a time on libuv's pool of four threads, which file reads
+ * and writes also use: a flood of sign-ins holds one of them, and downloads go on with the other
+ * three (hashes in parallel took all four, and downloads waited seconds). A thread of our own did
+ * the same at the cost of a V8 isolate started for every burst of sign-ins (about 30 ms of CPU,
+ * 10 MB while it ran, and 1–3 MB of its allocator's pages left resident once it ended). At most
+ * `maxQueued` wait at once: beyond that the server is busy (BusyError, answered 503 with
+ * Retry-After), so a flood costs the attacker, not the queue.
  */
 /**
  * N = 2^15, r = 8: 32 MiB per hash. Besides being stronger than 0.1's 2^14, a buffer above
@@ -15,19 +17,6 @@ import { Worker } from 'node:worker_threads';
  */
 const SCRYPT = { N: 32768, r: 8, p: 1, maxmem: 64 * 1024 * 1024 };
 const KEYLEN = 64;
-
-const WORKER_SOURCE = `
-const { parentPort } = require('node:worker_threads');
-const { scryptSync } = require('node:crypto');
-parentPort.on('message', (m) => {
-  try {
-    const key = scryptSync(m.password, Buffer.from(m.salt, 'base64'), m.keylen, m.params);
-    parentPort.postMessage({ req: m.req, key: key.toString('base64') });
-  } catch (err) {
-    parentPort.postMessage({ req: m.req, error: String(err && err.message || err) });
-  }
-});
-`;
 
 /** Too many password hashes are waiting: try again in a moment. */
 export class BusyError extends Error {
@@ -44,70 +33,23 @@ interface Params {
 }
 
 export class PasswordHasher {
-  private worker: Worker | null = null;
-  private nextReq = 1;
-  private readonly waiting = new Map<
-    number,
-    { resolve: (key: Buffer) => void; reject: (e: Error) => void }
-  >();
+  private queued = 0;
+  private last: Promise<unknown> = Promise.resolve();
   private dummy: Promise<string> | null = null;
-  private idleTimer: NodeJS.Timeout | null = null;
 
-  /**
-   * `idleMs`: the thread ends after this long without work, and with it its heap and the memory
-   * scrypt used (about 25 MB in all); the next sign-in starts a new one in a few milliseconds.
-   */
-  constructor(
-    private readonly maxQueued = 32,
-    private readonly idleMs = 2000,
-  ) {}
-
-  private get thread(): Worker {
-    if (!this.worker) {
-      const worker = new Worker(WORKER_SOURCE, { eval: true });
-      worker.on('message', (m: { req: number; key?: string; error?: string }) => {
-        const entry = this.waiting.get(m.req);
-        this.waiting.delete(m.req);
-        if (this.waiting.size === 0) {
-          worker.unref(); // idle: let the process end
-          this.idleTimer = setTimeout(() => {
-            this.idleTimer = null;
-            if (this.worker === worker && this.waiting.size === 0) {
-              this.worker = null;
-              void worker.terminate();
-            }
-          }, this.idleMs);
-          this.idleTimer.unref();
-        }
-        if (!entry) return;
-        if (m.error !== undefined) entry.reject(new Error(m.error));
-        else entry.resolve(Buffer.from(m.key!, 'base64'));
-      });
-      const fail = (err: Error) => {
-        if (this.worker !== worker) return;
-        this.worker = null;
-        for (const entry of this.waiting.values()) entry.reject(err);
-        this.waiting.clear();
-      };
-      worker.on('error', fail);
-      worker.on('exit', () => fail(new Error('the password thread stopped')));
-      worker.unref(); // after the listeners: adding a 'message' listener refs the port again
-      this.worker = worker;
-    }
-    return this.worker;
-  }
+  constructor(private readonly maxQueued = 32) {}
 
   private derive(password: string, salt: Buffer, keylen: number, params: Params): Promise<Buffer> {
-    if (this.waiting.size >= this.maxQueued) return Promise.reject(new BusyError());
-    const req = this.nextReq++;
-    return new Promise((resolve, reject) => {
-      this.waiting.set(req, { resolve, reject });
-      if (this.idleTimer) clearTimeout(this.idleTimer);
-      this.idleTimer = null;
-      const thread = this.thread;
-      thread.ref(); // an answer is awaited: keep the process alive for it
-      thread.postMessage({ req, password, salt: salt.toString('base64'), keylen, params });
-    });
+    if (this.queued >= this.maxQueued) return Promise.reject(new BusyError());
+    this.queued++;
+    const run = () =>
+      new Promise<Buffer>((resolve, reject) =>
+        scrypt(password, salt, keylen, params, (err, key) => (err ? reject(err) : resolve(key))),
+      );
+    // Chained: one hash at a time, whatever became of the one before.
+    const result = this.last.then(run, run);
+    this.last = result.catch(() => undefined);
+    return result.finally(() => this.queued--);
   }
 
   /** `scrypt$N$r$p$salt$hash`, base64 parts: a slow salted hash, parameters kept for later changes. */
@@ -157,8 +99,6 @@ export class PasswordHasher {
   }
 
   async close(): Promise<void> {
-    const worker = this.worker;
-    this.worker = null;
-    if (worker) await worker.terminate();
+    await this.last;
   }
 }

@@ -1,5 +1,9 @@
-import { RateLimiterMemory, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
+import type { RateLimiterAbstract } from 'rate-limiter-flexible';
 import { LIMITS } from './limits.js';
+import { limiterClass } from './limiters.js';
+
+const RateLimiterMemory = limiterClass('RateLimiterMemory');
+const RateLimiterRes = limiterClass('RateLimiterRes');
 
 /** Too many failed sign-ins: `retryAfter` seconds until the next attempt is considered. */
 export class ThrottledError extends Error {

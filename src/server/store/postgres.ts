@@ -9,8 +9,9 @@ import {
   type PoolClient,
   type QueryResultRow,
 } from 'pg';
-import { RateLimiterPostgres, type RateLimiterAbstract } from 'rate-limiter-flexible';
+import type { RateLimiterAbstract } from 'rate-limiter-flexible';
 import type { Permission } from '../../shared/permissions.js';
+import { limiterClass } from '../limiters.js';
 import { KeyedMutex } from '../mutex.js';
 import {
   ChangedMeanwhileError,
@@ -317,7 +318,7 @@ class Assignments {
  * rate-limiter-flexible's PostgreSQL limiter with its keys hashed: callers join the parts of a
  * key with U+0000, which text cannot hold, and a key may be longer than the table's 255.
  */
-class SharedLimiter extends RateLimiterPostgres {
+class SharedLimiter extends limiterClass('RateLimiterPostgres') {
   override getKey(key: string | number): string {
     return super.getKey(createHash('sha256').update(String(key)).digest('base64url'));
   }
