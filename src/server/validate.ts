@@ -113,6 +113,19 @@ export function stringField(body: Body, key: string, max = 1024): string {
 }
 
 /**
+ * A password being set: 1-1024 characters of well-formed Unicode. A lone surrogate would be
+ * hashed as U+FFFD, so other strings (any lone surrogate, U+FFFD itself) would sign in with it.
+ */
+export function passwordField(body: Body, key: string): string {
+  const value = stringField(body, key);
+  if (!isWellFormed(value))
+    throw Errors.badRequest(
+      `A password must be well-formed Unicode: field "${key}" has a lone surrogate`,
+    );
+  return value;
+}
+
+/**
  * A share's file name: 1-1024 characters of well-formed Unicode (a lone surrogate cannot be
  * encoded in a header or a file name, so it is refused here rather than fail every download).
  */

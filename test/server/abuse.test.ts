@@ -27,6 +27,7 @@ import {
   stalledChunk,
   walkFiles,
   type Res,
+  unique,
   until,
 } from '../helpers/http.js';
 import { encodeLine } from '../../src/server/store/journal.js';
@@ -405,6 +406,46 @@ describe('hostile input: a 4xx with a JSON body, never a 500', () => {
       }),
       400,
     );
+  });
+
+  // A password with a lone surrogate was taken (201, 200) and hashed as if the surrogate were
+  // U+FFFD, so '\uD800secret', '\uDFFFsecret' and '\uFFFDsecret' all signed in (found by a fuzz
+  // pass). A new password must be well-formed Unicode; nothing changes when it is not.
+  it('a new password with a lone surrogate is a 400, and the old password and tokens still work', async () => {
+    const lone = '\uD800secret-password';
+    expectFail(
+      await post(srv.url, '/users', {
+        token: admin,
+        json: { username: unique('lone'), password: lone, permissions: ['READ'] },
+      }),
+      400,
+    );
+    const user = await createUser(srv.url, admin, ['READ', 'CREATE']);
+    const refusals = [
+      patch(srv.url, `/users/${user.username}`, { token: admin, json: { password: lone } }),
+      put(srv.url, `/users/${user.username}`, {
+        token: admin,
+        json: { username: user.username, password: lone, permissions: ['READ', 'CREATE'] },
+      }),
+      post(srv.url, '/users/password', {
+        token: user.token,
+        json: { old: user.password, new: lone },
+      }),
+    ];
+    for (const res of await Promise.all(refusals)) {
+      expectFail(res, 400);
+      expect(res.body.message).toMatch(/password.*well-formed Unicode/i);
+    }
+    expectStatus(await get(srv.url, '/whoami', { token: user.token }), 200);
+    const again = { username: user.username, password: user.password };
+    expectStatus(await post(srv.url, '/users/login', { json: again }), 200);
+    const id = await createShareWithContent(srv.url, user.token, 'lone.txt', Buffer.from('x'));
+    const link = await post(srv.url, `/files/${id}/links`, {
+      token: user.token,
+      json: { password: lone },
+    });
+    expectFail(link, 400);
+    expect((await get(srv.url, `/files/${id}/links`, { token: user.token })).body.data).toEqual([]);
   });
 
   // The old name is planted by appending to db.journal: there is such a file only in the

@@ -4,7 +4,14 @@ import type { Context } from '../context.js';
 import { Errors } from '../errors.js';
 import { route, success } from '../http.js';
 import type { UserRecord } from '../store/index.js';
-import { noJsonBody, onlyFields, requireFields, requireObject, stringField } from '../validate.js';
+import {
+  noJsonBody,
+  onlyFields,
+  passwordField,
+  requireFields,
+  requireObject,
+  stringField,
+} from '../validate.js';
 
 /**
  * The client's address: failed sign-ins, link passwords and link resumes are counted against it.
@@ -115,7 +122,7 @@ export function authRoutes({ store, tokens, passwords, throttle }: Context): Rou
         onlyFields(body, ['old', 'new']);
         requireFields(body, ['old', 'new']);
         const oldPassword = stringField(body, 'old');
-        const newPassword = stringField(body, 'new');
+        const newPassword = passwordField(body, 'new');
         if (!(await checkPassword(req, user.username, oldPassword, user.password_hash))) {
           throw Errors.wrongPassword();
         }

@@ -22,7 +22,7 @@ import {
   noJsonBody,
   onlyFields,
   optionalObject,
-  stringField,
+  passwordField,
 } from '../validate.js';
 import { clientAddress } from './auth.js';
 import { sendContent, shownName } from './content.js';
@@ -172,7 +172,7 @@ export function linkRoutes(ctx: Context): { manage: Router; pages: Router } {
       const max_downloads = maxDownloadsField(body, downloadCap) ?? downloadCap;
       let password_hash: string | null = null;
       if ('password' in body && body.password !== null)
-        password_hash = await passwords.hash(stringField(body, 'password', 1024));
+        password_hash = await passwords.hash(passwordField(body, 'password'));
       const token = randomBytes(24).toString('base64url');
       const link: LinkRecord = {
         id: randomBytes(8).toString('hex'),

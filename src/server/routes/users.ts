@@ -14,11 +14,11 @@ import {
 import {
   noJsonBody,
   onlyFields,
+  passwordField,
   permissionsField,
   quotaField,
   requireFields,
   requireObject,
-  stringField,
   usernameField,
   type Body,
 } from '../validate.js';
@@ -74,7 +74,7 @@ export function userRoutes({ store, passwords }: Context): Router {
     if ('permissions' in body) changes.permissions = permissionsField(body, 'permissions');
     if ('quota' in body) changes.quota = quotaField(body);
     if ('password' in body) {
-      changes.password_hash = await passwords.hash(stringField(body, 'password'));
+      changes.password_hash = await passwords.hash(passwordField(body, 'password'));
       changes.end_tokens = true; // a new password ends every older token
     }
     await store.updateUser(user.id, changes, expect);
@@ -96,7 +96,7 @@ export function userRoutes({ store, passwords }: Context): Router {
     username: usernameField(body),
     permissions: permissionsField(body, 'permissions'),
     register_date: isoNoZone(),
-    password_hash: await passwords.hash(stringField(body, 'password')),
+    password_hash: await passwords.hash(passwordField(body, 'password')),
     token_gen: 0,
     quota: 'quota' in body ? quotaField(body) : null,
   });
