@@ -73,11 +73,12 @@ export function partPathOf(target: string): string {
 
 /**
  * Characters a name from the server may not bring to a terminal or a file name: C0 and C1
- * controls, and the bidirectional controls that make "invoice\u202Efdp.exe" read as
+ * controls, the line and paragraph separators (U+2028, U+2029: line breaks to some terminals and
+ * log viewers), and the bidirectional controls that make "invoice\u202Efdp.exe" read as
  * "invoiceexe.pdf".
  */
 export const UNSAFE_CHARACTERS =
-  /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+  /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
 
 /**
  * Turns a name chosen by the server into a safe single path component, the way browsers do:

@@ -136,17 +136,19 @@ export function fileNameField(body: Body, key = 'file_name'): string {
   const bad = UNSAFE_NAME_CHAR.exec(value);
   if (bad)
     throw Errors.badRequest(
-      `Field "${key}" must not contain control characters (U+0000–U+001F, U+007F–U+009F) or bidirectional embeddings, overrides and isolates (U+202A–U+202E, U+2066–U+2069); it has U+${bad[0].charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')}`,
+      `Field "${key}" must not contain control characters (U+0000–U+001F, U+007F–U+009F), line or paragraph separators (U+2028, U+2029) or bidirectional embeddings, overrides and isolates (U+202A–U+202E, U+2066–U+2069); it has U+${bad[0].charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')}`,
     );
   return value;
 }
 
 /**
  * Characters a file name may not have: C0 controls, DEL, C1 controls (a NUL or CR/LF reaches
- * every client's file system and terminal), and the bidi embeddings, overrides and isolates that
- * make "txt.exe" show as "exe.txt".
+ * every client's file system and terminal), the line and paragraph separators (line breaks to
+ * editors, log viewers and JavaScript before ES2019), and the bidi embeddings, overrides and
+ * isolates that make "txt.exe" show as "exe.txt".
  */
-export const UNSAFE_NAME_CHAR = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/;
+export const UNSAFE_NAME_CHAR =
+  /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/;
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
 

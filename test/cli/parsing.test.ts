@@ -85,6 +85,7 @@ describe('file names from Content-Disposition', () => {
     // A right-to-left override would show "invoice\u202Efdp.exe" as "invoiceexe.pdf".
     expect(sanitizeFileName('invoice\u202Efdp.exe')).toBe('invoicefdp.exe');
     expect(sanitizeFileName('a\u2066b\u2069\u200f\u061c.txt')).toBe('ab.txt');
+    expect(sanitizeFileName('line\u2028break\u2029.txt')).toBe('linebreak.txt');
     for (const bad of ['', '.', '..', '...', ' \u0000 '])
       expect(sanitizeFileName(bad), bad).toBeUndefined();
     expect(Buffer.byteLength(sanitizeFileName('é'.repeat(400))!)).toBeLessThanOrEqual(240);
@@ -116,6 +117,7 @@ describe('permissions and terminal output', () => {
   it('shows control characters from the server as ?', () => {
     expect(printable('a\u001b[31mb\tc')).toBe('a?[31mb?c');
     expect(printable('invoice\u202Efdp.exe \u2067x\u2069')).toBe('invoice?fdp.exe ?x?');
+    expect(printable('a\u2028b\u2029c')).toBe('a?b?c');
     expect(printable('日本語 é ü')).toBe('日本語 é ü');
   });
 });

@@ -443,6 +443,8 @@ describe('file names', () => {
       'a\u202ab',
       'a\u2066b',
       'a\u2069b',
+      'line\u2028break',
+      'para\u2029graph',
     ]) {
       const made = await post(srv.url, '/files', { token: alice.token, json: { file_name: bad } });
       expectFail(made, 400);
@@ -481,9 +483,12 @@ describe('file names', () => {
       ['x\r\nSet-Cookie: a=b', 'x__Set-Cookie: a=b'],
       ['\u202etxt.exe', '_txt.exe'],
       ['c1\u0085\u2066.bin', 'c1__.bin'],
+      ['a\u2028b\u2029.txt', 'a_b_.txt'],
     ]) {
       const header = attachment(stored!);
-      expect(header).not.toMatch(/[\x00-\x1f\x7f]|%00|%0D|%0A|%E2%80%AE|%C2%85|%E2%81%A6/i);
+      expect(header).not.toMatch(
+        /[\x00-\x1f\x7f]|%00|%0D|%0A|%E2%80%AE|%C2%85|%E2%81%A6|%E2%80%A8|%E2%80%A9/i,
+      );
       expect(contentDisposition.parse(header).parameters.filename).toBe(shown);
     }
   });
