@@ -377,6 +377,50 @@ describe('hostile input: a 4xx with a JSON body, never a 500', () => {
     }
   });
 
+  // Property: two upload ids are one upload only when they are the same string. A part may name
+  // its charset (busboy decodes by it), so a dzuuid in UTF-16 could hold a lone surrogate, which
+  // the server's key for the upload (its UTF-8 bytes) took as U+FFFD: "a\ud800" and "a\udc00"
+  // were one upload, and the second id completed what the first began.
+  it('a dzuuid with a lone surrogate (a part in UTF-16) is a 400, and stores nothing', async () => {
+    const id = await createShare(srv.url, admin, 'surrogates.bin');
+    const chunk = (uploadId: string, index: number) => {
+      const boundary = 'sur';
+      const field = (name: string, value: string) =>
+        `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`;
+      return request(srv.url, 'POST', `/files/${id}/content`, {
+        token: admin,
+        headers: { 'content-type': `multipart/form-data; boundary=${boundary}` },
+        body: Buffer.concat([
+          Buffer.from(
+            `--${boundary}\r\nContent-Disposition: form-data; name="dzuuid"\r\n` +
+              'Content-Type: text/plain; charset=utf-16le\r\n\r\n',
+          ),
+          Buffer.from(uploadId, 'utf16le'),
+          Buffer.from(
+            '\r\n' +
+              field('dzchunkindex', String(index)) +
+              field('dztotalchunks', '2') +
+              `--${boundary}\r\nContent-Disposition: form-data; name="upload"; filename="b"\r\n\r\n` +
+              `part${index}\r\n--${boundary}--\r\n`,
+          ),
+        ]),
+      });
+    };
+    for (const [uploadId, index] of [
+      ['a\ud800', 0],
+      ['a\udc00', 1],
+    ] as const) {
+      const res = await chunk(uploadId, index);
+      expectFail(res, 400);
+      expect(res.body.message).toMatch(/dzuuid.*well-formed/);
+    }
+    expect((await get(srv.url, `/files/${id}`, { token: admin })).body).toMatchObject({
+      initialized: false,
+    });
+    // The same id in well-formed UTF-16 is taken.
+    expectStatus(await chunk('a\u00e9', 0), 200);
+  });
+
   it('a dzchunkbyteoffset of 2^62, a dztotalchunks over the limit: 400', async () => {
     const id = await createShare(srv.url, admin, 'offsets.bin');
     const fields = (extra: Record<string, string>) =>

@@ -24,7 +24,7 @@ import {
   type MetadataStore,
   type ShareRecord,
 } from '../store/index.js';
-import { hasChars, toWellFormed, UNSAFE_NAME_CHAR } from '../validate.js';
+import { hasChars, isWellFormed, toWellFormed, UNSAFE_NAME_CHAR } from '../validate.js';
 import { checkOwner, findShare } from './shares.js';
 import { stillAllowed } from '../auth.js';
 import { isExpired } from '../expiry.js';
@@ -50,6 +50,12 @@ export function chunkFields(fields: Record<string, unknown>, maxChunks: number):
       `Form field "dzuuid" must be a string of 1 to ${LIMITS.maxUploadIdChars} characters`,
     );
   }
+  // A part may name its charset (UTF-16): a lone surrogate would be U+FFFD in the upload's key,
+  // so that two different ids named one upload.
+  if (!isWellFormed(uploadId))
+    throw Errors.badRequest(
+      'Form field "dzuuid" must be well-formed Unicode (it has a lone surrogate)',
+    );
   // Dropzone names the count dztotalchunkcount: taken where dztotalchunks is absent (additive),
   // so a Dropzone page needs no mapping of its own.
   const total = int(
@@ -409,9 +415,9 @@ export function contentRoutes(ctx: Context): Router {
       const permission = req.caller.permissions.includes('CREATE') ? 'CREATE' : 'MODIFY';
       const share = await findShare(req, ctx, permission, true);
       const uploadId = String(req.params.upload);
-      if (!hasChars(uploadId, LIMITS.maxUploadIdChars))
+      if (!hasChars(uploadId, LIMITS.maxUploadIdChars) || !isWellFormed(uploadId))
         throw Errors.badRequest(
-          `An upload id (dzuuid) has 1 to ${LIMITS.maxUploadIdChars} characters`,
+          `An upload id (dzuuid) has 1 to ${LIMITS.maxUploadIdChars} characters of well-formed Unicode`,
         );
       // The old owner's uploads of a handover cut short are not the new owner's to resume.
       if (share.pending_handover)
