@@ -36,8 +36,10 @@ export async function fault(point: string, partial?: () => Promise<unknown>): Pr
  * before it is staged), s3.before-put and s3.after-put (its copies' token taken: before the PUTs
  * of the chunk's copy and meta's, and after they landed, before the lock is asked for again),
  * s3.before-publish (new content assembled and its publishing record written, before the
- * share's lock is taken to publish it) and s3.before-end (an upload to be ended, found idle by
- * the sweep or removed, under its lock, before its tombstone is written).
+ * share's lock is taken to publish it), s3.before-end (an upload to be ended, found idle by
+ * the sweep or removed, under its lock, before its tombstone is written), s3.before-tombstone-put
+ * and s3.after-tombstone-put (an upload's tombstone's token taken: before its PUT, and after it
+ * landed, before the lock is asked for again).
  */
 const holds = new Map<string, () => Promise<void>>();
 

@@ -12,7 +12,9 @@
 // (a chunk acknowledged), then the sweep ended the upload: that chunk was removed and the next
 // one got 409. And a chunk whose PUT was under way when its lock was lost landed after another
 // server's copy of that index (200), replacing it: answered 200 too, and the upload completed with
-// its bytes. Only PostgreSQL has locks that can be lost.
+// its bytes. And a sweep's tombstone whose PUT was under way when its lock was lost landed after
+// the client resumed the upload through another server (a chunk acknowledged): the upload counted
+// as finished, its next chunk got 409. Only PostgreSQL has locks that can be lost.
 import { randomBytes, randomUUID } from 'node:crypto';
 import { Client } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -24,6 +26,7 @@ import {
   expectFail,
   expectStatus,
   getShare,
+  request,
   sendChunk,
   sendParts,
   sha256hex,
@@ -137,6 +140,81 @@ describe('S3 objects of a task whose share lock was lost', () => {
     await third;
     expectStatus(await sendChunk(own.direct, t, id, chunk(2)), 201);
     expect((await content(own.direct, t, id)).equals(data)).toBe(true);
+  });
+
+  // A sweep's tombstone whose PUT was under way when its lock was lost, landing after another
+  // server stored a chunk of the upload (found broken: the upload counted as finished, the next
+  // chunk got 409, and the acknowledged one was lost with it). Each tombstone now has the token
+  // of its lock, and one that a copy staged by a later lock holder outranks ends nothing.
+  it('an upload resumed through another server is not ended by a tombstone whose PUT lands after its lock was lost', async () => {
+    const id = await createShare(own.direct, t, 'tombstone.bin');
+    const dzuuid = randomUUID();
+    const data = randomBytes(7000);
+    const chunk = (index: number) => ({
+      dzuuid,
+      index,
+      total: 3,
+      data: data.subarray(index * 3000, (index + 1) * 3000),
+    });
+    // The sweeper of the test before, if any, sweeps no more.
+    await (await third)?.close();
+    expectStatus(await sendChunk(own.direct, t, id, chunk(0)), 200);
+    let status: Res | undefined;
+    let completed: Res | undefined;
+    // A sweeper's start-up sweep found the upload idle and checked its lock; its tombstone's
+    // PUT is held until the lock is lost and the client resumed through another server.
+    await loseLockAt(
+      db,
+      's3.before-tombstone-put',
+      () =>
+        (third = startSibling(own, 'tombstone', own.database, { uploadIdleMs: 0 }).then(
+          (s) => s.server,
+        )),
+      async () => {
+        expectStatus(await sendChunk(otherUrl, t, id, chunk(1)), 200);
+        // Once the tombstone has landed, before its server can learn that its lock is gone.
+        holdAt('s3.after-tombstone-put', async () => {
+          status = await request(otherUrl, 'GET', `/files/${id}/uploads/${dzuuid}`, { token: t });
+          completed = await sendChunk(otherUrl, t, id, chunk(2));
+        });
+      },
+    );
+    await third;
+    expect(status).toBeDefined();
+    expectStatus(status!, 200);
+    expect(status!.body).toMatchObject({ received: [0, 1] });
+    expectStatus(completed!, 201);
+    expect((await content(own.direct, t, id)).equals(data)).toBe(true);
+    expect(await getShare(own.direct, t, id)).toMatchObject({
+      size: 7000,
+      sha256: sha256hex(data),
+    });
+    // The upload did finish, and says so.
+    const uploads = `/files/${id}/uploads/${dzuuid}`;
+    expectFail(await request(own.direct, 'GET', uploads, { token: t }), 410);
+  });
+
+  // The tombstone's lock is asked for again once it landed (and the tombstone removed if lost):
+  // a completion whose content was published must still say so.
+  it('a completion whose lock is lost after publishing, while its tombstone is written, answers 201 with the content in place', async () => {
+    const id = await createShare(own.direct, t, 'closed.bin');
+    const dzuuid = randomUUID();
+    const data = randomBytes(5000);
+    const chunk = (index: number) => ({
+      dzuuid,
+      index,
+      total: 2,
+      data: data.subarray(index * 3000, (index + 1) * 3000),
+    });
+    expectStatus(await sendChunk(own.direct, t, id, chunk(0)), 200);
+    const res = await loseLock(
+      's3.before-tombstone-put',
+      () => sendChunk(own.direct, t, id, chunk(1)),
+      async () => undefined,
+    );
+    expectStatus(res, 201);
+    expect(await getShare(otherUrl, t, id)).toMatchObject({ size: 5000, sha256: sha256hex(data) });
+    expect((await content(otherUrl, t, id)).equals(data)).toBe(true);
   });
 
   // A chunk whose PUT was under way when its lock was lost, landing after another server's copy

@@ -695,6 +695,55 @@ describe('S3Storage', () => {
     expect(await keys(`${prefix}uploads/`)).toEqual([]);
   });
 
+  // A tombstone whose PUT landed after its lock was lost, and after a later lock holder staged a
+  // chunk (higher token), must not end the upload (lost-lock-objects.test.ts shows it end to end).
+  it('an upload is finished only by a tombstone no copy outranks; one without a token (earlier servers) outranks all', async () => {
+    const { a, b, prefix } = await twoServers();
+    const shareId = randomUUID();
+    const [c0, c1, c2] = split(randomBytes(30), 10);
+    const { publish } = publisher();
+    const Bucket = parseS3Url(bucketUrl).bucket;
+    const tombstoneOf = (uploadId: string) =>
+      `${prefix}finished/${shareId}/${createHash('sha256').update(uploadId).digest('hex').slice(0, 40)}`;
+    const put = (Key: string) => raw.send(new PutObjectCommand({ Bucket, Key, Body: '' }));
+    const uploadId = randomUUID();
+    const tombstone = tombstoneOf(uploadId);
+    const fields = (index: number) => ({ uploadId, index, total: 3 });
+    expect(await send(a, shareId, fields(0), c0!, publish)).toBe('stored');
+
+    // Outranked by chunk 0's copy: the upload goes on, and the sweep of old tombstones only
+    // removes it.
+    await put(`${tombstone}.0`);
+    expect(await b.uploadStatus(shareId, uploadId)).toEqual({ total: 3, received: [0], bytes: 10 });
+    expect(await b.isUnfinished(shareId, uploadId)).toBe(true);
+    timeShift = 49 * 3600 * 1000;
+    await b.sweep(100 * 3600 * 1000);
+    timeShift = 0;
+    expect(await keys(`${prefix}finished/`)).toEqual([]);
+    expect(await a.uploadStatus(shareId, uploadId)).toMatchObject({ received: [0] });
+
+    // The next copy staged removes an outranked tombstone.
+    await put(`${tombstone}.0`);
+    expect(await send(b, shareId, fields(1), c1!, publish)).toBe('stored');
+    expect(await keys(`${prefix}finished/`)).toEqual([]);
+
+    // One above every copy's token ends it.
+    await put(`${tombstone}.999`);
+    expect(await a.uploadStatus(shareId, uploadId)).toBe('finished');
+    expect(await a.isUnfinished(shareId, uploadId)).toBe(false);
+    expect(await refusal(send(b, shareId, fields(2), c2!, publish))).toBe('finished');
+
+    // So does one without a token, whatever the copies' tokens.
+    const older = randomUUID();
+    expect(await send(a, shareId, { ...fields(0), uploadId: older }, c0!, publish)).toBe('stored');
+    await put(tombstoneOf(older));
+    expect(await b.uploadStatus(shareId, older)).toBe('finished');
+    expect(await b.isUnfinished(shareId, older)).toBe(false);
+    expect(await refusal(send(a, shareId, { ...fields(1), uploadId: older }, c1!, publish))).toBe(
+      'finished',
+    );
+  });
+
   it('sweeps idle uploads and old tombstones, and aborts what a cut assembly left', async () => {
     const { a, b, prefix } = await twoServers();
     const shareId = randomUUID();

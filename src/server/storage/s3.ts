@@ -121,8 +121,12 @@ interface UploadObjects {
   top: number;
   /** Every object under the upload's directory (full keys). */
   keys: string[];
-  /** When its tombstone was written (ms), if it has one (listUpload only). */
+  /**
+   * When its tombstone was written (ms), if it has one that no copy outranks (listUpload only).
+   */
   finished?: number;
+  /** Keys of its tombstones that a copy outranks: they end nothing (listUpload only). */
+  stale: string[];
   /** Its chosen meta copy. */
   meta: Copy | null;
   multipart: boolean;
@@ -137,7 +141,7 @@ interface UploadRef {
   shareId: string;
   /** Full key prefix of its objects, ending in "/". */
   dir: string;
-  /** Full key of its tombstone. */
+  /** Full key of its tombstones: `<tombstone>.<token>`, or `<tombstone>` as older servers wrote. */
   tombstone: string;
   lockKey: string;
 }
@@ -184,12 +188,15 @@ class Received implements ReceivedChunk {
  *       meta.<token>     its total, layout and dzsha256 (JSON), written with its first chunk
  *       <index>.<token>  a stored chunk (user metadata: total, offset, chunksize, filesize)
  *       multipart        while it is assembled: the S3 UploadId of the new content (JSON)
- *   <prefix>finished/<share_id>/<key>     tombstone of an upload that completed, failed its
+ *   <prefix>finished/<share_id>/<key>.<token>
+ *                                         tombstone of an upload that completed, failed its
  *                                         digest, was swept or removed: its late chunks are
  *                                         refused while it is kept (finishedUploadKeepMs)
  *
  * Each copy of a chunk or meta has a key of its own, and the one with the highest token counts
  * (stageCopy); `meta` and `<index>` without a token (token 0) are what earlier servers wrote.
+ * A tombstone ends its upload only if its token is above every copy's (putTombstone); one
+ * without a token (`finished/<share_id>/<key>`: earlier servers, or no `fence`) always does.
  *
  * Tombstones have a prefix of their own so that listing the unfinished uploads (every new upload,
  * every chunk of a user with a quota) costs what those hold, not what finished in the last days.
@@ -459,7 +466,7 @@ export class S3Storage implements ContentStorage {
       throw err;
     }
     // Held when the copies landed: those they replace go (copies a later one replaced, too).
-    const replaced = [...objects.replaced];
+    const replaced = [...objects.replaced, ...objects.stale];
     const before = objects.copies.get(fields.index);
     if (before) replaced.push(before.key);
     if (meta && objects.meta) replaced.push(objects.meta.key);
@@ -616,7 +623,9 @@ export class S3Storage implements ContentStorage {
       throw err;
     }
     await fault('s3.after-publish');
-    await this.finish(upload);
+    // The content is the share's: a lock lost now leaves the upload as a crash here would (its
+    // record names published content, so it counts for nothing until a retry or a sweep ends it).
+    await this.finish(upload).catch(ignoreLost);
     if (replaced && replaced !== blob) await this.removeContent(replaced);
     return 'complete';
   }
@@ -769,8 +778,31 @@ export class S3Storage implements ContentStorage {
    * (and the multipart upload a marker names is aborted). Late chunks are refused from then on.
    */
   private async finish(upload: UploadRef): Promise<void> {
-    await this.putText(upload.tombstone, '');
+    await this.putTombstone(upload);
     await this.clear(upload, await this.listUpload(upload));
+  }
+
+  /**
+   * Writes the upload's tombstone under a key of its own, `<tombstone>.<token>` (stageCopy's
+   * token): its PUT may be under way when the lock drops and land after another server staged a
+   * chunk of the upload, which has a higher token. An upload is finished only by a tombstone no
+   * copy outranks (listUpload), so that chunk keeps the upload going, in whatever order the two
+   * land. Once it landed the lock is asked for again; if lost, the tombstone is removed.
+   */
+  private async putTombstone(upload: UploadRef): Promise<void> {
+    // Without `fence` the lock cannot be lost: a tombstone without a token outranks every copy.
+    const key = this.options.fence
+      ? `${upload.tombstone}.${await this.options.fence()}`
+      : upload.tombstone;
+    try {
+      await pausePoint('s3.before-tombstone-put');
+      await this.putText(key, '');
+      await pausePoint('s3.after-tombstone-put');
+      await this.options.checkLock?.(upload.shareId);
+    } catch (err) {
+      await this.remove([key]).catch(() => undefined);
+      throw err;
+    }
   }
 
   /** Removes a finished upload's objects (but a marker it cannot abort yet). */
@@ -844,8 +876,7 @@ export class S3Storage implements ContentStorage {
       await pausePoint('s3.before-end');
       // Found idle under the lock; if the lock was lost since, another server may have stored
       // a chunk of it (acknowledged) that this listing did not see: the upload is not ended.
-      // What remains open is the tombstone's PUT under way when the lock drops (one small
-      // request), landing after another server stored a chunk.
+      // (A tombstone landing after such a chunk is outranked by it: putTombstone.)
       if (maxIdleMs !== undefined) await this.options.checkLock?.(upload.shareId);
       await this.finish(upload);
     }
@@ -860,12 +891,15 @@ export class S3Storage implements ContentStorage {
     const root = this.key('finished/');
     for await (const tombstone of this.objects(root)) {
       if (this.now() - tombstone.modified <= keep) continue;
-      const [shareId, key] = tombstone.key.slice(root.length).split('/');
+      const [shareId, name] = tombstone.key.slice(root.length).split('/');
+      const key = name?.split('.')[0];
       if (!shareId || !key) continue;
       const upload = this.upload(shareId, key);
       await this.options.lock(upload.lockKey, async () => {
-        await this.end(upload);
-        await this.remove([upload.tombstone]);
+        // An outranked tombstone ended nothing: its upload is left to the idle sweep.
+        const objects = await this.listUpload(upload);
+        if (objects.finished !== undefined) await this.clear(upload, objects);
+        await this.remove([tombstone.key]);
       });
     }
     await this.abortStaleMultipart(Math.max(maxIdleMs, STALE_MULTIPART_MS));
@@ -912,15 +946,17 @@ export class S3Storage implements ContentStorage {
 
   async isUnfinished(shareId: string, uploadId: string): Promise<boolean> {
     const upload = this.upload(shareId, uploadKeyOf(uploadId));
+    const first = (prefix: string) =>
+      this.call(`ListObjectsV2 ${this.describe(prefix)}`, (c) =>
+        c.send(new ListObjectsV2Command({ Bucket: this.bucket, Prefix: prefix, MaxKeys: 1 })),
+      ).then((page) => page.Contents?.[0]?.Key);
     // Chunk keys (digits) sort before every other name: the first key says whether there is one.
-    const [first, finished] = await Promise.all([
-      this.call(`ListObjectsV2 ${this.describe(upload.dir)}`, (c) =>
-        c.send(new ListObjectsV2Command({ Bucket: this.bucket, Prefix: upload.dir, MaxKeys: 1 })),
-      ),
-      this.exists(upload.tombstone),
-    ]);
-    const key = first.Contents?.[0]?.Key;
-    return !finished && key !== undefined && /^\d+(\.\d+)?$/.test(key.slice(upload.dir.length));
+    const [key, tombstone] = await Promise.all([first(upload.dir), first(upload.tombstone)]);
+    if (key === undefined || !/^\d+(\.\d+)?$/.test(key.slice(upload.dir.length))) return false;
+    if (tombstone === undefined) return true;
+    // Whether a copy outranks the tombstones takes every key.
+    const objects = await this.listUpload(upload);
+    return objects.finished === undefined && objects.chunks.size > 0;
   }
 
   async uploadStatus(
@@ -975,17 +1011,28 @@ export class S3Storage implements ContentStorage {
     };
   }
 
-  /** One upload's objects (every page of the listing), and its tombstone's age. */
+  /** One upload's objects (every page of the listing), and its tombstones that count. */
   private async listUpload(upload: UploadRef): Promise<UploadObjects> {
     const objects = emptyObjects();
-    const [, finished] = await Promise.all([
+    const tombstones: { key: string; token: number; modified: number }[] = [];
+    await Promise.all([
       (async () => {
         for await (const object of this.objects(upload.dir))
           addObject(objects, object.key.slice(upload.dir.length), object);
       })(),
-      this.modified(upload.tombstone),
+      (async () => {
+        // The upload's own: `<key>` or `<key>.<token>` (every upload's key has the same length).
+        for await (const object of this.objects(upload.tombstone)) {
+          const token = tombstoneToken(object.key.slice(upload.tombstone.length));
+          if (token !== null) tombstones.push({ ...object, token });
+        }
+      })(),
     ]);
-    if (finished !== null) objects.finished = finished;
+    for (const tombstone of tombstones) {
+      // A chunk staged by a later lock holder outranks a tombstone whose lock was lost.
+      if (tombstone.token <= objects.top) objects.stale.push(tombstone.key);
+      else objects.finished = Math.max(objects.finished ?? 0, tombstone.modified);
+    }
     return objects;
   }
 
@@ -1309,23 +1356,6 @@ export class S3Storage implements ContentStorage {
     return found.tags.get(index) ?? null;
   }
 
-  private async exists(key: string): Promise<boolean> {
-    return (await this.modified(key)) !== null;
-  }
-
-  /** When an object was last written (ms), or null when there is none. */
-  private async modified(key: string): Promise<number | null> {
-    try {
-      const head = await this.call(`HeadObject ${this.describe(key)}`, (c) =>
-        c.send(new HeadObjectCommand({ Bucket: this.bucket, Key: key })),
-      );
-      return head.LastModified?.getTime() ?? 0;
-    } catch (err) {
-      if (isMissing(err)) return null;
-      throw err;
-    }
-  }
-
   /** Every object under a key prefix, page by page (of `pageSize` keys, S3's 1000 by default). */
   private async *objects(
     prefix: string,
@@ -1434,6 +1464,7 @@ function emptyObjects(): UploadObjects {
     tags: new Map(),
     copies: new Map(),
     replaced: [],
+    stale: [],
     top: 0,
     keys: [],
     meta: null,
@@ -1464,6 +1495,13 @@ function addObject(
     objects.tags.set(index, copy.etag);
   } else if (name === 'multipart') objects.multipart = true;
   else if (name === 'publishing') objects.publishing = true;
+}
+
+/** A tombstone's token, from what follows the upload's key: none (older servers) outranks all. */
+function tombstoneToken(suffix: string): number | null {
+  if (suffix === '') return Infinity;
+  const match = /^\.(\d{1,15})$/.exec(suffix);
+  return match ? Number(match[1]) : null;
 }
 
 /** A chunk's or meta's copy, from its name under the upload's directory; null for other objects. */
