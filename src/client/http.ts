@@ -336,7 +336,11 @@ function serverDelay(
   n: number,
 ): { ms: number; why: string } | undefined {
   const asked = retryAfterMs(res.headers);
-  if (!transient(res.statusCode) && !(res.statusCode === 429 && asked !== undefined))
+  if (
+    !transient(res.statusCode) &&
+    res.statusCode !== 408 &&
+    !(res.statusCode === 429 && asked !== undefined)
+  )
     return undefined;
   if (asked !== undefined && asked > MAX_RETRY_AFTER_MS) return undefined;
   const backoff = backoffDelay(client.retry, n);
@@ -411,7 +415,12 @@ export async function send(client: ApiClient, req: RawRequest): Promise<Response
       await sleep(delay, undefined, { signal: req.signal });
       continue;
     }
-    const delay = req.retryServerErrors && n <= client.retry.retries && serverDelay(res, client, n);
+    // A 408 says the request never arrived whole (RFC 9110 §15.5.9: the client may send it
+    // again), as a connection cut before the answer would: retried like one.
+    const delay =
+      (req.retryServerErrors || (res.statusCode === 408 && req.idempotent)) &&
+      n <= client.retry.retries &&
+      serverDelay(res, client, n);
     if (delay) {
       repeated = true;
       await res.dump();

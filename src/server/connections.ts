@@ -126,6 +126,29 @@ export function createHttpServer(
         'idle',
         `closed a connection from ${socket.remoteAddress} that sent or read nothing for ${limits.idleTimeoutMs / 1000} s`,
       );
+    // A body that stopped coming is answered, as headers that never finish are (clientError):
+    // the request can never complete, and its handler sees it aborted when the connection ends.
+    // Not once the answer has begun (a reader that stopped), nor a second time (that one is
+    // not read either): then the connection is only cut.
+    const reading = (socket as Parsed).parser?.incoming;
+    if (
+      reading &&
+      !reading.complete &&
+      !(socket as Parsed)._httpMessage?.headersSent &&
+      socket.writable &&
+      !socket.writableEnded
+    ) {
+      socket.end(
+        rawAnswer(
+          408,
+          `The request's body stopped arriving: nothing for ${limits.idleTimeoutMs / 1000} s`,
+        ),
+      );
+      // Once handed to the kernel (which still delivers it), the request ends: its partial
+      // chunk is removed now, not when the client gets round to closing.
+      socket.once('finish', () => socket.destroy());
+      return;
+    }
     socket.destroy();
   });
 
@@ -158,18 +181,10 @@ export function createHttpServer(
   server.on('connect', (_req: http.IncomingMessage, socket: Socket) => {
     // Node has taken its own listeners off the socket: a reset must not be an uncaught error.
     socket.on('error', () => socket.destroy());
-    const body = JSON.stringify({
-      status: 'fail',
-      message: 'CONNECT is not allowed: the server is not a proxy',
-    });
     socket.end(
-      'HTTP/1.1 405 Method Not Allowed\r\n' +
-        'Content-Type: application/json; charset=utf-8\r\n' +
-        `Content-Length: ${Buffer.byteLength(body)}\r\n` +
-        'Allow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS\r\n' +
-        'Access-Control-Allow-Origin: *\r\n' +
-        'Connection: close\r\n\r\n' +
-        body,
+      rawAnswer(405, 'CONNECT is not allowed: the server is not a proxy', {
+        Allow: 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS',
+      }),
     );
   });
 
@@ -186,19 +201,7 @@ export function createHttpServer(
           : err.code === 'HPE_INVALID_EOF_STATE'
             ? [400, 'The request was cut off before it ended']
             : [400, 'The request is not valid HTTP'];
-    const body = JSON.stringify({ status: 'fail', message });
-    const answer =
-      `HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\n` +
-      'Content-Type: application/json; charset=utf-8\r\n' +
-      `Content-Length: ${Buffer.byteLength(body)}\r\n` +
-      // Every answer allows any origin (API.md "CORS"): a browser page then reads this error.
-      'Access-Control-Allow-Origin: *\r\n' +
-      'Connection: close\r\n\r\n' +
-      body;
-    type Parsed = Socket & {
-      _httpMessage?: http.ServerResponse | null;
-      parser?: { incoming?: http.IncomingMessage | null } | null;
-    };
+    const answer = rawAnswer(status, message);
     const reading = (socket as Parsed).parser?.incoming;
     if (reading && !reading.complete) {
       // The request being read can never complete (its body was cut off, or is not HTTP): it is
@@ -225,4 +228,27 @@ export function createHttpServer(
     answerInTurn();
   });
   return server;
+}
+
+/** What Node's server keeps on a socket: the answer being written, the request being read. */
+type Parsed = Socket & {
+  _httpMessage?: http.ServerResponse | null;
+  parser?: { incoming?: http.IncomingMessage | null } | null;
+};
+
+/** A whole HTTP answer with a JSON error, written on the socket itself; the connection closes. */
+function rawAnswer(status: number, message: string, headers: Record<string, string> = {}): string {
+  const body = JSON.stringify({ status: 'fail', message });
+  return (
+    `HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\n` +
+    'Content-Type: application/json; charset=utf-8\r\n' +
+    `Content-Length: ${Buffer.byteLength(body)}\r\n` +
+    Object.entries(headers)
+      .map(([name, value]) => `${name}: ${value}\r\n`)
+      .join('') +
+    // Every answer allows any origin (API.md "CORS"): a browser page then reads this error.
+    'Access-Control-Allow-Origin: *\r\n' +
+    'Connection: close\r\n\r\n' +
+    body
+  );
 }

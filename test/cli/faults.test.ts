@@ -49,13 +49,15 @@ describe('transfers survive a flaky network', () => {
 
   const isContent = (req: IncomingMessage) => /\/content$/.test(req.url ?? '');
 
-  it('retries chunks that fail with 5xx or a dropped connection', async () => {
+  it('retries chunks that fail with 5xx, 408 or a dropped connection', async () => {
     let chunkRequests = 0;
     fault = (req) => {
       if (req.method !== 'POST' || !isContent(req)) return 'pass';
       chunkRequests++;
       if (chunkRequests === 2 || chunkRequests === 5) return 'http503';
       if (chunkRequests === 3) return 'drop';
+      // What fshare serve answers to a chunk whose body stalled (nothing for 30 s).
+      if (chunkRequests === 7) return 'http408';
       return 'pass';
     };
     const res = await cli.run([
@@ -70,7 +72,7 @@ describe('transfers survive a flaky network', () => {
     expect(res.exitCode, res.stderr).toBe(0);
     const [share] = JSON.parse(res.stdout) as { share_id: string; size: number }[];
     expect(share!.size).toBe(original.length);
-    expect(chunkRequests).toBe(10 + 3); // 10 chunks, 3 of them sent twice
+    expect(chunkRequests).toBe(10 + 4); // 10 chunks, 4 of them sent twice
     fault = () => 'pass';
     const got = await cli.runBinary(['get', share!.share_id, '-o', '-']);
     expect(got.stdout.equals(original)).toBe(true);

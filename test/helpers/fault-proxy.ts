@@ -16,6 +16,7 @@ import {
  */
 export type Fault =
   | 'pass'
+  | 'http408'
   | 'http409'
   | 'http503'
   | 'http507'
@@ -61,7 +62,12 @@ export function startFaultProxy(
         req.socket.destroy();
         return;
       }
-      if (fault === 'http409' || fault === 'http503' || fault === 'http507') {
+      if (
+        fault === 'http408' ||
+        fault === 'http409' ||
+        fault === 'http503' ||
+        fault === 'http507'
+      ) {
         const status = Number(fault.slice(4));
         req.resume();
         req.on('end', () => {

@@ -205,7 +205,9 @@ describe('slow clients', () => {
     expect(notices.join('\n')).not.toContain('127.0.6.2');
   });
 
-  it('a body that stops: the connection is closed and the chunk leaves nothing behind', async () => {
+  // Property: a body that stops gets a JSON 408, as headers that never finish do (it had only its
+  // connection closed, so a client could not tell a stall from a crash), and leaves nothing.
+  it('a body that stops: a JSON 408, the connection is closed and the chunk leaves nothing behind', async () => {
     const id = await createShare(srv.direct, admin, 'stalls.bin');
     const stalled = await stalledChunk(
       srv.direct,
@@ -215,7 +217,10 @@ describe('slow clients', () => {
       randomBytes(200_000),
       100_000,
     );
-    await expect(stalled.response).rejects.toThrow();
+    const answer = await stalled.response;
+    expectFail(answer, 408);
+    expect(answer.body.message).toMatch(/body stopped arriving: nothing for 2\.5 s/);
+    expect(answer.headers.connection).toBe('close');
     expect(notices.join('\n')).toMatch(/sent or read nothing for 2\.5 s/);
     // The cut request's cleanup runs as it fails: wait for it (bounded), then nothing is left.
     await until(
