@@ -71,16 +71,19 @@ describe('S3 objects of a task whose share lock was lost', () => {
   const loseLock = (point: string, chunk: () => Promise<Res>, meanwhile: () => Promise<void>) =>
     loseLockAt(db, point, chunk, meanwhile);
 
+  /** Chunk `index` of the upload `dzuuid` of `data`, in `total` chunks of 3000 bytes. */
+  const pieces = (dzuuid: string, data: Buffer, total: number) => (index: number) => ({
+    dzuuid,
+    index,
+    total,
+    data: data.subarray(index * 3000, (index + 1) * 3000),
+  });
+
   it('content a share names is never removed by a server whose lock was lost: another server published it from that server’s publishing record', async () => {
     const id = await createShare(own.direct, t, 'published.bin');
     const data = randomBytes(5000);
     const dzuuid = randomUUID();
-    const chunk = (index: number) => ({
-      dzuuid,
-      index,
-      total: 2,
-      data: data.subarray(index * 3000, (index + 1) * 3000),
-    });
+    const chunk = pieces(dzuuid, data, 2);
     expectStatus(await sendChunk(own.direct, t, id, chunk(0)), 200);
     const res = await loseLock(
       's3.before-publish',
@@ -118,12 +121,7 @@ describe('S3 objects of a task whose share lock was lost', () => {
     const id = await createShare(own.direct, t, 'swept.bin');
     const dzuuid = randomUUID();
     const data = randomBytes(7000);
-    const chunk = (index: number) => ({
-      dzuuid,
-      index,
-      total: 3,
-      data: data.subarray(index * 3000, (index + 1) * 3000),
-    });
+    const chunk = pieces(dzuuid, data, 3);
     expectStatus(await sendChunk(own.direct, t, id, chunk(0)), 200);
     // A server that takes every unfinished upload for idle: its start-up sweep ends this one.
     // Only the sweep holds an advisory lock in this database (the upload's) when it is held.
@@ -150,12 +148,7 @@ describe('S3 objects of a task whose share lock was lost', () => {
     const id = await createShare(own.direct, t, 'tombstone.bin');
     const dzuuid = randomUUID();
     const data = randomBytes(7000);
-    const chunk = (index: number) => ({
-      dzuuid,
-      index,
-      total: 3,
-      data: data.subarray(index * 3000, (index + 1) * 3000),
-    });
+    const chunk = pieces(dzuuid, data, 3);
     // The sweeper of the test before, if any, sweeps no more.
     await (await third)?.close();
     expectStatus(await sendChunk(own.direct, t, id, chunk(0)), 200);
@@ -200,12 +193,7 @@ describe('S3 objects of a task whose share lock was lost', () => {
     const id = await createShare(own.direct, t, 'closed.bin');
     const dzuuid = randomUUID();
     const data = randomBytes(5000);
-    const chunk = (index: number) => ({
-      dzuuid,
-      index,
-      total: 2,
-      data: data.subarray(index * 3000, (index + 1) * 3000),
-    });
+    const chunk = pieces(dzuuid, data, 2);
     expectStatus(await sendChunk(own.direct, t, id, chunk(0)), 200);
     const res = await loseLock(
       's3.before-tombstone-put',
