@@ -2,9 +2,11 @@
 // points through FSHARE_FAULT) and restart it on the same data directory.
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { stat } from 'node:fs/promises';
+import { mkdtemp, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll } from 'vitest';
 import { serveArgs } from './cli.js';
 import { walkFiles } from './http.js';
 import { ADMIN } from './server.js';
@@ -27,6 +29,24 @@ const children = new Set<ChildProcess>();
 /** Kills every child still running (for afterAll). */
 export function killAll(): void {
   for (const child of children) child.kill('SIGKILL');
+}
+
+/**
+ * For a test file that runs `serve`: builds first, and gives a temp directory (`fshare-NAME-*`)
+ * for its data directories; after the file, every child still running is killed and the
+ * directory removed. Returns a path below that directory.
+ */
+export function serveRoot(name: string): (path: string) => string {
+  let root: string | undefined;
+  beforeAll(async () => {
+    await ensureBuilt();
+    root = await mkdtemp(join(tmpdir(), `fshare-${name}-`));
+  }, 120_000);
+  afterAll(async () => {
+    killAll();
+    if (root) await rm(root, { recursive: true, force: true });
+  });
+  return (path) => join(root!, path);
 }
 
 /** Builds dist/ when it is missing or older than src/ (`npm test` builds first anyway). */

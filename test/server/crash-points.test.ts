@@ -3,10 +3,9 @@
 // content serves exactly `size` bytes with the recorded sha256, no file is left that nothing
 // refers to, and an upload cut by the crash can be finished by sending what was not acknowledged.
 import { randomBytes, randomUUID } from 'node:crypto';
-import { mkdtemp, readdir, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   content,
   createShare,
@@ -21,22 +20,14 @@ import {
   walkFiles,
   type Res,
 } from '../helpers/http.js';
-import { ensureBuilt, killAll, serve, stop, type Running } from '../helpers/serve.js';
+import { serve, stop, type Running, serveRoot } from '../helpers/serve.js';
 import { ADMIN, login } from '../helpers/server.js';
 
-let root: string;
-beforeAll(async () => {
-  await ensureBuilt();
-  root = await mkdtemp(join(tmpdir(), 'fshare-crash-points-'));
-});
-afterAll(async () => {
-  killAll();
-  await rm(root, { recursive: true, force: true });
-});
+const dirIn = serveRoot('crash-points');
 
 /** A data directory with its administrator made, and a token (valid across restarts). */
 async function freshDir(name: string): Promise<{ dir: string; token: string }> {
-  const dir = join(root, name);
+  const dir = dirIn(name);
   const first = await serve(dir);
   const token = await login(first.url, ADMIN.username, ADMIN.password);
   await stop(first);

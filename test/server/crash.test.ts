@@ -3,12 +3,11 @@
 // finishing it"; API.md: "an upload interrupted by a server restart or crash can be finished").
 import { randomBytes, randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import http from 'node:http';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import jwt from 'jsonwebtoken';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import {
   content,
   createShare,
@@ -21,11 +20,10 @@ import {
   sendChunk,
   split,
 } from '../helpers/http.js';
-import { ensureBuilt, kill9, killAll, serve } from '../helpers/serve.js';
+import { kill9, serve, serveRoot } from '../helpers/serve.js';
 import { DataDirInUseError } from '../../src/server/store/dirlock.js';
 import { ADMIN, login, startServer } from '../helpers/server.js';
 
-let root: string;
 let dataDir: string;
 
 /** Starts sending a chunk request but stops halfway through its body; never finishes it. */
@@ -60,15 +58,9 @@ function halfSentChunk(
   return new Promise<void>((sent) => req.write(body.subarray(0, body.length / 2), () => sent()));
 }
 
-beforeAll(async () => {
-  await ensureBuilt();
-  root = await mkdtemp(join(tmpdir(), 'fshare-crash-'));
-  dataDir = join(root, 'data');
-});
-
-afterAll(async () => {
-  killAll();
-  await rm(root, { recursive: true, force: true });
+const dirIn = serveRoot('crash');
+beforeAll(() => {
+  dataDir = dirIn('data');
 });
 
 describe('SIGKILL during an upload', () => {
@@ -211,7 +203,7 @@ describe('SIGKILL during an upload', () => {
 describe('the binary', () => {
   it('signs tokens with FSHARE_SECRET when it is set', async () => {
     const secret = `env-secret-${randomUUID()}`;
-    const running = await serve(join(root, 'env-secret'), { FSHARE_SECRET: secret });
+    const running = await serve(dirIn('env-secret'), { FSHARE_SECRET: secret });
     try {
       const token = await login(running.url, ADMIN.username, ADMIN.password);
       expect(() => jwt.verify(token, secret, { algorithms: ['HS256'] })).not.toThrow();
@@ -223,7 +215,7 @@ describe('the binary', () => {
 
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     it(`shuts down gracefully on ${signal}: exits by itself with code 0, db.json whole`, async () => {
-      const dir = join(root, `graceful-${signal}`);
+      const dir = dirIn(`graceful-${signal}`);
       const running = await serve(dir);
       const token = await login(running.url, ADMIN.username, ADMIN.password);
       await createShareWithContent(running.url, token, 'g.txt', Buffer.from('graceful'));
@@ -234,7 +226,7 @@ describe('the binary', () => {
   }
 
   it('without admin options, the first start prints a generated admin password once', async () => {
-    const dir = join(root, 'generated-admin');
+    const dir = dirIn('generated-admin');
     const noAdmin = { FSHARE_ADMIN_USER: undefined, FSHARE_ADMIN_PASSWORD: undefined };
     let running = await serve(dir, noAdmin);
     let password: string;
@@ -263,7 +255,7 @@ describe('the binary', () => {
 // dies with its holder, so a crash never leaves a lock that blocks the restart.
 describe('one data directory, one server', () => {
   it('a second server is refused with one line naming the first, and changes nothing', async () => {
-    const dir = join(root, 'shared');
+    const dir = dirIn('shared');
     const first = await serve(dir);
     const token = await login(first.url, ADMIN.username, ADMIN.password);
     const one = await createShare(first.url, token, 'one.txt');

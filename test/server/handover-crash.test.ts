@@ -5,9 +5,6 @@
 // so an upload started under the old owner is ended as a completed handover ends it; the new
 // owner can neither finish it (409, 410) nor be counted for its chunks against their quota.
 import { randomUUID } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   createShare,
@@ -22,18 +19,10 @@ import {
 } from '../helpers/http.js';
 import { createDatabase, startPostgres, type PgCluster } from '../helpers/postgres.js';
 import { createBucket, S3_TEST_ENV, startS3, type S3Server } from '../helpers/s3.js';
-import { ensureBuilt, killAll, serve, stop, type Running } from '../helpers/serve.js';
+import { killAll, serve, stop, type Running, serveRoot } from '../helpers/serve.js';
 import { ADMIN, login } from '../helpers/server.js';
 
-let root: string;
-beforeAll(async () => {
-  await ensureBuilt();
-  root = await mkdtemp(join(tmpdir(), 'fshare-handover-crash-'));
-});
-afterAll(async () => {
-  killAll();
-  await rm(root, { recursive: true, force: true });
-});
+const dirIn = serveRoot('handover-crash');
 
 type Person = { username: string; token: string };
 const A = Buffer.alloc(1000, 'A');
@@ -84,7 +73,7 @@ async function expectWhole(url: string, { id, dzuuid, alice, carol }: Cut) {
 
 describe('a handover killed between recording the new owner and ending the uploads', () => {
   it('embedded: after a restart the old owner’s upload is ended and not counted', async () => {
-    const dir = join(root, 'embedded');
+    const dir = dirIn('embedded');
     const cut = await cutHandover(await serve(dir, { FSHARE_FAULT: 'handover.after-record' }));
     const after = await serve(dir);
     await expectWhole(after.url, cut);
@@ -110,7 +99,7 @@ describe('a handover killed between recording the new owner and ending the uploa
         ...['--s3-endpoint', s3.endpoint, '--s3-force-path-style'],
       ];
       const start = (fault?: string) =>
-        serve(join(root, randomUUID()), { ...S3_TEST_ENV, FSHARE_FAULT: fault }, args);
+        serve(dirIn(randomUUID()), { ...S3_TEST_ENV, FSHARE_FAULT: fault }, args);
       const other = await start();
       const cut = await cutHandover(await start('handover.after-record'));
       await expectWhole(other.url, cut);

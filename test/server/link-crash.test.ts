@@ -1,32 +1,20 @@
 // Share-link download counts under SIGKILL (issue 13: "the count is atomic under concurrency and
 // durable across restarts"), through the real binary and its FSHARE_FAULT hook.
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createShareWithContent, request } from '../helpers/http.js';
-import { ensureBuilt, kill9, killAll, serve, stop, type Running } from '../helpers/serve.js';
+import { kill9, serve, stop, type Running, serveRoot } from '../helpers/serve.js';
 import { ADMIN, login } from '../helpers/server.js';
 
-let root: string;
 const DATA = randomBytes(300_000);
 const SHA = createHash('sha256').update(DATA).digest('hex');
 
-beforeAll(async () => {
-  await ensureBuilt();
-  root = await mkdtemp(join(tmpdir(), 'fshare-link-crash-'));
-}, 120_000);
-
-afterAll(async () => {
-  killAll();
-  await rm(root, { recursive: true, force: true });
-});
+const dirIn = serveRoot('link-crash');
 
 let n = 0;
 /** A data directory with one share and one link (max downloads `max`); the server is stopped. */
 async function prepare(max: number) {
-  const dir = join(root, `d${n++}`);
+  const dir = dirIn(`d${n++}`);
   const first = await serve(dir);
   const token = await login(first.url, ADMIN.username, ADMIN.password);
   const id = await createShareWithContent(first.url, token, 'counted.bin', DATA);

@@ -3,10 +3,9 @@
 // every acknowledged write is present afterwards and every content's bytes match its size and
 // sha256. A model of what the server acknowledged is checked against what it serves.
 import { randomBytes, randomUUID } from 'node:crypto';
-import { mkdtemp, open, readdir, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { open, readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import {
   del,
   post,
@@ -18,7 +17,7 @@ import {
   type Res,
 } from '../helpers/http.js';
 import { mountSmallDisk, type SmallDisk } from '../helpers/mount.js';
-import { ensureBuilt, killAll, serve, stop, type Running } from '../helpers/serve.js';
+import { serve, stop, type Running, serveRoot } from '../helpers/serve.js';
 import { ADMIN, login } from '../helpers/server.js';
 
 /** What the server told us about one share. */
@@ -177,22 +176,14 @@ function prng(seed: number): () => number {
   };
 }
 
-let root: string;
-beforeAll(async () => {
-  await ensureBuilt();
-  root = await mkdtemp(join(tmpdir(), 'fshare-torture-'));
-});
-afterAll(async () => {
-  killAll();
-  await rm(root, { recursive: true, force: true });
-});
+const dirIn = serveRoot('torture');
 
 describe('crash torture', () => {
   it('30 SIGKILLs during mixed work: every acknowledged write survives, every content is whole', async () => {
     const seed = Number(process.env.TORTURE_SEED ?? Date.now() % 100000);
     console.log(`torture seed ${seed} (TORTURE_SEED=${seed} repeats it)`);
     const rnd = prng(seed);
-    const dir = join(root, 'kill');
+    const dir = dirIn('kill');
     const model = new Model();
     let running = await serve(dir);
     const token = await login(running.url, ADMIN.username, ADMIN.password);
