@@ -1,6 +1,7 @@
 import { getHeapStatistics, setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { dropSparePieces } from '../shared/copy.js';
+import { keepV8Flag } from '../shared/v8-flags.js';
 
 /**
  * Collections the server asks V8 for, so that its memory follows its work.
@@ -16,6 +17,16 @@ import { dropSparePieces } from '../shared/copy.js';
  * - Once idle. V8 did not shrink the heap after an upload by itself: the server stayed at
  *   92–93 MB. Five seconds after the last request ends, when bodies have streamed or the heap
  *   has grown since the last such collection, the heap is collected whole once: 76–86 MB.
+ * - The young generation keeps the size it has at start. V8 doubles it (up to 16 MiB per
+ *   semi-space) each time as much as it holds has survived collections since it last grew; under
+ *   a long transfer, or transfers back to back, the few objects each collection keeps add up,
+ *   and it grew from 4 to 22–32 MB, nearly all of it empty. That was the server's peak during a
+ *   transfer creeping up (bench/README.md): 112–125 MB in the benchmark's three rounds of
+ *   512 MiB, 100–104 MB with the growth turned off, at the same speed. Node reads
+ *   `--max-semi-space-size` only at start; the growth factor is read each time V8 would grow.
+ *   Starting the hashing thread sets the factor back, so it is set again once that thread runs,
+ *   and bodies wait for that (shared/hasher.ts `ready`). An operator who sets either flag
+ *   (`NODE_OPTIONS`) is left to it.
  */
 const BODY_BYTES = 4 * 1024 * 1024;
 const QUIET_MS = 5000;
@@ -28,6 +39,9 @@ setFlagsFromString('--expose-gc');
 const exposed: unknown = runInNewContext('gc');
 const gc =
   typeof exposed === 'function' ? (exposed as (options?: { type: 'minor' }) => void) : () => {};
+
+const operatorFlags = [...process.execArgv, process.env.NODE_OPTIONS ?? ''].join(' ');
+if (!/semi[-_]space/.test(operatorFlags)) keepV8Flag('--semi-space-growth-factor=1');
 
 let pending = 0;
 /** Bytes of body passed on since the last idle collection. */

@@ -1,6 +1,7 @@
 import { createHash, type Hash } from 'node:crypto';
 import { open, type FileHandle } from 'node:fs/promises';
 import { Worker } from 'node:worker_threads';
+import { setKeptFlagsAgain } from './v8-flags.js';
 
 /**
  * sha256 off the event loop: one worker thread holds the running hashes of every upload and
@@ -100,6 +101,9 @@ interface Reply {
 
 export class HashWorker {
   private worker: Worker | null = null;
+  /** Resolves once `worker` is online (or has failed to start). */
+  private online: Promise<void> = Promise.resolve();
+  private starting = false;
   private nextId = 1;
   private nextReq = 1;
   /** Hashes made and not yet digested or disposed of: while any is, the thread holds state. */
@@ -120,6 +124,17 @@ export class HashWorker {
     return this.options.disabled === true;
   }
 
+  /**
+   * Resolves once the hashing thread, if one is starting, runs (about 20–30 ms after the first
+   * hash that needs it). Creating its V8 isolate sets back the flags this process keeps
+   * (shared/v8-flags.ts) until then, so a server reads no body in between.
+   */
+  ready(): Promise<void> {
+    if (!this.worker || !this.starting) return Promise.resolve();
+    this.worker.ref(); // awaited: keep the process alive until it runs
+    return this.online;
+  }
+
   /** Whether the thread is running now (it ends when idle). */
   get running(): boolean {
     return this.worker !== null;
@@ -131,6 +146,19 @@ export class HashWorker {
       worker.on('message', (m: Reply) => this.onReply(m));
       worker.on('error', (err) => this.onExit(worker, err));
       worker.on('exit', () => this.onExit(worker, new Error('the hashing thread stopped')));
+      this.starting = true;
+      this.online = new Promise<void>((resolve) => {
+        const started = () => {
+          this.starting = false;
+          if (this.worker === worker && this.requests.size === 0) worker.unref();
+          resolve();
+        };
+        worker.once('online', () => {
+          setKeptFlagsAgain(); // its V8 isolate's set-up put some back (shared/v8-flags.ts)
+          started();
+        });
+        worker.once('exit', started); // failed to start: hashes fail, and are redone
+      });
       worker.unref(); // after the listeners: adding a 'message' listener refs the port again
       this.worker = worker;
     }

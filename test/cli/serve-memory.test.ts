@@ -204,3 +204,57 @@ describe('small uploads on an idle server', () => {
     expect(b.up).toMatchObject({ sha256: sha(large), verified: true });
   }, 60_000);
 });
+
+/**
+ * Property: the server's young generation keeps its size while transfers follow each other. V8
+ * doubles it each time what survives its collections adds up to what it holds, and a server
+ * moving files back to back grew it from 4 to 16–32 MB, most of it empty, raising its peak by as
+ * much. Seen in V8's own report after every collection (`--trace-gc-verbose`: "New space, …
+ * committed: N KB", per isolate: the main thread's and the hashing thread's), across two
+ * hashing threads (the first ends when idle; the second is new, and starting a worker thread
+ * puts V8's flags back as the process began).
+ */
+describe('the young generation while transfers follow each other', () => {
+  let traced: Serve;
+  let user: Cli;
+
+  beforeAll(async () => {
+    traced = await startServe({ nodeFlags: ['--trace-gc-verbose'] });
+    user = await createCli();
+    await signIn(user, traced.url);
+  }, 60_000);
+
+  afterAll(async () => {
+    await traced?.stop();
+  });
+
+  /** `committed` of the new space in each report after `from` (an offset in stdout), in KB. */
+  const committed = (from: number) =>
+    [
+      ...traced
+        .stdout()
+        .slice(from)
+        .matchAll(/New space,.*committed:\s+(\d+) KB/g),
+    ].map((m) => Number(m[1]));
+
+  it('stays at its size through uploads and downloads, and a second hashing thread', async () => {
+    const dir = await tempDir('young');
+    const path = join(dir, 'file.bin');
+    await writeFile(path, randomBytes(96 * MiB));
+    const before = committed(0);
+    expect(before.length).toBeGreaterThan(0); // the report is there at all
+    const start = before.at(-1)!;
+    const from = traced.stdout().length;
+
+    for (let round = 0; round < 2; round++) {
+      const [up] = await user.json<{ share_id: string }[]>(['upload', path, '--no-progress']);
+      const out = join(dir, `got-${round}.bin`);
+      expect((await user.run(['get', up!.share_id, '-o', out, '--no-progress'])).exitCode).toBe(0);
+      // The hashing thread ends after 2 s without a hash; the next round starts another.
+      await new Promise((r) => setTimeout(r, 3000));
+    }
+    const during = committed(from);
+    expect(during.length).toBeGreaterThan(40); // a young collection every 4 MiB of body, at least
+    expect(Math.max(...during)).toBeLessThanOrEqual(start);
+  }, 120_000);
+});

@@ -2,6 +2,8 @@ import { createHash, randomBytes } from 'node:crypto';
 import { readdirSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HashWorker, INLINE_MAX } from '../../src/shared/hasher.js';
 import { tempDir } from '../helpers/cli.js';
@@ -143,4 +145,39 @@ describe('small hashes are computed without the thread', () => {
       await own.close();
     }
   });
+});
+
+/**
+ * Property: V8 flags the process keeps (shared/v8-flags.ts) hold again once the hashing thread
+ * runs, though setting up the thread's V8 isolate raises the young generation's growth factor
+ * back to 2. A child process, from the built modules, keeps a factor of 1, starts the thread,
+ * waits for `ready()`, then keeps enough objects alive for long enough that a growing young
+ * generation would reach its largest size (32 MB, measured without the flag).
+ */
+describe('V8 flags the process keeps', () => {
+  it('hold again once the hashing thread is ready', async () => {
+    const dist = pathToFileURL(join(import.meta.dirname, '..', '..', 'dist', 'shared')).href;
+    const script = `
+      import { getHeapSpaceStatistics } from 'node:v8';
+      import { keepV8Flag } from '${dist}/v8-flags.js';
+      import { HashWorker } from '${dist}/hasher.js';
+      keepV8Flag('--semi-space-growth-factor=1');
+      const hasher = new HashWorker();
+      const hash = hasher.create();
+      await hasher.ready();
+      const young = () => getHeapSpaceStatistics().find((s) => s.space_name === 'new_space').space_size;
+      const before = young();
+      const keep = [];
+      for (let i = 0; i < 2e6; i++) {
+        keep.push({ i });
+        if (keep.length > 200000) keep.splice(0, 100000);
+      }
+      hash.dispose();
+      await hasher.close();
+      console.log(JSON.stringify({ before, after: young() }));
+    `;
+    const { stdout } = await execa('node', ['--input-type=module', '-e', script]);
+    const { before, after } = JSON.parse(stdout) as { before: number; after: number };
+    expect(after).toBeLessThanOrEqual(before);
+  }, 30_000);
 });

@@ -424,6 +424,7 @@ export class FileStorage implements ContentStorage {
       const received = new Received('incoming', path);
       received.startedAt = startedAt;
       try {
+        await this.hasher.ready();
         await this.writeFile(body, received, path, maxBytes);
       } catch (err) {
         // A body cut off, stalled or refused leaves nothing in incoming/.
@@ -458,6 +459,9 @@ export class FileStorage implements ContentStorage {
     });
     received.startedAt = startedAt;
     try {
+      // Bodies wait while a hashing thread starts: none is read in the window where the young
+      // generation could grow (server/gc.ts).
+      await this.hasher.ready();
       if (received.kind === 'inplace') {
         const { start, length } = received.upload!.region(fields.index);
         await this.writeInPlace(body, received, start, length);
