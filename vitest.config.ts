@@ -49,6 +49,7 @@ export default defineConfig({
   test: {
     testTimeout: 60_000,
     hookTimeout: 60_000,
+    setupFiles: ['test/helpers/tmp-per-file.ts'],
     pool: 'forks',
     projects: [
       {
