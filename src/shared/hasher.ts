@@ -148,9 +148,15 @@ export class HashWorker {
       worker.on('exit', () => this.onExit(worker, new Error('the hashing thread stopped')));
       this.starting = true;
       this.online = new Promise<void>((resolve) => {
+        // Once, and only for the thread in use: one that was ended may exit while the next starts.
+        let once = false;
         const started = () => {
-          this.starting = false;
-          if (this.worker === worker && this.requests.size === 0) worker.unref();
+          if (once) return;
+          once = true;
+          if (this.worker === worker) {
+            this.starting = false;
+            if (this.requests.size === 0) worker.unref();
+          }
           resolve();
         };
         worker.once('online', () => {

@@ -155,15 +155,20 @@ describe('small hashes are computed without the thread', () => {
  * generation would reach its largest size (32 MB, measured without the flag).
  */
 describe('V8 flags the process keeps', () => {
-  it('hold again once the hashing thread is ready', async () => {
+  /**
+   * Runs `start` (which leaves a hash `hash` on a thread that is starting) in a child process
+   * that keeps a growth factor of 1, awaits `ready()`, then keeps objects alive; the young
+   * generation's size before and after, in bytes.
+   */
+  async function youngGeneration(start: string): Promise<{ before: number; after: number }> {
     const dist = pathToFileURL(join(import.meta.dirname, '..', '..', 'dist', 'shared')).href;
     const script = `
       import { getHeapSpaceStatistics } from 'node:v8';
       import { keepV8Flag } from '${dist}/v8-flags.js';
       import { HashWorker } from '${dist}/hasher.js';
+      const pause = (ms) => new Promise((r) => setTimeout(r, ms));
       keepV8Flag('--semi-space-growth-factor=1');
-      const hasher = new HashWorker();
-      const hash = hasher.create();
+      ${start}
       await hasher.ready();
       const young = () => getHeapSpaceStatistics().find((s) => s.space_name === 'new_space').space_size;
       const before = young();
@@ -177,7 +182,34 @@ describe('V8 flags the process keeps', () => {
       console.log(JSON.stringify({ before, after: young() }));
     `;
     const { stdout } = await execa('node', ['--input-type=module', '-e', script]);
-    const { before, after } = JSON.parse(stdout) as { before: number; after: number };
+    return JSON.parse(stdout) as { before: number; after: number };
+  }
+
+  it('hold again once the hashing thread is ready', async () => {
+    const { before, after } = await youngGeneration(`
+      const hasher = new HashWorker();
+      const hash = hasher.create();
+    `);
+    expect(after).toBeLessThanOrEqual(before);
+  }, 30_000);
+
+  // The thread that ended exits while the next one starts: its exit must not count as the new
+  // one being up. The next one is asked for as soon as the first is let go, and `ready()` once
+  // the first has gone from /proc/self/task and its exit has been handled.
+  it('hold again when a thread starts while the one before it is still exiting', async () => {
+    const { before, after } = await youngGeneration(`
+      const { readdirSync } = await import('node:fs');
+      const threads = () => readdirSync('/proc/self/task').length;
+      const alone = threads();
+      const hasher = new HashWorker({ idleMs: 1 });
+      const first = hasher.create();
+      await hasher.ready();
+      first.dispose(); // the thread is let go 1 ms later
+      while (hasher.running) await pause(0);
+      const hash = hasher.create(); // a new thread, the first one still exiting
+      while (threads() > alone + 1) await pause(1);
+      await pause(1);
+    `);
     expect(after).toBeLessThanOrEqual(before);
   }, 30_000);
 });
