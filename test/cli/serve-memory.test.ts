@@ -211,8 +211,8 @@ describe('small uploads on an idle server', () => {
  * moving files back to back grew it from 4 to 16–32 MB, most of it empty, raising its peak by as
  * much. Seen in V8's own report after every collection (`--trace-gc-verbose`: "New space, …
  * committed: N KB", per isolate: the main thread's and the hashing thread's), across two
- * hashing threads (the first ends when idle; the second is new, and starting a worker thread
- * puts V8's flags back as the process began).
+ * hashing threads (the first ends when idle; the second is new, and V8 sets the growth factor
+ * back when it sets up a thread's isolate).
  */
 describe('the young generation while transfers follow each other', () => {
   let traced: Serve;
