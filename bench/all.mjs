@@ -10,13 +10,17 @@ import { fileURLToPath } from 'node:url';
 const here = dirname(fileURLToPath(import.meta.url));
 const skips = ['--skip-artifacts', '--skip-scale', '--skip-floor'];
 const args = process.argv.slice(2).filter((a) => !skips.includes(a));
+// Given to every benchmark, not only run.mjs (bench/common.mjs, extraCaCerts).
+const keepCa = process.argv.includes('--keep-extra-ca') ? ['--keep-extra-ca'] : [];
 const run = (script, argv) =>
   spawnSync(process.execPath, [join(here, script), ...argv], { stdio: 'inherit' }).status ?? 1;
 
 let status = run('run.mjs', args);
 const help = args.includes('--help') || args.includes('-h');
 const more = status === 0 && !help && !args.includes('--json');
-if (more && !process.argv.includes('--skip-artifacts')) status = run('artifacts.mjs', []);
-if (status === 0 && more && !process.argv.includes('--skip-scale')) status = run('scale.mjs', []);
-if (status === 0 && more && !process.argv.includes('--skip-floor')) status = run('floor.mjs', []);
+if (more && !process.argv.includes('--skip-artifacts')) status = run('artifacts.mjs', keepCa);
+if (status === 0 && more && !process.argv.includes('--skip-scale'))
+  status = run('scale.mjs', keepCa);
+if (status === 0 && more && !process.argv.includes('--skip-floor'))
+  status = run('floor.mjs', keepCa);
 process.exit(status);

@@ -32,6 +32,8 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import {
   commandExists,
+  extraCaCerts,
+  extraCaNote,
   fail,
   median,
   note,
@@ -73,6 +75,8 @@ const USAGE = `usage: node bench/artifacts.mjs [options]   (or: npm run bench:ar
                      (slower: for finding where the time goes, not for the figures)
   --json             print one JSON object on stdout instead of the table
   --write-readme     replace (or add) the section "${SECTION.slice(3)}" in bench/README.md
+  --keep-extra-ca    keep NODE_EXTRA_CA_CERTS for the processes measured (removed by default:
+                     Node parses that bundle at every start)
   -h, --help`;
 
 // ---------------------------------------------------------------------------------------------
@@ -114,6 +118,7 @@ try {
       profile: { type: 'string' },
       json: { type: 'boolean', default: false },
       'write-readme': { type: 'boolean', default: false },
+      'keep-extra-ca': { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
@@ -133,6 +138,7 @@ try {
     seed: count(values.seed, '--seed', 0),
     dir: resolve(values.dir ?? tmpdir()),
     profile: values.profile ? resolve(values.profile) : null,
+    keepExtraCa: values['keep-extra-ca'],
     json: values.json,
     writeReadme: values['write-readme'],
   };
@@ -459,6 +465,8 @@ async function main() {
   if (!existsSync(join(ROOT, 'dist', 'bundle', 'main.js')))
     throw fail('dist/ is missing: run `npm run build` (npm run bench:artifacts does it)');
 
+  const extraCa = extraCaCerts(opts.keepExtraCa);
+  note(extraCaNote(extraCa));
   const loadStart = loadavg();
   const facts = machine();
   note(
@@ -718,6 +726,7 @@ async function main() {
     machine: facts,
     loadavg_start: loadStart.map((x) => round(x, 2)),
     loadavg_end: loadavg().map((x) => round(x, 2)),
+    node_extra_ca_certs: extraCa,
     date: `${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC`,
     command: commandLine(),
     cpu_method: `wall from spawn to exit; client CPU from bash \`times\` (children)${useGnuTime ? ', per process from GNU time' : ''}; server CPU from /proc/PID/stat`,

@@ -153,3 +153,55 @@ export async function timedBash(
     stderr,
   };
 }
+
+/**
+ * NODE_EXTRA_CA_CERTS makes every Node process read and parse that bundle as it starts, before
+ * any of its own code runs (Node 20 with OpenSSL 3, nodejs/node#40524): on the benchmark's VM,
+ * whose sandbox points it at the system's whole bundle for its proxy, 30 ms and 1.9 MB per
+ * process. curl reads its bundle only for https, and every benchmark here talks plain http on
+ * this machine. So unless `keep` (`--keep-extra-ca`), the variable is removed from this
+ * process's environment, which every process the benchmark starts inherits, and the run reports
+ * what it costs a bare `node -e ''` here. Null when the variable is not set.
+ */
+export function extraCaCerts(keep) {
+  const file = process.env.NODE_EXTRA_CA_CERTS;
+  if (!file) return null;
+  const without = { ...process.env };
+  delete without.NODE_EXTRA_CA_CERTS;
+  // A bare Node that prints its own peak RSS; the wall time of each, medians of 7.
+  const bare = (env) => {
+    const runs = [];
+    for (let i = 0; i < 7; i++) {
+      const start = performance.now();
+      const r = spawnSync(
+        process.execPath,
+        ['-e', 'process.stdout.write(String(process.resourceUsage().maxRSS))'],
+        { env, encoding: 'utf8' },
+      );
+      runs.push({ ms: performance.now() - start, kb: Number(r.stdout) });
+    }
+    return { ms: median(runs.map((x) => x.ms)), mb: (median(runs.map((x) => x.kb)) * 1024) / 1e6 };
+  };
+  const a = bare(process.env);
+  const b = bare(without);
+  if (!keep) delete process.env.NODE_EXTRA_CA_CERTS;
+  return {
+    file,
+    kept: Boolean(keep),
+    node_start_ms: Number(a.ms.toFixed(1)),
+    node_start_without_ms: Number(b.ms.toFixed(1)),
+    node_rss_mb: Number(a.mb.toFixed(1)),
+    node_rss_without_mb: Number(b.mb.toFixed(1)),
+  };
+}
+
+/** One line saying what extraCaCerts() found and did. */
+export function extraCaNote(info) {
+  if (!info) return 'NODE_EXTRA_CA_CERTS not set';
+  const cost =
+    `a bare \`node -e ''\` starts in ${info.node_start_ms} ms with it, ${info.node_start_without_ms} without; ` +
+    `peak RSS ${info.node_rss_mb} MB against ${info.node_rss_without_mb}`;
+  return info.kept
+    ? `NODE_EXTRA_CA_CERTS=${info.file} kept for every process measured (--keep-extra-ca): ${cost}`
+    : `NODE_EXTRA_CA_CERTS=${info.file} removed for every process measured (--keep-extra-ca keeps it): ${cost}`;
+}

@@ -22,7 +22,18 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { fail, makeRandomFile, median, note, parseSize, sleep, sq, timedBash } from './common.mjs';
+import {
+  extraCaCerts,
+  extraCaNote,
+  fail,
+  makeRandomFile,
+  median,
+  note,
+  parseSize,
+  sleep,
+  sq,
+  timedBash,
+} from './common.mjs';
 import { startServe, stopServe } from './serve.mjs';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -38,6 +49,8 @@ const USAGE = `usage: node bench/floor.mjs [options]   (or: npm run bench:floor 
   --drop-caches    (root) before every upload, drop the page cache and read the file back
   --dir DIR        where the temporary directory goes (default: the OS temp dir)
   --json           print one JSON object on stdout instead of the table
+  --keep-extra-ca  keep NODE_EXTRA_CA_CERTS for the processes measured (removed by default:
+                   Node parses that bundle at every start; the output says what it costs)
   -h, --help`;
 
 let opts;
@@ -49,6 +62,7 @@ try {
       'drop-caches': { type: 'boolean', default: false },
       dir: { type: 'string' },
       json: { type: 'boolean', default: false },
+      'keep-extra-ca': { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
@@ -68,6 +82,7 @@ try {
     sizeText: values.size,
     rounds: Number(values.rounds),
     dropCaches: values['drop-caches'],
+    keepExtraCa: values['keep-extra-ca'],
     dir: resolve(values.dir ?? tmpdir()),
     json: values.json,
   };
@@ -176,6 +191,8 @@ const VARIANTS = [
 ];
 
 async function main() {
+  const extraCa = extraCaCerts(opts.keepExtraCa);
+  note(extraCaNote(extraCa));
   tmpRoot = await mkdtemp(join(opts.dir, 'fshare-bench-floor-'));
   const { bavail, bsize } = await statfs(tmpRoot);
   if (bavail * bsize < opts.size * 3) throw fail(`${tmpRoot} needs about 3 × the file size free`);
@@ -256,11 +273,12 @@ async function main() {
     v.cpu_vs_curl = round(v.client_cpu_s / curl.client_cpu_s, 2);
   }
   return {
-    command: `node bench/floor.mjs --size ${opts.sizeText} --rounds ${opts.rounds}${opts.dropCaches ? ' --drop-caches' : ''}`,
+    command: `node bench/floor.mjs --size ${opts.sizeText} --rounds ${opts.rounds}${opts.dropCaches ? ' --drop-caches' : ''}${opts.keepExtraCa ? ' --keep-extra-ca' : ''}`,
     date: new Date().toISOString(),
     size: opts.size,
     rounds: opts.rounds,
     drop_caches: opts.dropCaches,
+    node_extra_ca_certs: extraCa,
     variants: byName,
     runs,
   };
@@ -278,6 +296,7 @@ function table(result) {
       `| ${name} | ${v.wall_s} (${v.wall_min_s}–${v.wall_max_s}) | ${v.mb_s} | ${v.vs_curl_form} | ${v.client_cpu_s} | ${v.cpu_vs_curl} | ${v.server_cpu_s} |`,
     );
   lines.push('', ...Object.entries(result.variants).map(([name, v]) => `- ${name}: ${v.what}`));
+  lines.push('', extraCaNote(result.node_extra_ca_certs));
   return `${lines.join('\n')}\n`;
 }
 

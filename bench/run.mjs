@@ -20,6 +20,8 @@ import { Pool } from 'undici';
 import {
   commandExists,
   cpuSeconds,
+  extraCaCerts,
+  extraCaNote,
   fail,
   makeRandomFile,
   median,
@@ -79,6 +81,9 @@ const USAGE = `usage: node bench/run.mjs [options]   (or: npm run bench -- [opti
   --drop-caches        (root) before every timed phase, drop the page cache and read back the
                        files the phase reads: every run then meets the same memory (see
                        bench/README.md, "Memory noise"); the phases themselves are unchanged
+  --keep-extra-ca      keep NODE_EXTRA_CA_CERTS for the processes measured (by default it is
+                       removed: Node parses that bundle at every start; the output says what
+                       it costs here)
   -h, --help`;
 
 // ---------------------------------------------------------------------------------------------
@@ -212,6 +217,7 @@ try {
       'no-sha-ni': { type: 'boolean', default: false },
       'plain-sha256': { type: 'boolean', default: false },
       'drop-caches': { type: 'boolean', default: false },
+      'keep-extra-ca': { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
@@ -243,6 +249,7 @@ try {
     noShaNi: values['no-sha-ni'] || values['plain-sha256'],
     plainSha: values['plain-sha256'],
     dropCaches: values['drop-caches'],
+    keepExtraCa: values['keep-extra-ca'],
   };
   if (opts.dropCaches && process.getuid?.() !== 0)
     throw fail('--drop-caches needs root (it writes /proc/sys/vm/drop_caches)');
@@ -839,6 +846,8 @@ async function main() {
   if (!existsSync(join(ROOT, 'dist', 'bundle', 'main.js')))
     throw fail('dist/ is missing: run `npm run build` (npm run bench does it)');
 
+  const extraCa = extraCaCerts(opts.keepExtraCa);
+  note(extraCaNote(extraCa));
   const loadStart = loadavg();
   note(
     `node ${process.version}, ${cpus().length} CPUs, Linux ${release()}, load ${loadStart
@@ -1220,6 +1229,7 @@ async function main() {
     rss_method: useGnuTime ? 'GNU time %M (ru_maxrss)' : 'VmHWM polled every 20 ms',
     loadavg_start: loadStart.map((x) => round(x, 2)),
     loadavg_end: loadavg().map((x) => round(x, 2)),
+    node_extra_ca_certs: extraCa,
     units: 'MB = 10^6 bytes',
   };
   return out;
@@ -1399,7 +1409,7 @@ function table(r) {
     fmt(rows, ['measure', 'value', 'detail']) +
     '\n\n' +
     fmt(targets(r), ['target', 'measured', 'status']) +
-    '\n'
+    `\n\n${extraCaNote(r.node_extra_ca_certs)}\n`
   );
 }
 

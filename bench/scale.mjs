@@ -29,7 +29,17 @@ import {
   startS3,
   usage,
 } from './backends.mjs';
-import { fail, makeRandomFile, median, note, parseSize, sha256File, sleep } from './common.mjs';
+import {
+  extraCaCerts,
+  extraCaNote,
+  fail,
+  makeRandomFile,
+  median,
+  note,
+  parseSize,
+  sha256File,
+  sleep,
+} from './common.mjs';
 import { startServe, stopServe } from './serve.mjs';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -61,6 +71,8 @@ const USAGE = `usage: node bench/scale.mjs [options]   (or: npm run bench:scale 
                      into DIR (then: node bench/profile-top.mjs DIR/*.cpuprofile); slower
   --json             print one JSON object on stdout instead of the tables
   --write-readme     replace (or append) the section "${SECTION.slice(3)}" in bench/README.md
+  --keep-extra-ca    keep NODE_EXTRA_CA_CERTS for the processes measured (removed by default:
+                     Node parses that bundle at every start)
   -h, --help`;
 
 // ---------------------------------------------------------------------------------------------
@@ -86,6 +98,7 @@ try {
       dir: { type: 'string' },
       json: { type: 'boolean', default: false },
       'write-readme': { type: 'boolean', default: false },
+      'keep-extra-ca': { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
@@ -108,6 +121,7 @@ try {
     configs: Object.keys(CONFIGS).filter((c) => configs.includes(c)),
     dir: resolve(values.dir ?? tmpdir()),
     json: values.json,
+    keepExtraCa: values['keep-extra-ca'],
     writeReadme: values['write-readme'],
   };
   if (opts.profile && opts.writeReadme)
@@ -583,6 +597,8 @@ async function main() {
   if (fsStat.bavail * fsStat.bsize < need)
     throw fail(`${tmpRoot} needs about ${(need / GB).toFixed(1)} GB free (try a smaller --size)`);
 
+  const extraCa = extraCaCerts(opts.keepExtraCa);
+  note(extraCaNote(extraCa));
   const loadStart = loadavg();
   const date = new Date();
   note(
@@ -656,6 +672,7 @@ async function main() {
   return report(configs, {
     date,
     loadStart,
+    extraCa,
     machine: machine(),
     versions: {
       node: process.version,
@@ -728,6 +745,7 @@ function report(configs, facts) {
     in_flight: opts.inFlight,
     clients: opts.clients,
     elapsed_s: round(performance.now() / 1000, 0),
+    node_extra_ca_certs: facts.extraCa,
     loadavg_start: facts.loadStart.map((x) => round(x, 2)),
     loadavg_end: loadavg().map((x) => round(x, 2)),
     units: 'MB = 10^6 bytes, GB = 10^9 bytes; CPU in seconds (user + system)',
