@@ -8,9 +8,13 @@
 // each one starts once the one before it has been handed to its socket, while up to PARALLEL
 // requests still wait for their answers. Measured by bench/floor.mjs.
 //
-// usage: FSHARE_TOKEN=… node protocol-upload.mjs URL FILE [CHUNK_BYTES] [PARALLEL] [nohash] [ordered]
+// With `readsync`, each piece is read with readSync instead of FileHandle.read (bench/README.md,
+// "what the chunked upload costs").
+//
+// usage: FSHARE_TOKEN=… node protocol-upload.mjs URL FILE [CHUNK_BYTES] [PARALLEL] [nohash] [ordered] [readsync]
 // prints the share's id
 import { randomBytes, randomUUID } from 'node:crypto';
+import { readSync } from 'node:fs';
 import { open, stat } from 'node:fs/promises';
 import http from 'node:http';
 import { Worker } from 'node:worker_threads';
@@ -20,6 +24,7 @@ const chunk = Number(chunkArg ?? 8 * 1024 * 1024);
 const parallel = Number(parallelArg ?? 4);
 const hashing = !flags.includes('nohash');
 const ordered = flags.includes('ordered');
+const syncReads = flags.includes('readsync');
 const base = new URL(url);
 const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
 const auth = { authorization: `Bearer ${process.env.FSHARE_TOKEN}` };
@@ -123,7 +128,9 @@ async function sendChunk(index, digest) {
       let writing;
       for (let at = start, turn = 0; at < end; turn ^= 1) {
         const want = Math.min(1 << 20, end - at);
-        const { bytesRead } = await handle.read(buffers[turn], 0, want, at);
+        const bytesRead = syncReads
+          ? readSync(handle.fd, buffers[turn], 0, want, at)
+          : (await handle.read(buffers[turn], 0, want, at)).bytesRead;
         if (bytesRead === 0) throw new Error('the file got shorter');
         await writing;
         writing = write(out, buffers[turn].subarray(0, bytesRead));
