@@ -395,7 +395,7 @@ function verifiedBound(size, shaRate, hashes, unhashed, verified, unhashedRate) 
  * before, measured a process whose code V8 had not yet optimised (its first 512 MiB upload took
  * 0.92–0.98 s against 0.82 s for the next ones). Without --drop-caches the unhashed upload can
  * still read slower than the hashed one: it writes into memory the hypervisor has just taken
- * back (bench/README.md, "Memory noise"), 1.0–1.2 s of server CPU against 0.66–0.72 with it.
+ * back (bench/README.md, "Memory noise"), 0.98–1.17 s of server CPU against 0.66–0.72 with it.
  */
 async function startPlainServer(src, adminPassword, fshareEnv, uploadArgs) {
   const s = await startServe({
