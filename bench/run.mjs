@@ -348,6 +348,14 @@ function leastTime(other, hash, passes) {
 }
 
 /**
+ * The least CPU a verified upload's client spends reading the file and writing it to the server:
+ * the smaller of curl's and `fshare upload`'s without its sha256 (`hash` seconds).
+ */
+function leastSendCpu(rd, hash) {
+  return Math.max(0, Math.min(rd.curl_form_cpu_s, rd.upload_cpu_s - hash));
+}
+
+/**
  * The most any verified upload could reach against `curl -F` on this machine's cores, from what
  * one round measured. Such an upload makes the server do at least the work of `curl -F`'s upload
  * of the same bytes (receiving, writing, syncing and hashing them); its client must read the file
@@ -365,7 +373,7 @@ function uploadBound(rd, size, shaRate) {
   if (!shaRate || !rd.curl_form_s) return null;
   const hash = size / MB / shaRate;
   const server = Math.min(rd.curl_form_server_cpu_s, rd.upload_server_cpu_s);
-  const client = Math.max(0, Math.min(rd.curl_form_cpu_s, rd.upload_cpu_s - hash));
+  const client = leastSendCpu(rd, hash);
   return rd.curl_form_s / leastTime(server + client, hash, 1);
 }
 
@@ -1200,9 +1208,9 @@ async function main() {
     upload_cpu_bound_vs_curl:
       med('curl_form_cpu_s') && shaRate && med('upload_cpu_s') !== null
         ? round(
-            (Math.max(
-              0,
-              Math.min(med('curl_form_cpu_s'), med('upload_cpu_s') - size / MB / shaRate),
+            (leastSendCpu(
+              { curl_form_cpu_s: med('curl_form_cpu_s'), upload_cpu_s: med('upload_cpu_s') },
+              size / MB / shaRate,
             ) +
               size / MB / shaRate) /
               med('curl_form_cpu_s'),
