@@ -71,7 +71,7 @@ import {
   VerificationError,
 } from './errors.js';
 import type { ApiClient } from './http.js';
-import { createLimiter, type Limiter } from './limit.js';
+import { createChunkLimiter, createLimiter, type Limiter } from './limit.js';
 import {
   commitPull,
   finishInterruptedPulls,
@@ -631,7 +631,7 @@ async function pushOnce(
       known,
       work,
       tally: pushTally(options.onProgress),
-      chunks: createLimiter(options.parallel ?? 4),
+      chunks: createChunkLimiter(options.parallel ?? 4),
       jobs: createLimiter(options.parallel ?? 4),
     };
     await settleAll('hashes and uploads', [

@@ -177,6 +177,11 @@ export interface RawRequest {
    * broken answer. An error status stands by itself, whatever becomes of its body.
    */
   buffered?: boolean;
+  /**
+   * Called once the request's body is all handed to the connection (each attempt), while its
+   * answer is still to come.
+   */
+  onBodySent?: () => void;
   signal?: AbortSignal;
 }
 
@@ -296,7 +301,10 @@ function attempt(url: URL, req: RawRequest, headers: Record<string, string>): Pr
     else if (typeof body === 'string' || Buffer.isBuffer(body)) request.end(body);
     else
       body.write(request).then(
-        () => request.end(),
+        () =>
+          request.end((err?: Error | null) => {
+            if (!err) req.onBodySent?.(); // all of it handed to the connection
+          }),
         (err: unknown) => request.destroy(err as Error),
       );
   });

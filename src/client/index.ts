@@ -19,7 +19,7 @@ export {
   type RetryPolicy,
 } from './http.js';
 export { hashFile } from './hashing.js';
-export { createLimiter, type Limiter } from './limit.js';
+export { createChunkLimiter, createLimiter, type Limiter } from './limit.js';
 export { parseShareRef, shareUrl, withServer, type ShareRef } from './refs.js';
 export * from './upload.js';
 export type * from '../shared/types.js';

@@ -24,7 +24,7 @@ import {
 import { send, toApiError, type ApiClient, type Body } from './http.js';
 import { UNSAFE_CHARACTERS } from './filename.js';
 import { fileHasher } from './hashing.js';
-import { createLimiter, type Limiter } from './limit.js';
+import { createChunkLimiter, type Limiter } from './limit.js';
 import { sharePath, shareUrl } from './refs.js';
 import { ShortFileError, writeFileRange } from '../shared/copy.js';
 import { systemErrorText } from '../shared/syserr.js';
@@ -601,7 +601,7 @@ async function sendChunks(
   options: ContentOptions,
 ): Promise<Sent> {
   const method = options.mode === 'create' ? 'POST' : 'PUT';
-  const limit = options.limiter ?? createLimiter(options.parallel ?? DEFAULT_PARALLEL);
+  const limit = options.limiter ?? createChunkLimiter(options.parallel ?? DEFAULT_PARALLEL);
   const abort = new AbortController();
   const onOuterAbort = () => abort.abort(options.signal?.reason);
   options.signal?.addEventListener('abort', onOuterAbort, { once: true });
@@ -614,7 +614,7 @@ async function sendChunks(
   for (const i of toSend) bytes -= Math.min(file.size, (i + 1) * p.chunkSize) - i * p.chunkSize;
   options.onProgress?.(bytes, file.size); // a resumed upload starts where it was
 
-  const sendChunk = async (index: number) => {
+  const sendChunk = async (index: number, handOver: () => void) => {
     const start = index * p.chunkSize;
     const end = Math.min(file.size, start + p.chunkSize);
     const fields = {
@@ -639,6 +639,7 @@ async function sendChunks(
         }),
       idempotent: true, // the protocol replaces a re-sent index
       retryServerErrors: true,
+      onBodySent: handOver,
       signal: abort.signal,
     });
     if ((res.statusCode === 409 || res.statusCode === 423) && res.repeated)
@@ -663,11 +664,11 @@ async function sendChunks(
 
   let skipped = false;
   const run = (index: number) =>
-    limit(async () => {
+    limit(async (handOver) => {
       if (abort.signal.aborted) return void (skipped = true);
       if (sent.stopped) return;
       try {
-        await sendChunk(index);
+        await sendChunk(index, handOver);
       } catch (err) {
         abort.abort(err); // fail fast: no point sending the rest
         throw err;

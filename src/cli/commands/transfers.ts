@@ -5,7 +5,7 @@ import type { Command } from 'commander';
 import { createLink, deleteFile, getFile, whoami } from '../../client/api.js';
 import { byteRangeText, download, parseByteRange, type ByteRange } from '../../client/download.js';
 import { ApiError, NetworkError } from '../../client/errors.js';
-import { createLimiter } from '../../client/limit.js';
+import { createChunkLimiter, createLimiter } from '../../client/limit.js';
 import { createClient } from '../../client/http.js';
 import { openLink, parseLinkRef } from '../../client/link-download.js';
 import { shareUrl } from '../../client/refs.js';
@@ -183,7 +183,7 @@ const upload = (program: Command) =>
     .argument('<files...>', 'files to share; - for standard input (name it with --name)')
     .option('-n, --name <name>', 'share name (one file only; default: the file name)')
     .option('--chunk-size <size>', 'bytes per chunk: 512k, 8m, 1g or bytes', '8m')
-    .option('-p, --parallel <n>', 'chunk requests in flight', String(DEFAULT_PARALLEL))
+    .option('-p, --parallel <n>', 'chunks going up at once', String(DEFAULT_PARALLEL))
     .option('--lock', 'lock each share once it is uploaded')
     .option('--restart', 'start afresh even if an interrupted upload of the file could resume')
     .option('--expires <duration>', 'the server deletes the share after this long: 12h, 7d, 2w')
@@ -240,7 +240,7 @@ const upload = (program: Command) =>
         const sizes = await Promise.all(files.map((f) => localFileSize(f)));
         const client = await session.client();
         const progress = createProgress(progressEnabled(session.opts.progress));
-        const chunkLimit = createLimiter(parallel);
+        const chunkLimit = createChunkLimiter(parallel);
         const fileLimit = createLimiter(parallel);
         const resume = uploadRecords(configDir(session.config), {
           onDamaged: (d) => progress.log(damagedNotice(d)),
@@ -334,7 +334,7 @@ const replace = (program: Command) =>
     .argument('<id>', 'share id or URL')
     .argument('<file>', 'the new content')
     .option('--chunk-size <size>', 'bytes per chunk: 512k, 8m, 1g or bytes', '8m')
-    .option('-p, --parallel <n>', 'chunk requests in flight', String(DEFAULT_PARALLEL))
+    .option('-p, --parallel <n>', 'chunks going up at once', String(DEFAULT_PARALLEL))
     .option('--restart', 'start afresh even if an interrupted replacement could resume')
     .addHelpText(
       'after',
