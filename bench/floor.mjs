@@ -5,10 +5,11 @@
 //   curl-F          curl -F of the whole file as chunk 0 of 1, to a share created before the clock
 //   node-raw        the same work by the least Node program we could write (bench/floor/raw-upload.mjs)
 //   node-protocol   fshare's protocol at the CLI's defaults, verified, by the least Node program
-//                   (bench/floor/protocol-upload.mjs): 8 MiB chunks, 4 in flight, sha256, compare
+//                   (bench/floor/protocol-upload.mjs): 8 MiB chunks, 4 going up at once and up to 3
+//                   more awaiting their answers (as fshare since 2026-11-25), sha256, compare
 //   node-unhashed   the same without hashing
 //   node-ordered    node-protocol with the bodies in file order (each starts once the one before it
-//                   is handed to its socket; still 4 requests in flight)
+//                   is handed to its socket)
 //   fshare          `fshare upload FILE --no-progress --json`
 // Wall time from spawn to exit (Node's start included), client CPU from bash's `times`, server
 // CPU from /proc/PID/stat. Every stored share's sha256 is checked against the file's.
@@ -170,7 +171,7 @@ const VARIANTS = [
   },
   {
     name: 'node-unhashed',
-    what: "fshare's protocol (creates the share, 8 MiB × 4 in flight), nothing hashed, least Node",
+    what: "fshare's protocol (creates the share, 8 MiB × 4 going up, 3 more awaiting answers), nothing hashed, least Node",
     script: (v) => `node ${sq(PROTOCOL)} ${sq(server.url)} ${sq(v.src)} 8388608 4 nohash`,
   },
   {
@@ -180,7 +181,7 @@ const VARIANTS = [
   },
   {
     name: 'node-ordered',
-    what: 'node-protocol with the bodies in file order (each once the one before it is sent; 4 requests in flight)',
+    what: 'node-protocol with the bodies in file order (each once the one before it is sent)',
     script: (v) => `node ${sq(PROTOCOL)} ${sq(server.url)} ${sq(v.src)} 8388608 4 ordered`,
   },
   {

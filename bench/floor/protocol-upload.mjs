@@ -1,17 +1,21 @@
 // The least Node can do for the work `fshare upload` does at its defaults: create the share,
-// send the file in 8 MiB chunks, 4 requests in flight over keep-alive node:http, each body the
+// send the file in 8 MiB chunks, 4 going up at once over keep-alive node:http, each body the
 // multipart fields, the chunk's bytes (two 1 MiB buffers used in turn) and the epilogue, with an
 // exact Content-Length and fshare's 70-character boundary; the file's sha256 on a worker thread that reads the file itself; the
 // last chunk sent after the others with dzsha256; then the share's sha256 fetched and compared.
 // No command-line parsing, configuration, progress, resume records or retries. With `nohash`,
 // nothing is hashed (no dzsha256, no comparison). With `ordered`, the bodies go in file order:
-// each one starts once the one before it has been handed to its socket, while up to PARALLEL
-// requests still wait for their answers. Measured by bench/floor.mjs.
+// each one starts once the one before it has been handed to its socket, while others still wait
+// for their answers. Measured by bench/floor.mjs and bench/floor/write-chain.mjs.
 //
 // With `readsync`, each piece is read with readSync instead of FileHandle.read (bench/README.md,
 // "what the chunked upload costs").
 //
-// usage: FSHARE_TOKEN=… node protocol-upload.mjs URL FILE [CHUNK_BYTES] [PARALLEL] [nohash] [ordered] [readsync]
+// PARALLEL bodies go up at once, and a chunk whose body is all sent waits for its answer aside,
+// up to PARALLEL − 1 of them, as `fshare upload` does (src/client/limit.ts, createChunkLimiter).
+// With `strict`, at most PARALLEL requests are open, as fshare did before 2026-11-25.
+//
+// usage: FSHARE_TOKEN=… node protocol-upload.mjs URL FILE [CHUNK_BYTES] [PARALLEL] [nohash] [ordered] [readsync] [strict]
 // prints the share's id
 import { randomBytes, randomUUID } from 'node:crypto';
 import { readSync } from 'node:fs';
@@ -25,6 +29,7 @@ const parallel = Number(parallelArg ?? 4);
 const hashing = !flags.includes('nohash');
 const ordered = flags.includes('ordered');
 const syncReads = flags.includes('readsync');
+const awaiting = flags.includes('strict') ? 0 : parallel - 1;
 const base = new URL(url);
 const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
 const auth = { authorization: `Bearer ${process.env.FSHARE_TOKEN}` };
@@ -32,7 +37,7 @@ const auth = { authorization: `Bearer ${process.env.FSHARE_TOKEN}` };
 const write = (out, data) =>
   new Promise((resolve, reject) => out.write(data, (err) => (err ? reject(err) : resolve())));
 
-function request(method, path, headers, writeBody) {
+function request(method, path, headers, writeBody, onSent) {
   return new Promise((resolve, reject) => {
     const req = http.request(new URL(path, base), {
       method,
@@ -47,7 +52,7 @@ function request(method, path, headers, writeBody) {
         resolve({ status: res.statusCode, body: Buffer.concat(parts).toString() }),
       );
     });
-    if (writeBody) writeBody(req).then(() => req.end(), reject);
+    if (writeBody) writeBody(req).then(() => req.end((err) => err || onSent?.()), reject);
     else req.end();
   });
 }
@@ -91,7 +96,7 @@ const passTurn = () => {
   waiting.delete(turn);
 };
 
-async function sendChunk(index, digest) {
+async function sendChunk(index, digest, onSent) {
   const start = index * chunk;
   const end = Math.min(size, start + chunk);
   const boundary = `-----------floor${randomBytes(27).toString('hex')}`;
@@ -140,16 +145,40 @@ async function sendChunk(index, digest) {
       if (ordered) passTurn();
       await write(out, tail);
     },
+    onSent,
   );
   if (res.status >= 300) throw new Error(`chunk ${index}: ${res.status} ${res.body}`);
 }
 
-// Every chunk but the last, `parallel` at a time; then the last, carrying the file's sha256.
-let next = 0;
-const lanes = Array.from({ length: Math.min(parallel, total - 1) }, async () => {
-  while (next < total - 1) await sendChunk(next++);
+// Every chunk but the last: `parallel` bodies going up at once, and up to `awaiting` more whose
+// bodies are sent, waiting for their answers. Then the last, carrying the file's sha256.
+await new Promise((resolve, reject) => {
+  let next = 0;
+  let sending = 0;
+  let open = 0;
+  let done = 0;
+  const more = () => {
+    if (done === total - 1) return resolve();
+    while (next < total - 1 && sending < parallel && open < parallel + awaiting) {
+      let sent = false;
+      sending++;
+      open++;
+      const handOver = () => {
+        if (sent || awaiting === 0) return;
+        sent = true;
+        sending--;
+        more();
+      };
+      sendChunk(next++, undefined, handOver).then(() => {
+        if (!sent) sending--;
+        open--;
+        done++;
+        more();
+      }, reject);
+    }
+  };
+  more();
 });
-await Promise.all(lanes);
 await sendChunk(total - 1, await sha256);
 if (hashing) {
   const share = await request('GET', `/files/${id}`, { accept: 'application/json' });
