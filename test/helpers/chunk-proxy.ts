@@ -1,7 +1,8 @@
 // A pass-through proxy in front of `fshare serve` that sees each request and each chunk request
 // (a non-GET on /files/<id>/content): it counts chunks, can hold them back (delayMs) so that a
-// transfer is still running when a test stops it, can answer them 503 instead (refuseAfter), and
-// can hold any request forever, answer it 403 itself, or forward it and never give back the answer.
+// transfer is still running when a test stops it, can answer them 503 instead (refuseAfter), can
+// hold back the server's answers to them until released (holdAnswers), and can hold any request
+// forever, answer it 403 itself, or forward it and never give back the answer.
 import {
   createServer,
   request,
@@ -31,6 +32,15 @@ function chunkCounter(target: string) {
     forbidStatus: 403,
     /** Forwarded, but the answer never given back (the server acts, the client never hears). */
     swallow: (_req: IncomingMessage): boolean => false,
+    /** Chunk answers the server gave (`statuses` has them too); while set, kept until released. */
+    holdAnswers: false,
+  };
+  let heldAnswers: (() => void)[] = [];
+  let watchers: (() => void)[] = [];
+  const changed = () => {
+    const go = watchers;
+    watchers = [];
+    for (const watch of go) watch();
   };
   const server: Server = createServer((req: IncomingMessage, res: ServerResponse) => {
     const entry: { method: string; url: string; status?: number } = {
@@ -76,8 +86,13 @@ function chunkCounter(target: string) {
           entry.status = up.statusCode;
           if (isChunk) state.statuses.push(up.statusCode);
           if (state.swallow(req)) return void up.resume();
-          res.writeHead(up.statusCode ?? 502, up.headers);
-          up.pipe(res);
+          const pass = () => {
+            res.writeHead(up.statusCode ?? 502, up.headers);
+            up.pipe(res);
+          };
+          if (isChunk && state.holdAnswers) heldAnswers.push(pass);
+          else pass();
+          changed();
         },
       );
       forward.on('error', () => res.destroy());
@@ -86,9 +101,21 @@ function chunkCounter(target: string) {
     };
     if (isChunk && state.delayMs) setTimeout(go, state.delayMs);
     else go();
+    changed();
   });
   return {
     state,
+    /** Gives back the chunk answers held, and holds none from now on. */
+    releaseAnswers() {
+      state.holdAnswers = false;
+      const go = heldAnswers;
+      heldAnswers = [];
+      for (const pass of go) pass();
+    },
+    /** Resolves once `test()` holds (checked at each request and each chunk answer). */
+    async until(test: () => boolean) {
+      while (!test()) await new Promise<void>((done) => watchers.push(done));
+    },
     async start(): Promise<string> {
       await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
       return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
