@@ -44,7 +44,7 @@ import {
   sq,
   timedBash,
 } from './common.mjs';
-import { startServe, stopServe } from './serve.mjs';
+import { adminToken, startServe, stopServe } from './serve.mjs';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const BIN = join(ROOT, 'bin', 'fshare.js');
@@ -489,13 +489,7 @@ async function main() {
   const adminPassword = randomBytes(18).toString('base64url');
   await startServer(dataDir, adminPassword);
   note(`server at ${server.url} (pid ${server.pid})`);
-  const login = await fetch(`${server.url}/users/login`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ username: 'admin', password: adminPassword }),
-  });
-  const { auth_token: token } = await login.json();
-  if (login.status !== 200 || !token) throw fail(`POST /users/login → ${login.status}`);
+  const token = await adminToken(server.url, adminPassword, fail);
   const env = {
     ...process.env,
     FSHARE_CONFIG_DIR: configDir,

@@ -35,7 +35,7 @@ import {
   sq,
   timedBash,
 } from './common.mjs';
-import { startServe, stopServe } from './serve.mjs';
+import { adminToken, startServe, stopServe } from './serve.mjs';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const BIN = join(ROOT, 'bin', 'fshare.js');
@@ -208,13 +208,7 @@ async function main() {
     children,
     fail,
   });
-  const login = await fetch(`${server.url}/users/login`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ username: 'admin', password }),
-  });
-  const token = (await login.json().catch(() => ({}))).auth_token;
-  if (login.status !== 200 || !token) throw fail(`POST /users/login → ${login.status}`);
+  const token = await adminToken(server.url, password, fail);
   const headers = join(tmpRoot, 'headers');
   await writeFile(headers, `Authorization: Bearer ${token}\n`, { mode: 0o600 });
   const env = {

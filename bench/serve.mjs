@@ -73,3 +73,15 @@ export async function stopServe(s, { children, note }) {
   }
   children.delete(s.child);
 }
+
+/** Signs the administrator in to the server at `url`; its token, or `fail(message)` thrown. */
+export async function adminToken(url, password, fail) {
+  const login = await fetch(`${url}/users/login`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ username: 'admin', password }),
+  });
+  const token = (await login.json().catch(() => ({}))).auth_token;
+  if (login.status !== 200 || !token) throw fail(`POST /users/login → ${login.status}`);
+  return token;
+}

@@ -34,7 +34,7 @@ import {
   parseSize,
   sleep,
 } from '../common.mjs';
-import { startServe, stopServe } from '../serve.mjs';
+import { adminToken, startServe, stopServe } from '../serve.mjs';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const BIN = join(ROOT, 'bin', 'fshare.js');
@@ -204,12 +204,7 @@ int fsync(int fd) { static int (*f)(int); if (!f) f = dlsym(RTLD_NEXT, "fsync");
     children,
     fail,
   });
-  const login = await fetch(`${server.url}/users/login`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ username: 'admin', password }),
-  });
-  const token = (await login.json()).auth_token;
+  const token = await adminToken(server.url, password, fail);
   Object.assign(env, {
     FSHARE_TOKEN: token,
     FSHARE_SERVER: server.url,
