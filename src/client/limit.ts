@@ -1,8 +1,9 @@
 /**
- * Runs at most `n` of the given tasks at once; shared by every file of one `upload`. A task may
- * call `handOver()` once what it holds the place for is done while it still waits (a chunk whose
- * bytes are all sent, waiting for the server's answer): its place goes to the next task, and it
- * stays one of at most `n + awaiting` tasks under way. Without `awaiting`, handOver does nothing.
+ * Runs at most `n` of the given tasks at once, in the order they came (one limiter may be shared
+ * by every file of one `upload`). A task may call `handOver()` once what it holds the place for
+ * is done while it still waits (a chunk whose bytes are all sent, waiting for the server's
+ * answer): its place goes to the next task, and it stays one of at most `n + awaiting` tasks
+ * under way. Without `awaiting`, handOver does nothing.
  */
 export type Limiter = <T>(task: (handOver: () => void) => Promise<T>) => Promise<T>;
 
@@ -43,7 +44,8 @@ export function createLimiter(n: number, awaiting = 0): Limiter {
  * The limiter of chunk uploads for `--parallel n`: at most n chunks going up at once, and up to
  * n − 1 more whose bytes are all sent, waiting for their answers (each chunk is durable on the
  * server before it is answered: while some wait for that, the next ones are already on their
- * way). `--parallel 1` stays one chunk request at a time.
+ * way). `--parallel 1` stays one chunk request at a time. A chunk sent again after a lost or 5xx
+ * answer goes up without taking a place back: still one of the 2n − 1 requests under way.
  */
 export function createChunkLimiter(n: number): Limiter {
   return createLimiter(n, n - 1);
