@@ -228,6 +228,18 @@ export class HashWorker {
   }
 
   /**
+   * Starts the hashing thread now if a hash of `expectedBytes` (undefined: not known) would run
+   * there, so that a body about to be read waits for it (`ready`) instead of being read while it
+   * starts. A thread started for nothing ends after `idleMs`, as an idle one does.
+   */
+  prepare(expectedBytes?: number): void {
+    if (this.options.disabled || this.worker) return;
+    if (expectedBytes !== undefined && expectedBytes <= INLINE_MAX) return;
+    void this.thread;
+    this.endWhenIdle();
+  }
+
+  /**
    * A new, empty sha256. `expectedBytes`: how much it will cover, when known; at most INLINE_MAX
    * and it is computed on this thread (the hashing thread is not started for it).
    */

@@ -437,7 +437,13 @@ export class FileStorage implements ContentStorage {
       const { index } = fields;
       upload.receivers++;
       // A single chunk's upload is no larger than the bytes this body may store.
-      const spec = upload.hash.speculate(index, fields.total === 1 ? maxBytes - 1 : undefined);
+      const expected = fields.total === 1 ? maxBytes - 1 : undefined;
+      const spec = upload.hash.speculate(index, expected);
+      // Every chunk is hashed, as it arrives or once the gap before it is filled: the hashing
+      // thread starts before this body is read, whichever of an upload's chunks comes first
+      // (chunks come several at a time; only chunk 0 is hashed as it arrives). A body read while
+      // the thread starts could let the young generation grow (server/gc.ts).
+      if (!spec) this.hasher.prepare(upload.meta.layout?.fileSize ?? expected);
       const inPlace =
         upload.meta.layout !== null &&
         fields.layout !== undefined &&
