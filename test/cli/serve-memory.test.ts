@@ -1,8 +1,10 @@
 import { open, readdir, readFile, writeFile } from 'node:fs/promises';
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import http from 'node:http';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCli, signIn, startServe, tempDir, type Cli, type Serve } from '../helpers/cli.js';
+import { createShare, multipart, sendParts } from '../helpers/http.js';
 
 /**
  * Property: the server's memory stays flat while it receives. Every read of a request body is a
@@ -202,6 +204,76 @@ describe('small uploads on an idle server', () => {
     const b = await uploadWatching(join(dir, 'large.bin'));
     expect(b.most).toBeGreaterThan(idle);
     expect(b.up).toMatchObject({ sha256: sha(large), verified: true });
+  }, 60_000);
+
+  // Property: whichever chunk of a large upload comes first starts the hashing thread before its
+  // body is read (a body read while the thread's isolate starts may let the young generation
+  // grow, below). Only chunk 0 used to start it: a chunk 1 that came first was read without it.
+  // A small upload's chunk starts none.
+  it('a large upload whose chunk 1 comes first starts the hashing thread while that body is still held back; a small one starts none', async () => {
+    const token = (await user.run(['token'])).stdout.trim();
+    const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+    /** Sends chunk 1 of a placed upload of `data` in chunks of `chunk` bytes, holding back all
+     * but its first 64 KiB; the most threads seen while held, then the rest, then chunk 0. */
+    async function chunkOneFirst(data: Buffer, chunk: number) {
+      const id = await createShare(own.url, token);
+      const dzuuid = randomUUID();
+      const fields = (index: number) => [
+        { name: 'dzuuid', value: dzuuid },
+        { name: 'dzchunkindex', value: String(index) },
+        { name: 'dztotalchunks', value: '2' },
+        { name: 'dzchunkbyteoffset', value: String(index * chunk) },
+        { name: 'dzchunksize', value: String(chunk) },
+        { name: 'dztotalfilesize', value: String(data.length) },
+      ];
+      const one = data.subarray(chunk);
+      const { body, contentType } = multipart([
+        ...fields(1),
+        { name: 'upload', filename: 'blob', data: one },
+      ]);
+      const held = body.length - one.length - 100; // the preamble, the fields, the part's head
+      expect(held).toBeGreaterThan(0);
+      await new Promise((r) => setTimeout(r, 3000)); // any earlier hashing thread has ended
+      const idle = await threads();
+      const url = new URL(`/files/${id}/content`, own.url);
+      const req = http.request({
+        host: url.hostname,
+        port: url.port,
+        path: url.pathname,
+        method: 'POST',
+        agent: false,
+        headers: {
+          authorization: `Bearer ${token}`,
+          'content-type': contentType,
+          'content-length': String(body.length),
+        },
+      });
+      const answer = new Promise<number>((resolve, reject) => {
+        req.on('response', (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        });
+        req.on('error', reject);
+      });
+      req.write(body.subarray(0, held + 64 * 1024));
+      // Held back for 1.5 s, threads sampled all through.
+      const { most } = await watching(() => new Promise((r) => setTimeout(r, 1500)));
+      req.end(body.subarray(held + 64 * 1024));
+      expect(await answer).toBe(200);
+      const zero = await sendParts(own.url, token, id, [
+        ...fields(0),
+        { name: 'upload', filename: 'blob', data: data.subarray(0, chunk) },
+      ]);
+      expect(zero.status).toBe(201);
+      const info = await user.json<{ sha256?: string; size: number }>(['info', id]);
+      expect(info).toMatchObject({ sha256: sha(data), size: data.length });
+      return { idle, most };
+    }
+
+    const large = await chunkOneFirst(randomBytes(12 * MiB), 8 * MiB);
+    expect(large.most).toBeGreaterThan(large.idle);
+    const small = await chunkOneFirst(randomBytes(3 * MiB), 2 * MiB);
+    expect(small.most).toBe(small.idle);
   }, 60_000);
 });
 
