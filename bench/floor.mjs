@@ -11,14 +11,20 @@
 //   node-ordered    node-protocol with the bodies in file order (each starts once the one before it
 //                   is handed to its socket)
 //   fshare          `fshare upload FILE --no-progress --json`
+//   least-curl-F    curl -F of the whole file as one placed chunk, to the least server for the chunk
+//                   protocol that keeps each chunk durable before its answer (bench/floor/least-server.mjs)
+//   least-chunked   node-unhashed's chunks to the same least server
+// The last two say how much of the gap between the chunks and one body any server that keeps the
+// storage promise would have (bench/README.md, "what any server keeping the promise costs").
 // Wall time from spawn to exit (Node's start included), client CPU from bash's `times`, server
 // CPU from /proc/PID/stat. Every stored share's sha256 is checked against the file's.
 //
 //   npm run bench:floor                              512 MiB, 5 rounds, prints a table
 //   npm run bench:floor -- --rounds 8 --drop-caches  (root) page cache dropped before each run
 //   npm run bench:floor -- --json
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm, statfs, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, statfs, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -31,6 +37,7 @@ import {
   median,
   note,
   parseSize,
+  sha256File,
   sleep,
   sq,
   timedBash,
@@ -41,6 +48,7 @@ const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const BIN = join(ROOT, 'bin', 'fshare.js');
 const RAW = join(ROOT, 'bench', 'floor', 'raw-upload.mjs');
 const PROTOCOL = join(ROOT, 'bench', 'floor', 'protocol-upload.mjs');
+const LEAST = join(ROOT, 'bench', 'floor', 'least-server.mjs');
 const MB = 1e6;
 
 const USAGE = `usage: node bench/floor.mjs [options]   (or: npm run bench:floor -- [options])
@@ -95,11 +103,14 @@ try {
 const children = new Set();
 let tmpRoot = null;
 let server = null;
+/** The least server: { child, pid, url, dir }. */
+let least = null;
 /** Single-quoted for sh. */
 const round = (x, digits = 2) => (Number.isFinite(x) ? Number(x.toFixed(digits)) : null);
 
 async function cleanup() {
   for (const child of children) if (child !== server?.child) child.kill('SIGKILL');
+  least = null;
   if (server) await stopServe(server, { children, note }).catch(() => undefined);
   server = null;
   if (tmpRoot) await rm(tmpRoot, { recursive: true, force: true }).catch(() => undefined);
@@ -121,12 +132,12 @@ async function settle(src) {
 }
 
 /** Runs `script` under bash; wall time, its children's CPU (`times`), the server's CPU. */
-async function run(script, env = process.env) {
+async function run(script, env = process.env, serverPid = server?.pid) {
   const r = await timedBash(script, {
     env,
     dir: tmpRoot,
     shellOptions: 'set -e',
-    serverPid: server?.pid,
+    serverPid,
     children,
   });
   if (r.code !== 0)
@@ -189,7 +200,41 @@ const VARIANTS = [
     what: '`fshare upload FILE --no-progress --json` (the same work, verified)',
     script: (v) => `node ${sq(BIN)} upload ${sq(v.src)} --no-progress --json`,
   },
+  {
+    name: 'least-curl-F',
+    what: '`curl -F` of the whole file as one placed chunk, to the least server (`bench/floor/least-server.mjs`)',
+    least: true,
+    precreate: true,
+    script: (v) =>
+      `curl -sS -f -o /dev/null -F dzuuid=${randomBytes(16).toString('hex')} ` +
+      `-F dzchunkindex=0 -F dztotalchunks=1 -F dzchunkbyteoffset=0 -F dzchunksize=${opts.size} ` +
+      `-F dztotalfilesize=${opts.size} -F ${sq(`upload=@${v.src};type=application/octet-stream`)} ` +
+      `${sq(`${least.url}/files/${v.id}/content`)}`,
+  },
+  {
+    name: 'least-chunked',
+    what: "node-unhashed's chunks to the least server: each durable (the data's `fdatasync`, a log line, its `fdatasync`) before its answer",
+    least: true,
+    script: (v) => `node ${sq(PROTOCOL)} ${sq(least.url)} ${sq(v.src)} 8388608 4 nohash`,
+  },
 ];
+
+/** Starts the least server on a folder of its own. */
+async function startLeast() {
+  const dir = join(tmpRoot, 'least');
+  await mkdir(dir);
+  const child = spawn(process.execPath, [LEAST, dir], { stdio: ['ignore', 'pipe', 'inherit'] });
+  children.add(child);
+  const url = await new Promise((resolve, reject) => {
+    let out = '';
+    child.stdout.on('data', (d) => {
+      out += d;
+      if (out.includes('\n')) resolve(out.trim());
+    });
+    child.once('exit', (code) => reject(fail(`the least server exited with ${code}`)));
+  });
+  return { child, pid: child.pid, url, dir };
+}
 
 async function main() {
   const extraCa = extraCaCerts(opts.keepExtraCa);
@@ -209,6 +254,7 @@ async function main() {
     fail,
   });
   const token = await adminToken(server.url, password, fail);
+  least = await startLeast();
   const headers = join(tmpRoot, 'headers');
   await writeFile(headers, `Authorization: Bearer ${token}\n`, { mode: 0o600 });
   const env = {
@@ -225,12 +271,28 @@ async function main() {
     const order = VARIANTS.map((_, i) => VARIANTS[(i + r) % VARIANTS.length]);
     if (r % 2) order.reverse();
     for (const variant of order) {
-      const id = variant.precreate
-        ? (await api('POST', '/files', token, { file_name: 'floor.bin' })).url.split('/').pop()
-        : null;
+      const id = !variant.precreate
+        ? null
+        : variant.least
+          ? (await (await fetch(`${least.url}/files`, { method: 'POST' })).json()).url
+              .split('/')
+              .pop()
+          : (await api('POST', '/files', token, { file_name: 'floor.bin' })).url.split('/').pop();
       await settle(src);
       note(`round ${r + 1}/${opts.rounds}: ${variant.name}`);
-      const result = await run(variant.script({ src, headers, id }), env);
+      const result = await run(
+        variant.script({ src, headers, id }),
+        env,
+        variant.least ? least.pid : server.pid,
+      );
+      if (variant.least) {
+        const stored = join(least.dir, id ?? result.stdout.trim().split('\n').pop());
+        if ((await sha256File(stored)) !== sha256)
+          throw fail(`${variant.name}: the stored file's sha256 is not the file's`);
+        await rm(stored);
+        runs.push({ variant: variant.name, round: r + 1, ...result, stdout: undefined });
+        continue;
+      }
       const stored =
         id ??
         (variant.name === 'fshare'
@@ -267,6 +329,9 @@ async function main() {
     v.vs_curl_form = round(curl.wall_s / v.wall_s, 3);
     v.cpu_vs_curl = round(v.client_cpu_s / curl.client_cpu_s, 2);
   }
+  // The chunks against one body, both to the least server: what the contract's chunks, each
+  // durable before its answer, leave of `curl -F`'s speed on this machine's storage.
+  const leastChunks = round(byName['least-curl-F'].wall_s / byName['least-chunked'].wall_s, 3);
   return {
     command: `node bench/floor.mjs --size ${opts.sizeText} --rounds ${opts.rounds}${opts.dropCaches ? ' --drop-caches' : ''}${opts.keepExtraCa ? ' --keep-extra-ca' : ''}`,
     date: new Date().toISOString(),
@@ -275,6 +340,7 @@ async function main() {
     drop_caches: opts.dropCaches,
     node_extra_ca_certs: extraCa,
     variants: byName,
+    least_chunked_vs_least_curl_form: leastChunks,
     runs,
   };
 }
@@ -291,6 +357,10 @@ function table(result) {
       `| ${name} | ${v.wall_s} (${v.wall_min_s}–${v.wall_max_s}) | ${v.mb_s} | ${v.vs_curl_form} | ${v.client_cpu_s} | ${v.cpu_vs_curl} | ${v.server_cpu_s} |`,
     );
   lines.push('', ...Object.entries(result.variants).map(([name, v]) => `- ${name}: ${v.what}`));
+  lines.push(
+    '',
+    `The chunks against one body on the least server: ${result.least_chunked_vs_least_curl_form} × its \`curl -F\`.`,
+  );
   lines.push('', extraCaNote(result.node_extra_ca_certs));
   return `${lines.join('\n')}\n`;
 }
