@@ -7,9 +7,20 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chunkCounter } from '../helpers/chunk-proxy.js';
-import { createCli, signIn, startServe, tempDir, type Cli, type Serve } from '../helpers/cli.js';
+import {
+  BIN,
+  cleanEnv,
+  createCli,
+  signIn,
+  startServe,
+  tempDir,
+  uploadRecordsOf,
+  type Cli,
+  type Serve,
+} from '../helpers/cli.js';
 
 const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
 
@@ -79,6 +90,57 @@ describe('chunks on their way while earlier ones wait for their answers', () => 
     const [shown] = JSON.parse(res.stdout) as { sha256: string; verified: boolean }[];
     expect(shown).toMatchObject({ sha256: sha256(data), verified: true });
     expect(proxy.state.chunks).toBe(8);
+  });
+
+  // Property: a pipelined upload killed while its chunks wait for their answers loses nothing and
+  // mixes nothing. Each of those chunks is durable on the server before its answer, so the next
+  // run of the same command resumes the same share, sends only the chunks the server does not
+  // hold, and the share is the file's bytes, verified. (The SIGKILL tests elsewhere send one
+  // chunk at a time.)
+  it('killed (SIGKILL) while five chunks wait for their answers: the same command resumes the share, sends only the rest, and it is whole', async () => {
+    const file = join(work, 'killed.bin');
+    const data = randomBytes(16 * 64 * 1024);
+    await writeFile(file, data);
+    const args = ['upload', file, '--chunk-size', '64k', '--parallel', '3', '--no-progress'];
+    proxy.state.chunks = 0;
+    proxy.state.statuses = [];
+    proxy.state.holdAnswers = true;
+    const child = execa('node', [BIN, '--server', url, ...args], {
+      env: cleanEnv({ FSHARE_CONFIG_DIR: cli.configDir, FSHARE_KEYRING: 'off' }),
+      extendEnv: false,
+      reject: false,
+      stdin: 'ignore',
+    });
+    try {
+      // Five chunks stored and answered, the answers held: the client waits for all five.
+      await proxy.until(() => proxy.state.statuses.length >= 5);
+      expect(proxy.state.statuses.slice(0, 5)).toEqual([200, 200, 200, 200, 200]);
+      child.kill('SIGKILL');
+      expect((await child).signal).toBe('SIGKILL');
+    } finally {
+      proxy.releaseAnswers();
+    }
+    const [record] = await uploadRecordsOf<{ share_id: string; path: string }>(cli);
+    expect(record).toMatchObject({ path: file, share_id: expect.any(String) });
+
+    proxy.state.chunks = 0;
+    const res = await cli.run(['--server', url, '--json', ...args]);
+    expect(res.exitCode, res.stderr).toBe(0);
+    const [shown] = JSON.parse(res.stdout) as {
+      share_id: string;
+      sha256: string;
+      verified: boolean;
+    }[];
+    expect(shown).toMatchObject({
+      share_id: record!.share_id,
+      sha256: sha256(data),
+      verified: true,
+    });
+    expect(proxy.state.chunks).toBe(16 - 5);
+    const got = await cli.runBinary(['--server', url, 'get', record!.share_id, '-o', '-']);
+    expect(got.exitCode, got.stderr).toBe(0);
+    expect(sha256(got.stdout)).toBe(sha256(data));
+    expect(await uploadRecordsOf(cli)).toEqual([]);
   });
 
   it('with --parallel 1, one chunk request at a time: the next waits for the answer', async () => {
