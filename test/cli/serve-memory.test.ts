@@ -73,6 +73,20 @@ describe('server memory while receiving', () => {
   }, 120_000);
 });
 
+/** A server of its own and a user signed in to it, for one describe block. */
+function ownServer(options?: Parameters<typeof startServe>[0]): { serve: Serve; user: Cli } {
+  const own = {} as { serve: Serve; user: Cli };
+  beforeAll(async () => {
+    own.serve = await startServe(options);
+    own.user = await createCli();
+    await signIn(own.user, own.serve.url);
+  }, 60_000);
+  afterAll(async () => {
+    await own.serve?.stop();
+  });
+  return own;
+}
+
 /**
  * Property: the server's peak stays where the first of several uploads in a row left it. With
  * up to 7 chunk requests receiving at once (`--parallel` 4, chunks awaiting their answers aside),
@@ -81,31 +95,20 @@ describe('server memory while receiving', () => {
  * server collected them whole once they had grown by 8 MiB (server/gc.ts).
  */
 describe('uploads in a row', () => {
-  let own: Serve;
-  let user: Cli;
-
-  beforeAll(async () => {
-    own = await startServe();
-    user = await createCli();
-    await signIn(user, own.url);
-  }, 60_000);
-
-  afterAll(async () => {
-    await own?.stop();
-  });
+  const server = ownServer();
 
   it('four 256 MiB uploads back to back: the last peaks within 4 MB of the first, and each is whole', async () => {
     const peaks: number[] = [];
     for (let i = 0; i < 4; i++) {
-      const [up] = await user.json<{ share_id: string; size: number; verified: boolean }[]>([
+      const [up] = await server.user.json<{ share_id: string; size: number; verified: boolean }[]>([
         'upload',
         file,
         '--no-progress',
       ]);
       expect(up).toMatchObject({ size: SIZE, verified: true });
-      const status = await readFile(`/proc/${own.pid}/status`, 'utf8');
+      const status = await readFile(`/proc/${server.serve.pid}/status`, 'utf8');
       peaks.push(Number(/^VmHWM:\s+(\d+) kB/m.exec(status)![1]) / 1000);
-      expect((await user.run(['rm', up!.share_id])).exitCode).toBe(0);
+      expect((await server.user.run(['rm', up!.share_id])).exitCode).toBe(0);
     }
     // Measured: 0 MB in four runs; 6.7 and 13 MB before the whole collections.
     expect(peaks[3]! - peaks[0]!, `peaks ${peaks.join(', ')} MB`).toBeLessThan(4);
@@ -119,21 +122,10 @@ describe('uploads in a row', () => {
  * asked for is marked "testing").
  */
 describe('collections the server asks for', () => {
-  let traced: Serve;
-  let user: Cli;
-
-  beforeAll(async () => {
-    traced = await startServe({ nodeFlags: ['--trace-gc'] });
-    user = await createCli();
-    await signIn(user, traced.url);
-  });
-
-  afterAll(async () => {
-    await traced?.stop();
-  });
+  const server = ownServer({ nodeFlags: ['--trace-gc'] });
 
   const asked = (kind: string) =>
-    traced
+    server.serve
       .stdout()
       .split('\n')
       .filter((line) => line.includes(kind) && line.includes('testing')).length;
@@ -142,7 +134,7 @@ describe('collections the server asks for', () => {
     const file = join(await tempDir('memory'), 'mid.bin');
     await writeFile(file, Buffer.alloc(40 * MiB, 3));
     const young = asked('Scavenge');
-    expect((await user.run(['upload', file, '--no-progress'])).exitCode).toBe(0);
+    expect((await server.user.run(['upload', file, '--no-progress'])).exitCode).toBe(0);
     // 40 MiB of body, a collection every 4 MiB.
     expect(asked('Scavenge') - young).toBeGreaterThanOrEqual(8);
 
@@ -153,7 +145,7 @@ describe('collections the server asks for', () => {
     expect(asked('Mark-Compact')).toBe(whole + 1);
 
     // A small request now and then (a health check) is not worth another.
-    expect((await user.run(['whoami'])).exitCode).toBe(0);
+    expect((await server.user.run(['whoami'])).exitCode).toBe(0);
     await new Promise((r) => setTimeout(r, 6500));
     expect(asked('Mark-Compact')).toBe(whole + 1);
   }, 60_000);
@@ -166,20 +158,9 @@ describe('collections the server asks for', () => {
  * all through each upload.
  */
 describe('small uploads on an idle server', () => {
-  let own: Serve;
-  let user: Cli;
+  const server = ownServer();
 
-  beforeAll(async () => {
-    own = await startServe();
-    user = await createCli();
-    await signIn(user, own.url);
-  }, 60_000);
-
-  afterAll(async () => {
-    await own?.stop();
-  });
-
-  const threads = async () => (await readdir(`/proc/${own.pid}/task`)).length;
+  const threads = async () => (await readdir(`/proc/${server.serve.pid}/task`)).length;
 
   /** The most threads the server had while `task` ran, and what it returned. */
   async function watching<T>(task: () => Promise<T>) {
@@ -203,7 +184,7 @@ describe('small uploads on an idle server', () => {
   /** The most threads the server had while `fshare upload FILE` ran, and its JSON. */
   async function uploadWatching(path: string) {
     const { most, result } = await watching(() =>
-      user.json<{ share_id: string; sha256: string; verified: boolean }[]>([
+      server.user.json<{ share_id: string; sha256: string; verified: boolean }[]>([
         'upload',
         path,
         '--no-progress',
@@ -218,7 +199,7 @@ describe('small uploads on an idle server', () => {
     await new Promise((r) => setTimeout(r, 3000));
     const idle = await threads();
     const { most } = await watching(async () => {
-      for (let i = 0; i < 3; i++) await signIn(user, own.url);
+      for (let i = 0; i < 3; i++) await signIn(server.user, server.serve.url);
     });
     expect(most).toBe(idle);
   }, 60_000);
@@ -237,7 +218,7 @@ describe('small uploads on an idle server', () => {
     expect(a.most).toBe(idle);
     const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
     expect(a.up).toMatchObject({ sha256: sha(small), verified: true });
-    const info = await user.json<{ sha256?: string }>(['info', a.up.share_id]);
+    const info = await server.user.json<{ sha256?: string }>(['info', a.up.share_id]);
     expect(info.sha256).toBe(sha(small));
 
     const b = await uploadWatching(join(dir, 'large.bin'));
@@ -250,12 +231,12 @@ describe('small uploads on an idle server', () => {
   // grow, below). Only chunk 0 used to start it: a chunk 1 that came first was read without it.
   // A small upload's chunk starts none.
   it('a large upload whose chunk 1 comes first starts the hashing thread while that body is still held back; a small one starts none', async () => {
-    const token = (await user.run(['token'])).stdout.trim();
+    const token = (await server.user.run(['token'])).stdout.trim();
     const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
     /** Sends chunk 1 of a placed upload of `data` in chunks of `chunk` bytes, holding back all
      * but its first 64 KiB; the most threads seen while held, then the rest, then chunk 0. */
     async function chunkOneFirst(data: Buffer, chunk: number) {
-      const id = await createShare(own.url, token);
+      const id = await createShare(server.serve.url, token);
       const dzuuid = randomUUID();
       const fields = (index: number) => [
         { name: 'dzuuid', value: dzuuid },
@@ -274,7 +255,7 @@ describe('small uploads on an idle server', () => {
       expect(held).toBeGreaterThan(0);
       await new Promise((r) => setTimeout(r, 3000)); // any earlier hashing thread has ended
       const idle = await threads();
-      const url = new URL(`/files/${id}/content`, own.url);
+      const url = new URL(`/files/${id}/content`, server.serve.url);
       const req = http.request({
         host: url.hostname,
         port: url.port,
@@ -299,12 +280,12 @@ describe('small uploads on an idle server', () => {
       const { most } = await watching(() => new Promise((r) => setTimeout(r, 1500)));
       req.end(body.subarray(held + 64 * 1024));
       expect(await answer).toBe(200);
-      const zero = await sendParts(own.url, token, id, [
+      const zero = await sendParts(server.serve.url, token, id, [
         ...fields(0),
         { name: 'upload', filename: 'blob', data: data.subarray(0, chunk) },
       ]);
       expect(zero.status).toBe(201);
-      const info = await user.json<{ sha256?: string; size: number }>(['info', id]);
+      const info = await server.user.json<{ sha256?: string; size: number }>(['info', id]);
       expect(info).toMatchObject({ sha256: sha(data), size: data.length });
       return { idle, most };
     }
@@ -326,23 +307,12 @@ describe('small uploads on an idle server', () => {
  * back when it sets up a thread's isolate).
  */
 describe('the young generation while transfers follow each other', () => {
-  let traced: Serve;
-  let user: Cli;
-
-  beforeAll(async () => {
-    traced = await startServe({ nodeFlags: ['--trace-gc-verbose'] });
-    user = await createCli();
-    await signIn(user, traced.url);
-  }, 60_000);
-
-  afterAll(async () => {
-    await traced?.stop();
-  });
+  const server = ownServer({ nodeFlags: ['--trace-gc-verbose'] });
 
   /** `committed` of the new space in each report after `from` (an offset in stdout), in KB. */
   const committed = (from: number) =>
     [
-      ...traced
+      ...server.serve
         .stdout()
         .slice(from)
         .matchAll(/New space,.*committed:\s+(\d+) KB/g),
@@ -355,12 +325,18 @@ describe('the young generation while transfers follow each other', () => {
     const before = committed(0);
     expect(before.length).toBeGreaterThan(0); // the report is there at all
     const start = before.at(-1)!;
-    const from = traced.stdout().length;
+    const from = server.serve.stdout().length;
 
     for (let round = 0; round < 2; round++) {
-      const [up] = await user.json<{ share_id: string }[]>(['upload', path, '--no-progress']);
+      const [up] = await server.user.json<{ share_id: string }[]>([
+        'upload',
+        path,
+        '--no-progress',
+      ]);
       const out = join(dir, `got-${round}.bin`);
-      expect((await user.run(['get', up!.share_id, '-o', out, '--no-progress'])).exitCode).toBe(0);
+      expect(
+        (await server.user.run(['get', up!.share_id, '-o', out, '--no-progress'])).exitCode,
+      ).toBe(0);
       // The hashing thread ends after 2 s without a hash; the next round starts another.
       await new Promise((r) => setTimeout(r, 3000));
     }
