@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { constants as fsConstants } from 'node:fs';
@@ -603,6 +604,9 @@ async function sendChunks(
   const method = options.mode === 'create' ? 'POST' : 'PUT';
   const limit = options.limiter ?? createChunkLimiter(options.parallel ?? DEFAULT_PARALLEL);
   const abort = new AbortController();
+  // Every chunk request listens to it until it ends, up to 2 × --parallel − 1 of them at once (and
+  // their retries' sleeps): bounded by the limiter, not a leak for Node to warn of past 10.
+  setMaxListeners(0, abort.signal);
   const onOuterAbort = () => abort.abort(options.signal?.reason);
   options.signal?.addEventListener('abort', onOuterAbort, { once: true });
   // Stopped already (Ctrl-C while the share was being created): no abort event will come.

@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import { createWriteStream, fstatSync, rmSync, statSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { pipeline } from 'node:stream/promises';
@@ -138,6 +139,9 @@ function chunkOptions(options: { chunkSize: string; parallel: string }) {
  */
 function interruptible(): { signal: AbortSignal; done(): void } {
   const abort = new AbortController();
+  // Each chunk and request under way listens to it until it ends, as many at once as --parallel
+  // allows: not a leak for Node to warn of past 10 listeners.
+  setMaxListeners(0, abort.signal);
   let pressed = false;
   const onSigint = () => {
     if (pressed) process.exit(EXIT.interrupted);
