@@ -516,9 +516,10 @@ export class FileStorage implements ContentStorage {
     max: number,
   ): Promise<void> {
     const writer = received.writer;
-    // Two pieces, used in turn: one is written while the other fills. Memory stays flat.
-    const pieces = [takePiece(BODY_PIECE), takePiece(BODY_PIECE)];
-    let piece = pieces[0]!;
+    // One piece fills while the one before it is written. Memory stays flat: a piece is taken
+    // when bytes come to fill it and given back once its write is done, so a body that stalls
+    // holds only the piece it was filling (100 bodies stalled mid-chunk held 50 MB with two each).
+    let piece: Buffer | null = null;
     let fill = 0;
     let written = 0;
     let writing: Promise<void> | null = null;
@@ -549,17 +550,21 @@ export class FileStorage implements ContentStorage {
       await settle();
       if (writer?.aborted || failure) fill = 0; // dropped: nothing is written after either
       if (fill === 0) return;
-      const bytes = piece.subarray(0, fill);
+      const full = piece!;
+      const bytes = full.subarray(0, fill);
       const at = position + written;
       written += fill;
       fill = 0;
-      piece = piece === pieces[0] ? pieces[1]! : pieces[0]!;
+      piece = null;
       const queue = received.kind === 'inplace' ? received.upload?.dataWrites : undefined;
       const write = () => writeFully(handle, bytes, at);
-      writing = (queue ? queue.run(write) : write()).then(() => {
-        hashTo = at + bytes.length;
-        if (hashTo - hashFrom >= PIECE) hashWritten();
-      });
+      writing = (queue ? queue.run(write) : write())
+        .then(() => {
+          hashTo = at + bytes.length;
+          if (hashTo - hashFrom >= PIECE) hashWritten();
+        })
+        // Written or failed, the write is over: nothing reads the piece any more.
+        .finally(() => givePieces(full));
       writing.catch(() => undefined); // observed in settle(); never an unhandled rejection
       if (writer) writer.writing = writing;
     };
@@ -576,6 +581,7 @@ export class FileStorage implements ContentStorage {
         received.bytes += data.length;
         let off = 0;
         while (off < data.length) {
+          piece ??= takePiece(BODY_PIECE);
           const n = Math.min(data.length - off, BODY_PIECE - fill);
           data.copy(piece, fill, off, off + n);
           fill += n;
@@ -587,7 +593,7 @@ export class FileStorage implements ContentStorage {
     } finally {
       // Whatever happened, no write of this body is still running when this returns.
       await settle();
-      givePieces(...pieces);
+      if (piece) givePieces(piece);
     }
     if (failure) throw failure;
     hashWritten(); // the rest, so the speculative hash holds the whole body
