@@ -1,10 +1,9 @@
 import { open, readdir, readFile, writeFile } from 'node:fs/promises';
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
-import http from 'node:http';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCli, signIn, startServe, tempDir, type Cli, type Serve } from '../helpers/cli.js';
-import { createShare, multipart, sendParts } from '../helpers/http.js';
+import { createShare, stalledChunk } from '../helpers/http.js';
 
 /**
  * Property: the server's memory stays flat while it receives. Every read of a request body is a
@@ -238,53 +237,30 @@ describe('small uploads on an idle server', () => {
     async function chunkOneFirst(data: Buffer, chunk: number) {
       const id = await createShare(server.serve.url, token);
       const dzuuid = randomUUID();
-      const fields = (index: number) => [
-        { name: 'dzuuid', value: dzuuid },
-        { name: 'dzchunkindex', value: String(index) },
-        { name: 'dztotalchunks', value: '2' },
-        { name: 'dzchunkbyteoffset', value: String(index * chunk) },
-        { name: 'dzchunksize', value: String(chunk) },
-        { name: 'dztotalfilesize', value: String(data.length) },
-      ];
-      const one = data.subarray(chunk);
-      const { body, contentType } = multipart([
-        ...fields(1),
-        { name: 'upload', filename: 'blob', data: one },
-      ]);
-      const held = body.length - one.length - 100; // the preamble, the fields, the part's head
-      expect(held).toBeGreaterThan(0);
+      const fields = (index: number) => ({
+        dzuuid,
+        dzchunkindex: index,
+        dztotalchunks: 2,
+        dzchunkbyteoffset: index * chunk,
+        dzchunksize: chunk,
+        dztotalfilesize: data.length,
+      });
       await new Promise((r) => setTimeout(r, 3000)); // any earlier hashing thread has ended
       const idle = await threads();
-      const url = new URL(`/files/${id}/content`, server.serve.url);
-      const req = http.request({
-        host: url.hostname,
-        port: url.port,
-        path: url.pathname,
-        method: 'POST',
-        agent: false,
-        headers: {
-          authorization: `Bearer ${token}`,
-          'content-type': contentType,
-          'content-length': String(body.length),
-        },
-      });
-      const answer = new Promise<number>((resolve, reject) => {
-        req.on('response', (res) => {
-          res.resume();
-          resolve(res.statusCode ?? 0);
-        });
-        req.on('error', reject);
-      });
-      req.write(body.subarray(0, held + 64 * 1024));
+      const one = await stalledChunk(
+        server.serve.url,
+        token,
+        id,
+        fields(1),
+        data.subarray(chunk),
+        64 * 1024,
+      );
       // Held back for 1.5 s, threads sampled all through.
       const { most } = await watching(() => new Promise((r) => setTimeout(r, 1500)));
-      req.end(body.subarray(held + 64 * 1024));
-      expect(await answer).toBe(200);
-      const zero = await sendParts(server.serve.url, token, id, [
-        ...fields(0),
-        { name: 'upload', filename: 'blob', data: data.subarray(0, chunk) },
-      ]);
-      expect(zero.status).toBe(201);
+      expect((await one.finish()).status).toBe(200);
+      const head = data.subarray(0, chunk);
+      const zero = await stalledChunk(server.serve.url, token, id, fields(0), head, chunk);
+      expect((await zero.finish()).status).toBe(201);
       const info = await server.user.json<{ sha256?: string; size: number }>(['info', id]);
       expect(info).toMatchObject({ sha256: sha(data), size: data.length });
       return { idle, most };

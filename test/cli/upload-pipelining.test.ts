@@ -47,10 +47,10 @@ describe('chunks on their way while earlier ones wait for their answers', () => 
       if (dir) await rm(dir, { recursive: true, force: true });
   });
 
-  /** Starts `fshare upload` of a new 8-chunk file (64 KiB chunks) with `--parallel n`. */
-  async function start(name: string, parallel: number) {
+  /** Starts `fshare upload` of a new file of `chunks` chunks of 64 KiB with `--parallel n`. */
+  async function start(name: string, parallel: number, chunks = 8) {
     const file = join(work, name);
-    const data = randomBytes(8 * 64 * 1024);
+    const data = randomBytes(chunks * 64 * 1024);
     await writeFile(file, data);
     proxy.state.chunks = 0;
     proxy.state.statuses = [];
@@ -148,24 +148,7 @@ describe('chunks on their way while earlier ones wait for their answers', () => 
   // "MaxListenersExceededWarning: Possible EventTarget memory leak detected" on stderr, twice, for
   // an upload that went well.
   it('with --parallel 16, 31 chunk requests open at once: the upload is whole, and stderr says nothing', async () => {
-    const file = join(work, 'sixteen.bin');
-    const data = randomBytes(40 * 64 * 1024);
-    await writeFile(file, data);
-    proxy.state.chunks = 0;
-    proxy.state.statuses = [];
-    proxy.state.holdAnswers = true;
-    const run = cli.run([
-      '--server',
-      url,
-      '--json',
-      'upload',
-      file,
-      '--chunk-size',
-      '64k',
-      '--parallel',
-      '16',
-      '--no-progress',
-    ]);
+    const { data, run } = await start('sixteen.bin', 16, 40);
     try {
       await proxy.until(() => proxy.state.chunks >= 31);
     } finally {
