@@ -17,6 +17,7 @@ import {
   get,
   patch,
   post,
+  request,
   sendParts,
   sha256hex as sha256,
   type Part,
@@ -128,6 +129,51 @@ describe('a refused chunk leaves nothing behind', () => {
     ]);
     expectStatus(whole, 201);
     expect((await content(srv.url, admin, id)).equals(data)).toBe(true);
+  });
+
+  // Found from outside: a chunk whose file part was cut short got its 400 while its upload's
+  // folder was still on disk (10–50 ms): multer answers as soon as the part's stream errors,
+  // without waiting for the storage to discard what it had started.
+  it('a malformed body has left nothing behind by the time its 400 arrives', async () => {
+    const id = await createShare(srv.url, admin, 'malformed.bin');
+    const boundary = `----bad-${randomUUID()}`;
+    const field = (name: string, value: string | number) =>
+      `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`;
+    const filePart = (name = 'b') =>
+      `--${boundary}\r\nContent-Disposition: form-data; name="upload"; filename="${name}"\r\n` +
+      `Content-Type: application/octet-stream\r\n\r\n`;
+    const bytes = randomBytes(256 * 1024).toString('latin1');
+    const fields = (uuid: string, placed: boolean) =>
+      field('dzuuid', uuid) +
+      field('dzchunkindex', 0) +
+      field('dztotalchunks', 2) +
+      (placed ? field('dzchunksize', 4) + field('dztotalfilesize', 8) : '');
+    const bodies: Record<string, (uuid: string) => string> = {
+      'a file part cut short': (uuid) => fields(uuid, false) + filePart() + bytes,
+      'a placed file part cut short': (uuid) => fields(uuid, true) + filePart() + 'ab',
+      'a broken part header after the file': (uuid) =>
+        fields(uuid, false) + filePart() + bytes + `\r\n--${boundary}\r\nbroken\r\n\r\n`,
+      'a second file part': (uuid) =>
+        fields(uuid, false) +
+        filePart() +
+        bytes +
+        '\r\n' +
+        filePart('c') +
+        `ab\r\n--${boundary}--\r\n`,
+    };
+    for (const [what, body] of Object.entries(bodies)) {
+      for (let i = 0; i < 4; i++) {
+        const res = await request(srv.url, 'POST', `/files/${id}/content`, {
+          token: admin,
+          body: Buffer.from(body(randomUUID()), 'latin1'),
+          headers: { 'content-type': `multipart/form-data; boundary=${boundary}` },
+        });
+        expectFail(res, 400);
+        expect({ what, uploads: await storedUploads(srv, id) }).toEqual({ what, uploads: [] });
+        expect({ what, incoming: await incomingFiles(srv) }).toEqual({ what, incoming: [] });
+      }
+    }
+    expect((await get(srv.url, `/files/${id}`, { token: admin })).body.initialized).toBe(false);
   });
 
   it('a body whose file part comes before its fields, cut off in the middle, leaves nothing in incoming/', async () => {

@@ -106,6 +106,25 @@ export function contentRoutes(ctx: Context): Router {
   const { maxChunkBytes } = limits;
   const router = Router();
   const targets = new WeakMap<Request, { shareId: string; max: number }>();
+  /**
+   * The storage's work for each body (receiving it, discarding it). multer can answer a
+   * malformed body before that work is over (a file part cut short errors its stream, and multer
+   * stops waiting for the engine): the answer waits for it, so that a 400 finds nothing left.
+   */
+  const storageWork = new WeakMap<Request, Promise<unknown>[]>();
+  const track = (req: Request, work: Promise<unknown>) => {
+    const all = storageWork.get(req) ?? [];
+    all.push(work);
+    storageWork.set(req, all);
+  };
+  const storageDone = async (req: Request) => {
+    const all = storageWork.get(req) ?? [];
+    // Settling one piece of work may start another (multer discarding a chunk it had taken).
+    for (let seen = 0; seen < all.length;) {
+      seen = all.length;
+      await Promise.allSettled(all);
+    }
+  };
   const fieldsOf = (req: Request) =>
     chunkFields((req.body ?? {}) as Record<string, unknown>, limits.maxChunksPerUpload);
 
@@ -123,15 +142,22 @@ export function contentRoutes(ctx: Context): Router {
       } catch {
         // Reported after the body is read, in readChunk.
       }
-      storage.receive(shareId, fields, file.stream, max).then(
-        (received) => cb(null, { size: received.bytes, received } as Partial<Express.Multer.File>),
-        (err: Error) => cb(err),
+      track(
+        req,
+        storage.receive(shareId, fields, file.stream, max).then(
+          (received) =>
+            cb(null, { size: received.bytes, received } as Partial<Express.Multer.File>),
+          (err: Error) => cb(err),
+        ),
       );
     },
-    _removeFile(_req, file, cb) {
+    _removeFile(req, file, cb) {
       const { received } = file as WithReceived;
       if (!received) return cb(null);
-      storage.discard(received).then(() => cb(null), cb);
+      track(
+        req,
+        storage.discard(received).then(() => cb(null), cb),
+      );
     },
   };
 
@@ -163,9 +189,9 @@ export function contentRoutes(ctx: Context): Router {
     // Everything the headers tell has been checked: a client that waits for 100 Continue
     // (Expect: 100-continue) sends its body now, and one refused above never sent it.
     sendContinue(res);
-    await new Promise<void>((resolve, reject) =>
-      receive(req, res, (err) => (err ? reject(err) : resolve())),
-    );
+    const refused = await new Promise<unknown>((resolve) => receive(req, res, resolve));
+    await storageDone(req);
+    if (refused) throw refused;
     // multer passes over, unread, a multipart type whose parameters it cannot parse (a trailing
     // ";", an empty boundary, an unclosed quote): the error would then name a missing field.
     if (req.body === undefined)
