@@ -18,18 +18,8 @@ import {
 import { createServer, request as httpRequest, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { dirname, join } from 'node:path';
-import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  BIN,
-  cleanEnv,
-  createCli,
-  signIn,
-  startServe,
-  tempDir,
-  type Cli,
-  type Serve,
-} from '../helpers/cli.js';
+import { createCli, signIn, startServe, tempDir, type Cli, type Serve } from '../helpers/cli.js';
 import { content, expectStatus, get, until, upload, type ShareJson } from '../helpers/http.js';
 
 const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
@@ -125,16 +115,8 @@ describe('fshare pull leaves DIR holding the old set or the new set, never a mix
 
   /** A pull run as a process of its own (to be killed), through `server`. */
   const pullProcess = (server: string, args: string[], env: Record<string, string> = {}) =>
-    execa('node', [BIN, '--server', server, 'pull', ...args], {
-      env: cleanEnv({
-        FSHARE_CONFIG_DIR: admin.configDir,
-        FSHARE_KEYRING: 'off',
-        FSHARE_TOKEN: token,
-        ...env,
-      }),
-      extendEnv: false,
-      reject: false,
-      stdin: 'ignore',
+    admin.start(['--server', server, 'pull', ...args], {
+      env: { FSHARE_TOKEN: token, ...env },
       timeout: 120_000,
     });
 

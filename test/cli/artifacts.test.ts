@@ -849,15 +849,8 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
         ['SIGTERM', { signal: 'SIGTERM' }],
       ] as const) {
         const out = await freshDir('sig-out');
-        const child = execa('node', [BIN, '--server', via, 'pull', name, out], {
-          env: cleanEnv({
-            FSHARE_CONFIG_DIR: admin.configDir,
-            FSHARE_KEYRING: 'off',
-            FSHARE_TOKEN: token,
-          }),
-          extendEnv: false,
-          reject: false,
-          stdin: 'ignore',
+        const child = admin.start(['--server', via, 'pull', name, out], {
+          env: { FSHARE_TOKEN: token },
         });
         await until(
           async () => (await leftovers(out)).length > 0,
@@ -1059,15 +1052,8 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
       const v2 = await snapshot(src);
 
       proxy.state.delayMs = 150;
-      const child = execa('node', [BIN, '--server', via, 'push', src, '--name', name, '-p', '1'], {
-        env: cleanEnv({
-          FSHARE_CONFIG_DIR: admin.configDir,
-          FSHARE_KEYRING: 'off',
-          FSHARE_TOKEN: token,
-        }),
-        extendEnv: false,
-        reject: false,
-        stdin: 'ignore',
+      const child = admin.start(['--server', via, 'push', src, '--name', name, '-p', '1'], {
+        env: { FSHARE_TOKEN: token },
       });
       // Wait until the large file's data share exists and the server holds a chunk of it.
       const hugeName = `${PREFIX}${name}:data:${sha256(huge)}`;
@@ -1664,11 +1650,8 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
 
   it('upload - sends standard input as the share content, under --name', async () => {
     const bytes = Buffer.concat([randomBytes(300_000), Buffer.from([0, 10, 13, 0])]);
-    const res = await execa('node', [BIN, '--json', 'upload', '-', '--name', 'piped.bin'], {
-      env: cleanEnv({ FSHARE_CONFIG_DIR: admin.configDir, FSHARE_KEYRING: 'off' }),
-      extendEnv: false,
+    const res = await admin.run(['--json', 'upload', '-', '--name', 'piped.bin'], {
       input: bytes,
-      reject: false,
     });
     expect(res.exitCode, String(res.stderr)).toBe(0);
     const [up] = JSON.parse(String(res.stdout)) as {

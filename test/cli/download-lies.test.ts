@@ -13,9 +13,8 @@ import {
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { execa } from 'execa';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { BIN, cleanEnv, createCli, tempDir, type Cli } from '../helpers/cli.js';
+import { createCli, tempDir, type Cli } from '../helpers/cli.js';
 import { sha256hex as sha256 } from '../helpers/http.js';
 
 function expectOneLine(stderr: string, pattern: RegExp): void {
@@ -143,13 +142,7 @@ describe('a download from a server that lies is never saved as done', () => {
       void released.then(() => res.end(first.subarray(1_500_000)));
     };
     const out = join(work, 'same.bin');
-    const spawnGet = (args: string[]) =>
-      execa('node', [BIN, ...at, 'get', ...args], {
-        env: cleanEnv({ FSHARE_CONFIG_DIR: cli.configDir, FSHARE_KEYRING: 'off', ...env }),
-        extendEnv: false,
-        reject: false,
-        stdin: 'ignore',
-      });
+    const spawnGet = (args: string[]) => cli.start([...at, 'get', ...args], { env });
     try {
       const a = spawnGet([idA, '-o', out]);
       for (

@@ -20,16 +20,7 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  BIN,
-  cleanEnv,
-  createCli,
-  signIn,
-  startServe,
-  tempDir,
-  type Cli,
-  type Serve,
-} from '../helpers/cli.js';
+import { createCli, signIn, startServe, tempDir, type Cli, type Serve } from '../helpers/cli.js';
 import { until } from '../helpers/http.js';
 import { mountSmallDisk } from '../helpers/mount.js';
 
@@ -229,12 +220,9 @@ describe('damaged download records', () => {
  * writes and keeps open.
  */
 function uploadStdin(cli: Cli, tmp: string, extra: string[] = [], inputFile?: string) {
-  return execa('node', [BIN, '--server', serve.url, 'upload', '-', ...extra], {
-    env: cleanEnv({ FSHARE_CONFIG_DIR: cli.configDir, FSHARE_KEYRING: 'off', TMPDIR: tmp }),
-    extendEnv: false,
+  return cli.start(['--server', serve.url, 'upload', '-', ...extra], {
+    env: { TMPDIR: tmp },
     ...(inputFile ? { inputFile } : { stdin: 'pipe' as const }),
-    reject: false,
-    timeout: 60_000,
   });
 }
 
@@ -338,13 +326,7 @@ describe('upload - (standard input)', () => {
 describe('temporary directories of push and upload -', () => {
   /** `fshare push SRC --name NAME` with TMPDIR of its own, as a process to signal. */
   const pushIn = (cli: Cli, tmp: string, src: string, name: string) =>
-    execa('node', [BIN, '--server', serve.url, 'push', src, '--name', name], {
-      env: cleanEnv({ FSHARE_CONFIG_DIR: cli.configDir, FSHARE_KEYRING: 'off', TMPDIR: tmp }),
-      extendEnv: false,
-      stdin: 'ignore',
-      reject: false,
-      timeout: 60_000,
-    });
+    cli.start(['--server', serve.url, 'push', src, '--name', name], { env: { TMPDIR: tmp } });
   const pushDirs = (tmp: string) => readdirSync(tmp).filter((n) => n.startsWith('fshare-push-'));
 
   /** A folder whose push takes a while: one large file (a share of its own) and a small one. */
@@ -451,12 +433,7 @@ describe('pull temporary files', () => {
     await mkdir(dest, { recursive: true });
     const temps = () => readdirSync(dest).filter((n) => n.startsWith('.fshare-tmp-'));
     const pullOf = (name: string, dir: string, ...more: string[]) =>
-      execa('node', [BIN, '--server', serve.url, '--json', 'pull', name, dir, ...more], {
-        env: cleanEnv({ FSHARE_CONFIG_DIR: cli.configDir, FSHARE_KEYRING: 'off' }),
-        extendEnv: false,
-        reject: false,
-        timeout: 60_000,
-      });
+      cli.start(['--server', serve.url, '--json', 'pull', name, dir, ...more]);
 
     // A pull caught with its temporary file open, then stopped while other pulls run.
     const first = pullOf('tmpset', dest, '-p', '1');

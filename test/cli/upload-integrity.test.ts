@@ -6,11 +6,8 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  BIN,
-  cleanEnv,
   createCli,
   uploadRecordsOf,
   signIn,
@@ -67,13 +64,7 @@ describe('fshare upload: its record and its file', () => {
   });
 
   /** `fshare upload` as a process of its own (to be killed), through the proxy. */
-  const background = (args: string[]) =>
-    execa('node', [BIN, '--server', via, 'upload', ...args], {
-      env: cleanEnv({ FSHARE_CONFIG_DIR: cli.configDir, FSHARE_KEYRING: 'off' }),
-      extendEnv: false,
-      reject: false,
-      stdin: 'ignore',
-    });
+  const background = (args: string[]) => cli.start(['--server', via, 'upload', ...args]);
 
   const sharesNamed = async (name: string) =>
     (

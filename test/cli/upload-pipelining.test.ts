@@ -7,12 +7,9 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chunkCounter } from '../helpers/chunk-proxy.js';
 import {
-  BIN,
-  cleanEnv,
   createCli,
   signIn,
   startServe,
@@ -105,12 +102,7 @@ describe('chunks on their way while earlier ones wait for their answers', () => 
     proxy.state.chunks = 0;
     proxy.state.statuses = [];
     proxy.state.holdAnswers = true;
-    const child = execa('node', [BIN, '--server', url, ...args], {
-      env: cleanEnv({ FSHARE_CONFIG_DIR: cli.configDir, FSHARE_KEYRING: 'off' }),
-      extendEnv: false,
-      reject: false,
-      stdin: 'ignore',
-    });
+    const child = cli.start(['--server', url, ...args]);
     try {
       // Five chunks stored and answered, the answers held: the client waits for all five.
       await proxy.until(() => proxy.state.statuses.length >= 5);

@@ -14,11 +14,8 @@ import {
 } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
-import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  BIN,
-  cleanEnv,
   createCli,
   uploadRecordsOf,
   signIn,
@@ -165,16 +162,16 @@ describe('an interrupted upload run again twice at once', () => {
     proxy.gate({
       hold: (req) => req.method === 'POST' && /\/content$/.test(req.url!) && ++chunks > 1,
     });
-    const child = execa(
-      'node',
-      [BIN, '--server', proxy.url, 'upload', file, '--chunk-size', '1m', '--parallel', '1'],
-      {
-        env: cleanEnv({ FSHARE_CONFIG_DIR: cli.configDir, FSHARE_KEYRING: 'off' }),
-        extendEnv: false,
-        reject: false,
-        input: '',
-      },
-    );
+    const child = cli.start([
+      '--server',
+      proxy.url,
+      'upload',
+      file,
+      '--chunk-size',
+      '1m',
+      '--parallel',
+      '1',
+    ]);
     await proxy.heldAtLeast(1); // the second chunk: the first was answered
     child.kill('SIGKILL');
     await child;

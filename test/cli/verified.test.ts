@@ -22,8 +22,6 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  BIN,
-  cleanEnv,
   createCli,
   uploadRecordsOf,
   signIn,
@@ -77,16 +75,7 @@ describe('verified transfers against fshare serve', () => {
 
   /** `fshare upload` through `via` as a process of its own, to be stopped by a signal. */
   const uploadInBackground = (via: string, path: string, args: string[]) =>
-    execa('node', [BIN, '--server', via, 'upload', path, ...args], {
-      env: cleanEnv({
-        FSHARE_CONFIG_DIR: admin.configDir,
-        FSHARE_KEYRING: 'off',
-        FSHARE_TOKEN: token,
-      }),
-      extendEnv: false,
-      reject: false,
-      stdin: 'ignore',
-    });
+    admin.start(['--server', via, 'upload', path, ...args], { env: { FSHARE_TOKEN: token } });
 
   const state = async (shareId: string, dzuuid: string) => {
     const res = await fetch(`${serve.url}/files/${shareId}/uploads/${dzuuid}`, {
@@ -583,10 +572,7 @@ describe('verified transfers against fshare serve', () => {
     const alone = await tempDir('fifo-alone');
     const lonely = join(alone, 'pipe');
     execFileSync('mkfifo', [lonely]);
-    const child = execa('node', [BIN, '--server', serve.url, 'get', up!.share_id, '-o', lonely], {
-      env: cleanEnv({ FSHARE_CONFIG_DIR: admin.configDir, FSHARE_KEYRING: 'off' }),
-      extendEnv: false,
-      reject: false,
+    const child = admin.start(['--server', serve.url, 'get', up!.share_id, '-o', lonely], {
       timeout: 20_000,
     });
     await sleep(1500);

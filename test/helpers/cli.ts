@@ -108,11 +108,20 @@ export async function startServe(
 
 export interface RunOptions {
   /** Standard input; default empty, so nothing can ever wait for a prompt. */
-  input?: string;
+  input?: string | Uint8Array;
   env?: Record<string, string>;
   cwd?: string;
   /** An open file descriptor to be the command's standard output (as `> file` makes it). */
   stdoutFd?: number;
+}
+
+export interface StartOptions extends RunOptions {
+  /** Standard input read from this file instead. */
+  inputFile?: string;
+  /** Standard input as a pipe the test writes to (`child.stdin`) instead. */
+  stdin?: 'pipe';
+  /** How long before the command is killed (default 60 s). */
+  timeout?: number;
 }
 
 export interface RunResult {
@@ -135,21 +144,35 @@ export interface Cli {
   runBinary(args: string[], options?: RunOptions): Promise<BinaryResult>;
   /** `run --json` and parse stdout, failing loudly on a non-zero exit. */
   json<T>(args: string[], options?: RunOptions): Promise<T>;
+  /**
+   * The command as a process of its own, returned while it runs: to be killed or signalled at a
+   * chosen moment, fed through a pipe, or run beside others. Awaiting it gives execa's result.
+   */
+  start(args: string[], options?: StartOptions): Started;
 }
+
+/** A command started by `Cli.start`: its output is text, and a failure resolves, never throws. */
+export type Started = ResultPromise<{ reject: false; encoding: 'utf8' }>;
 
 function spawn(
   configDir: string,
   args: string[],
-  options: RunOptions,
+  options: StartOptions,
   binary: boolean,
 ): ResultPromise {
+  const stdin =
+    options.inputFile !== undefined
+      ? { inputFile: options.inputFile }
+      : options.stdin === 'pipe'
+        ? { stdin: 'pipe' as const }
+        : { input: options.input ?? '' };
   return execa('node', [BIN, ...args], {
     env: cleanEnv({ FSHARE_CONFIG_DIR: configDir, FSHARE_KEYRING: 'off', ...options.env }),
     extendEnv: false,
-    input: options.input ?? '',
+    ...stdin,
     cwd: options.cwd,
     reject: false,
-    timeout: 60_000,
+    timeout: options.timeout ?? 60_000,
     encoding: binary ? 'buffer' : 'utf8',
     // Bytes are bytes: execa strips a final newline by default, even from a buffer, and so cut
     // the last byte off one download in 256 (random content ending in 0x0a; CI saw it once).
@@ -185,6 +208,9 @@ export async function createCli(configDir?: string): Promise<Cli> {
       if (res.exitCode !== 0)
         throw new Error(`fshare ${args.join(' ')} exited ${res.exitCode}: ${res.stderr}`);
       return JSON.parse(res.stdout) as T;
+    },
+    start(args, options = {}) {
+      return spawn(dir, args, options, false) as Started;
     },
   };
   return cli;
