@@ -28,6 +28,43 @@ export function sendContinue(res: http.ServerResponse): void {
   if (awaitingContinue.delete(res) && !res.headersSent) res.writeContinue();
 }
 
+/** What a request must finish before the failure of its body is answered (`onBodyCut`). */
+const cutStops = new WeakMap<http.IncomingMessage, () => Promise<void>>();
+
+/** How long such an answer waits for the request to stop; after that it is sent regardless. */
+const CUT_STOP_MAX_MS = 5_000;
+
+/**
+ * Registers what stops `req` when its body can no longer arrive whole (it stopped arriving, it
+ * was cut off, its framing is not HTTP): the server's answer (408, 400) is sent once `stop` is
+ * done (the storage has removed the chunk the body had begun), so the answer finds nothing left.
+ */
+export function onBodyCut(req: http.IncomingMessage, stop: () => Promise<void>): void {
+  cutStops.set(req, stop);
+}
+
+/** Connections whose cut request is being stopped, its answer to follow. */
+const stopping = new WeakSet<Socket>();
+
+/**
+ * Runs `answer` once `req`'s registered stop is done (at most CUT_STOP_MAX_MS), or at once.
+ * Meanwhile the connection's later troubles (more bytes that do not parse) are left to it.
+ */
+function afterStop(socket: Socket, req: http.IncomingMessage, answer: () => void): void {
+  if (stopping.has(socket)) return;
+  const stop = cutStops.get(req);
+  if (!stop) return answer();
+  stopping.add(socket);
+  let timer: NodeJS.Timeout | undefined;
+  void Promise.race([
+    stop().catch(() => undefined),
+    new Promise<void>((done) => (timer = setTimeout(done, CUT_STOP_MAX_MS))),
+  ]).then(() => {
+    clearTimeout(timer);
+    answer();
+  });
+}
+
 /**
  * The HTTP server, hardened against slow and greedy clients (docs/API.md, "Limits"):
  * - headers must arrive within `headersTimeoutMs`, and a connection that moves no byte for
@@ -131,25 +168,33 @@ export function createHttpServer(
     // Not once the answer has begun (a reader that stopped), nor a second time (that one is
     // not read either): then the connection is only cut.
     const reading = (socket as Parsed).parser?.incoming;
-    if (
+    const answerable = () =>
       reading &&
       !reading.complete &&
       !(socket as Parsed)._httpMessage?.headersSent &&
       socket.writable &&
-      !socket.writableEnded
-    ) {
+      !socket.writableEnded;
+    if (!answerable()) {
+      socket.destroy();
+      return;
+    }
+    const answer = () => {
+      if (!answerable()) {
+        socket.destroy();
+        return;
+      }
       socket.end(
         rawAnswer(
           408,
           `The request's body stopped arriving: nothing for ${limits.idleTimeoutMs / 1000} s`,
         ),
       );
-      // Once handed to the kernel (which still delivers it), the request ends: its partial
-      // chunk is removed now, not when the client gets round to closing.
+      // Once handed to the kernel (which still delivers it), the connection ends, and with it
+      // the request, now, not when the client gets round to closing.
       socket.once('finish', () => socket.destroy());
-      return;
-    }
-    socket.destroy();
+    };
+    // What the body had begun is gone before the answer says it failed.
+    afterStop(socket, reading!, answer);
   });
 
   // Expect: 100-continue (curl sends it with bodies over 1 MiB): the app answers first what the
@@ -205,10 +250,15 @@ export function createHttpServer(
     const reading = (socket as Parsed).parser?.incoming;
     if (reading && !reading.complete) {
       // The request being read can never complete (its body was cut off, or is not HTTP): it is
-      // answered now and the connection ends, which tells its handler it was aborted. An answer
-      // already on its way is never broken into: then the connection is only cut.
+      // answered, once what its body had begun is gone, and the connection ends, which tells its
+      // handler it was aborted. An answer already on its way is never broken into: then the
+      // connection is only cut.
       if ((socket as Parsed)._httpMessage?.headersSent) socket.destroy();
-      else socket.end(answer);
+      else
+        afterStop(socket, reading, () => {
+          if (socket.writable && !socket.destroyed) socket.end(answer);
+          else socket.destroy();
+        });
       return;
     }
     // Bytes after a complete request (pipelined, or a body longer than its Content-Length) that

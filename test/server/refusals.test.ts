@@ -25,6 +25,7 @@ import {
 } from '../helpers/http.js';
 import {
   ADMIN,
+  chunkArriving,
   incomingFiles,
   login,
   startServer,
@@ -174,6 +175,69 @@ describe('a refused chunk leaves nothing behind', () => {
       }
     }
     expect((await get(srv.url, `/files/${id}`, { token: admin })).body.initialized).toBe(false);
+  });
+
+  // Found from outside: a body cut off by the client closing its side, or broken by bytes that
+  // are not HTTP, got its 400 (written by the connection's error handler) while the chunk's
+  // staging file was still on disk.
+  it('a body cut off by the client or broken mid-way has left nothing behind by the time its 400 arrives', async () => {
+    const { hostname, port } = new URL(srv.direct);
+    const boundary = `----cut-${randomUUID()}`;
+    for (const how of ['closed', 'not HTTP'] as const) {
+      for (let i = 0; i < 2; i++) {
+        const id = await createShare(srv.direct, admin, 'cut.bin');
+        const socket = net.connect(Number(port), hostname);
+        await new Promise<void>((r, j) => socket.once('connect', r).once('error', j));
+        socket.on('error', () => undefined);
+        let received = '';
+        const answer = new Promise<string>((resolve) => {
+          socket.on('data', (d: Buffer) => {
+            received += d.toString('latin1');
+            const end = received.indexOf('\r\n\r\n');
+            const length = /content-length: (\d+)/i.exec(received);
+            if (end > 0 && length && received.length >= end + 4 + Number(length[1]))
+              resolve(received);
+          });
+          socket.on('close', () => resolve(received));
+        });
+        const chunked = how === 'not HTTP';
+        socket.write(
+          `POST /files/${id}/content HTTP/1.1\r\nHost: ${hostname}\r\n` +
+            `Authorization: Bearer ${admin}\r\n` +
+            `Content-Type: multipart/form-data; boundary=${boundary}\r\n` +
+            (chunked ? 'Transfer-Encoding: chunked\r\n\r\n' : `Content-Length: ${4 << 20}\r\n\r\n`),
+        );
+        const part = (name: string, value: string | number) =>
+          `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`;
+        const body = Buffer.concat([
+          Buffer.from(
+            part('dzuuid', randomUUID()) +
+              part('dzchunkindex', 0) +
+              part('dztotalchunks', 2) +
+              `--${boundary}\r\nContent-Disposition: form-data; name="upload"; filename="b"\r\n\r\n`,
+          ),
+          randomBytes(256 * 1024),
+        ]);
+        socket.write(
+          chunked
+            ? Buffer.concat([
+                Buffer.from(`${body.length.toString(16)}\r\n`),
+                body,
+                Buffer.from('\r\n'),
+              ])
+            : body,
+        );
+        await until(() => chunkArriving(srv, id), 'the chunk to reach the server');
+        if (chunked)
+          socket.write('zz\r\n'); // not a chunk size
+        else socket.end(); // nc -N: the rest never comes
+        const text = await answer;
+        expect({ how, status: text.split(' ')[1] }).toEqual({ how, status: '400' });
+        expect({ how, uploads: await storedUploads(srv, id) }).toEqual({ how, uploads: [] });
+        expect({ how, incoming: await incomingFiles(srv) }).toEqual({ how, incoming: [] });
+        socket.destroy();
+      }
+    }
   });
 
   it('a body whose file part comes before its fields, cut off in the middle, leaves nothing in incoming/', async () => {

@@ -5,7 +5,7 @@ import mime from 'mime-types';
 import multer from 'multer';
 import type { Context } from '../context.js';
 import { Errors, HttpError } from '../errors.js';
-import { sendContinue } from '../connections.js';
+import { onBodyCut, sendContinue } from '../connections.js';
 import { pausePoint } from '../faults.js';
 import { endFormerUploads, unfinishedOf } from '../handover.js';
 import { route } from '../http.js';
@@ -125,6 +125,8 @@ export function contentRoutes(ctx: Context): Router {
       await Promise.allSettled(all);
     }
   };
+  /** Requests whose body could not arrive whole, answered by connections.ts. */
+  const cut = new WeakSet<Request>();
   const fieldsOf = (req: Request) =>
     chunkFields((req.body ?? {}) as Record<string, unknown>, limits.maxChunksPerUpload);
 
@@ -142,14 +144,24 @@ export function contentRoutes(ctx: Context): Router {
       } catch {
         // Reported after the body is read, in readChunk.
       }
+      const receiving = storage.receive(shareId, fields, file.stream, max);
       track(
         req,
-        storage.receive(shareId, fields, file.stream, max).then(
+        receiving.then(
           (received) =>
             cb(null, { size: received.bytes, received } as Partial<Express.Multer.File>),
           (err: Error) => cb(err),
         ),
       );
+      // A body that stops arriving, is cut off or breaks HTTP gets its answer (connections.ts)
+      // once its chunk is gone, and the chunk is never committed, even if the rest came after all.
+      onBodyCut(req, async () => {
+        cut.add(req);
+        file.stream.destroy(new Error('The request body stopped arriving'));
+        await storageDone(req);
+        const received = await receiving.catch(() => undefined);
+        if (received) await storage.discard(received);
+      });
     },
     _removeFile(req, file, cb) {
       const { received } = file as WithReceived;
@@ -191,6 +203,8 @@ export function contentRoutes(ctx: Context): Router {
     sendContinue(res);
     const refused = await new Promise<unknown>((resolve) => receive(req, res, resolve));
     await storageDone(req);
+    if (cut.has(req))
+      throw Errors.badRequest("The request's body did not arrive whole, and nothing was stored");
     if (refused) throw refused;
     // multer passes over, unread, a multipart type whose parameters it cannot parse (a trailing
     // ";", an empty boundary, an unclosed quote): the error would then name a missing field.
