@@ -8,6 +8,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  chunkMultipart,
   content,
   createShare,
   createShareWithContent,
@@ -137,37 +138,32 @@ describe('a refused chunk leaves nothing behind', () => {
   // without waiting for the storage to discard what it had started.
   it('a malformed body has left nothing behind by the time its 400 arrives', async () => {
     const id = await createShare(srv.url, admin, 'malformed.bin');
-    const boundary = `----bad-${randomUUID()}`;
-    const field = (name: string, value: string | number) =>
-      `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`;
-    const filePart = (name = 'b') =>
-      `--${boundary}\r\nContent-Disposition: form-data; name="upload"; filename="${name}"\r\n` +
-      `Content-Type: application/octet-stream\r\n\r\n`;
-    const bytes = randomBytes(256 * 1024).toString('latin1');
-    const fields = (uuid: string, placed: boolean) =>
-      field('dzuuid', uuid) +
-      field('dzchunkindex', 0) +
-      field('dztotalchunks', 2) +
-      (placed ? field('dzchunksize', 4) + field('dztotalfilesize', 8) : '');
-    const bodies: Record<string, (uuid: string) => string> = {
-      'a file part cut short': (uuid) => fields(uuid, false) + filePart() + bytes,
-      'a placed file part cut short': (uuid) => fields(uuid, true) + filePart() + 'ab',
-      'a broken part header after the file': (uuid) =>
-        fields(uuid, false) + filePart() + bytes + `\r\n--${boundary}\r\nbroken\r\n\r\n`,
-      'a second file part': (uuid) =>
-        fields(uuid, false) +
-        filePart() +
-        bytes +
-        '\r\n' +
-        filePart('c') +
-        `ab\r\n--${boundary}--\r\n`,
-    };
-    for (const [what, body] of Object.entries(bodies)) {
+    const bytes = randomBytes(256 * 1024);
+    const placed = { dzchunksize: 4, dztotalfilesize: 8 };
+    const then = (text: string) => Buffer.concat([bytes, Buffer.from(text)]);
+    // What follows the fields and the file part's header, given the body's boundary.
+    const bodies: [string, Record<string, number>, (boundary: string) => Buffer][] = [
+      ['a file part cut short', {}, () => bytes],
+      ['a placed file part cut short', placed, () => Buffer.from('ab')],
+      ['a broken part header after the file', {}, (b) => then(`\r\n--${b}\r\nbroken\r\n\r\n`)],
+      [
+        'a second file part',
+        {},
+        (b) =>
+          then(
+            `\r\n--${b}\r\nContent-Disposition: form-data; name="upload"; filename="c"\r\n\r\n` +
+              `ab\r\n--${b}--\r\n`,
+          ),
+      ],
+    ];
+    for (const [what, layout, rest] of bodies) {
       for (let i = 0; i < 4; i++) {
+        const fields = { dzuuid: randomUUID(), dzchunkindex: 0, dztotalchunks: 2, ...layout };
+        const { head, contentType } = chunkMultipart(fields, bytes);
         const res = await request(srv.url, 'POST', `/files/${id}/content`, {
           token: admin,
-          body: Buffer.from(body(randomUUID()), 'latin1'),
-          headers: { 'content-type': `multipart/form-data; boundary=${boundary}` },
+          body: Buffer.concat([head, rest(contentType.split('boundary=')[1]!)]),
+          headers: { 'content-type': contentType },
         });
         expectFail(res, 400);
         expect({ what, uploads: await storedUploads(srv, id) }).toEqual({ what, uploads: [] });
@@ -182,7 +178,6 @@ describe('a refused chunk leaves nothing behind', () => {
   // staging file was still on disk.
   it('a body cut off by the client or broken mid-way has left nothing behind by the time its 400 arrives', async () => {
     const { hostname, port } = new URL(srv.direct);
-    const boundary = `----cut-${randomUUID()}`;
     for (const how of ['closed', 'not HTTP'] as const) {
       for (let i = 0; i < 2; i++) {
         const id = await createShare(srv.direct, admin, 'cut.bin');
@@ -201,23 +196,14 @@ describe('a refused chunk leaves nothing behind', () => {
           socket.on('close', () => resolve(received));
         });
         const chunked = how === 'not HTTP';
+        const fields = { dzuuid: randomUUID(), dzchunkindex: 0, dztotalchunks: 2 };
+        const { head, contentType } = chunkMultipart(fields, Buffer.alloc(0));
         socket.write(
           `POST /files/${id}/content HTTP/1.1\r\nHost: ${hostname}\r\n` +
-            `Authorization: Bearer ${admin}\r\n` +
-            `Content-Type: multipart/form-data; boundary=${boundary}\r\n` +
+            `Authorization: Bearer ${admin}\r\nContent-Type: ${contentType}\r\n` +
             (chunked ? 'Transfer-Encoding: chunked\r\n\r\n' : `Content-Length: ${4 << 20}\r\n\r\n`),
         );
-        const part = (name: string, value: string | number) =>
-          `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`;
-        const body = Buffer.concat([
-          Buffer.from(
-            part('dzuuid', randomUUID()) +
-              part('dzchunkindex', 0) +
-              part('dztotalchunks', 2) +
-              `--${boundary}\r\nContent-Disposition: form-data; name="upload"; filename="b"\r\n\r\n`,
-          ),
-          randomBytes(256 * 1024),
-        ]);
+        const body = Buffer.concat([head, randomBytes(256 * 1024)]);
         socket.write(
           chunked
             ? Buffer.concat([

@@ -157,7 +157,7 @@ export function contentRoutes(ctx: Context): Router {
       // once its chunk is gone, and the chunk is never committed, even if the rest came after all.
       onBodyCut(req, async () => {
         cut.add(req);
-        file.stream.destroy(new Error('The request body stopped arriving'));
+        file.stream.destroy(new Error("The request's body was cut off"));
         await storageDone(req);
         const received = await receiving.catch(() => undefined);
         if (received) await storage.discard(received);
