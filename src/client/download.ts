@@ -230,6 +230,13 @@ async function openDevice(path: string, signal: AbortSignal | undefined): Promis
   }
 }
 
+async function exists(path: string): Promise<boolean> {
+  return lstat(path).then(
+    () => true,
+    () => false,
+  );
+}
+
 async function isDirectory(path: string): Promise<boolean> {
   try {
     return (await stat(path)).isDirectory();
@@ -397,7 +404,9 @@ class StreamSink implements BodyTarget {
    */
   flushed(): Promise<void> {
     return new Promise((resolve, reject) =>
-      this.out.write(Buffer.alloc(0), (err) => (err ? reject(err) : resolve())),
+      // A write queued behind one that failed is told only that the stream was destroyed: the
+      // stream's own error says why (no space left).
+      this.out.write(Buffer.alloc(0), (err) => (err ? reject(this.out.errored ?? err) : resolve())),
     );
   }
 
@@ -516,6 +525,10 @@ export async function download(
   const deviceHandle = device !== undefined ? await openDevice(device, options.signal) : undefined;
   // The stream closes the handle when it ends (a handle a stream holds waits for it to close).
   const out = deviceHandle?.createWriteStream();
+  // Its failures are met where it is written and flushed (StreamSink, `drained`): a write that
+  // fails once the last one was handed over (a small download into /dev/full) was also emitted
+  // as an 'error' event nobody listened to, and the process died with a stack trace.
+  out?.on('error', () => undefined);
   try {
     const opts = out ? { ...options, stdout: out } : options;
     if (options.resume) {
@@ -572,8 +585,10 @@ async function holdPart(state: State, create: boolean): Promise<boolean> {
       const code = (err as NodeJS.ErrnoException).code;
       if (!create && code === 'ENOENT') return false;
       // Where NAME cannot be made (no such directory, no permission): the user's path, not the
-      // .part's. A planted link keeps naming the .part: that is the file refused.
-      if (code && USERS_PATH_CODES.has(code)) (err as NodeJS.ErrnoException).path = target;
+      // .part's. A planted link keeps naming the .part: that is the file refused. So does a
+      // "no such file" where NAME itself exists (/proc/version: its folder makes no files).
+      if (code && USERS_PATH_CODES.has(code) && !(code === 'ENOENT' && (await exists(target))))
+        (err as NodeJS.ErrnoException).path = target;
       throw err;
     }
     let held: boolean;

@@ -595,6 +595,32 @@ describe('verified transfers against fshare serve', () => {
     await rm(alone, { recursive: true, force: true });
   });
 
+  // Property: a download into a device that refuses its bytes fails with one line and exit 1.
+  // Found from outside: `get -o /dev/full` of a share small enough to go in one write died with
+  // a Node stack trace (the write's failure came after the last write was handed over, as an
+  // 'error' event nobody listened to); a larger share gave the line.
+  it('get -o /dev/full: exit 1 and one line naming it, small share or large, with or without --json', async () => {
+    const small = join(work, 'small-full.txt');
+    const large = join(work, 'large-full.bin');
+    await writeFile(small, 'six b\n');
+    await writeFile(large, randomBytes(3_000_000));
+    const ups = await admin.json<Transfer[]>(['upload', small, large]);
+    for (const up of ups)
+      for (const json of [[], ['--json']]) {
+        const res = await admin.run(['get', up.share_id, '-o', '/dev/full', ...json]);
+        expect(res.exitCode, res.stderr).toBe(1);
+        expect(res.stderr.trim().split('\n')).toEqual([
+          'fshare: no space left on the device: /dev/full',
+        ]);
+        expect(res.stdout).toBe('');
+      }
+    // A path that exists but whose folder makes no files: the file that could not be made is
+    // named, not the existing one ("no such file or directory: /proc/version" was untrue).
+    const proc = await admin.run(['get', ups[0]!.share_id, '-o', '/proc/version']);
+    expect(proc.exitCode).toBe(1);
+    expect(proc.stderr.trim()).toBe('fshare: no such file or directory: /proc/version.part');
+  });
+
   // Found from outside: a NAME.part planted as a hard link to another file was truncated and
   // written in place, so the other file got the download's bytes, with exit 0.
   it('a NAME.part that is a hard link is never written through, with or without --continue', async () => {
