@@ -2,7 +2,7 @@ import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { constants as fsConstants } from 'node:fs';
-import { access, open, stat, type FileHandle } from 'node:fs/promises';
+import { access, open, stat, statfs, type FileHandle } from 'node:fs/promises';
 import { basename, resolve } from 'node:path';
 import type { Writable } from 'node:stream';
 import type { Share } from '../shared/types.js';
@@ -147,11 +147,36 @@ export interface ContentResult {
   resumedBytes: number;
 }
 
+/**
+ * File systems whose files' sizes are not known until they are read (Linux's magic numbers):
+ * proc, sysfs, debugfs, tracefs, securityfs, cgroup, cgroup2, configfs. /proc/cpuinfo says 0
+ * bytes and was shared empty, with exit 0; a sysfs file says 4096 and failed as "changed while
+ * it was uploading".
+ */
+const SIZELESS_FS = new Set([
+  0x9fa0, 0x62656572, 0x64626720, 0x74726163, 0x73636673, 0x27e0eb, 0x63677270, 0x62656570,
+]);
+
+async function refuseSizeless(path: string): Promise<void> {
+  if (process.platform !== 'linux') return;
+  const fs = await statfs(path).catch(() => undefined);
+  if (fs && SIZELESS_FS.has(fs.type))
+    throw new ClientInputError(
+      `${path} is a kernel file, whose size is not known until it is read; upload it from standard input: fshare upload - -n ${shellWord(basename(path))} < ${shellWord(path)}`,
+    );
+}
+
+/** A word a POSIX shell reads back as `word`. */
+function shellWord(word: string): string {
+  return /^[\w./:@%+=,-]+$/.test(word) ? word : `'${word.replace(/'/g, `'\\''`)}'`;
+}
+
 /** Size of a local regular file, with a clear error for a missing path or a directory. */
 export async function localFileSize(path: string): Promise<number> {
   try {
     const info = await stat(path);
     if (!info.isFile()) throw new ClientInputError(`not a regular file: ${path}`);
+    await refuseSizeless(path);
     // Readable, before any share is made for it (an unreadable file used to make an empty
     // share first, then fail as "changed while it was uploading").
     await access(path, fsConstants.R_OK);
@@ -192,6 +217,7 @@ async function openLocal(path: string): Promise<OpenFile> {
     handle = await open(path, fsConstants.O_RDONLY | (fsConstants.O_NONBLOCK ?? 0));
     const info = await handle.stat();
     if (!info.isFile()) throw new ClientInputError(`not a regular file: ${path}`);
+    await refuseSizeless(path);
     return {
       path: resolve(path),
       size: info.size,

@@ -96,6 +96,32 @@ describe('errors say what happened', () => {
     expect(after.shares).toHaveLength(before.shares.length);
   });
 
+  // Property: an upload never reports success for bytes it did not send. Found from outside:
+  // `upload /proc/cpuinfo` (stat says 0 bytes) made an empty share with exit 0; a sysfs file
+  // (stat says 4096) failed as "changed while it was uploading". Such kernel files are refused
+  // before any share is made, with the command that uploads them; that command works.
+  it('kernel files whose size is unknown until read: exit 2 with the way to upload them, no share left', async () => {
+    const before = await admin.json<{ shares: unknown[] }>(['--server', serve.url, 'ls', '--all']);
+    for (const path of ['/proc/cpuinfo', '/sys/devices/system/cpu/online']) {
+      const res = await admin.run(['--server', serve.url, 'upload', path]);
+      expect(res.exitCode).toBe(2);
+      const name = path.split('/').pop()!;
+      expect(res.stderr.trim()).toBe(
+        `fshare: ${path} is a kernel file, whose size is not known until it is read; upload it from standard input: fshare upload - -n ${name} < ${path}`,
+      );
+    }
+    const after = await admin.json<{ shares: unknown[] }>(['--server', serve.url, 'ls', '--all']);
+    expect(after.shares).toHaveLength(before.shares.length);
+    // The way it names works, and keeps the bytes read.
+    const [up] = await admin.json<{ share_id: string; size: number }[]>(
+      ['--server', serve.url, 'upload', '-', '-n', 'cpuinfo'],
+      { inputFile: '/proc/cpuinfo' },
+    );
+    expect(up!.size).toBeGreaterThan(0);
+    const got = await admin.runBinary(['--server', serve.url, 'get', up!.share_id, '-o', '-']);
+    expect(got.stdout.toString()).toMatch(/^processor\s*:/m);
+  });
+
   it('get into a directory that does not exist names it; nothing raw leaks', async () => {
     const file = join(work, 'small.bin');
     await writeFile(file, 'hello');
