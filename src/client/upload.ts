@@ -588,6 +588,27 @@ interface Sent {
    * this same upload may have completed it) or was locked. The rest is not sent.
    */
   stopped?: boolean;
+  /**
+   * What the 201 said it published (fshare serve says so): the proof of this upload, which a
+   * GET afterwards is not, since another upload to the share may have replaced it by then.
+   */
+  published?: { sha256: string; size: number };
+}
+
+/** The sha256 and size in a 201's answer, when the server gives both (fshare serve does). */
+function publishedBy(text: string): Sent['published'] {
+  try {
+    const body = JSON.parse(text) as { sha256?: unknown; size?: unknown };
+    if (
+      typeof body.sha256 === 'string' &&
+      /^[0-9a-f]{64}$/i.test(body.sha256) &&
+      Number.isSafeInteger(body.size)
+    )
+      return { sha256: body.sha256.toLowerCase(), size: body.size as number };
+  } catch {
+    // not JSON: the reference server's answer may be anything; the GET in confirm() tells
+  }
+  return undefined;
 }
 
 /**
@@ -684,9 +705,11 @@ async function sendChunks(
       return;
     } else if (res.statusCode >= 400) throw await toApiError(res);
     else {
-      await res.dump();
+      if (res.statusCode === 201) {
+        sent.completed = true;
+        sent.published = publishedBy(await res.text());
+      } else await res.dump();
       p.stored = (p.stored ?? 0) + 1;
-      if (res.statusCode === 201) sent.completed = true;
     }
     bytes += end - start;
     options.onProgress?.(bytes, file.size);
@@ -735,6 +758,18 @@ async function confirm(
   options: ContentOptions,
 ): Promise<boolean> {
   if (sha256 === '') return false; // FSHARE_BENCH_NO_DIGEST: nothing was hashed to compare
+  const published = sent.published;
+  if (published) {
+    // The completing chunk's answer names what it published: that is this upload's proof.
+    // A share read afterwards may already hold another upload's content (two `replace`s of one
+    // share at once: the first to finish was told "the server stored other bytes", exit 7).
+    if (published.sha256 === sha256 && published.size === size) return true;
+    throw new VerificationError(
+      published.sha256 === sha256
+        ? `the server holds ${published.size} bytes for ${path}, not the file's ${size}`
+        : `the server stored other bytes than ${path} (sha256 ${published.sha256}, the file's is ${sha256})`,
+    );
+  }
   const share = await getFile(client, id);
   const fail = (err: Error): Error => {
     // Without this run's 201, content in the share may be a lost 201's, or another's: kept.

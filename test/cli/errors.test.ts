@@ -599,10 +599,16 @@ describe('bad input gives one clear line and the right exit code', () => {
     }
   });
 
-  // An upload is proved by the share it asks for: through a proxy that gave another share's id,
-  // or a sha256 that is not one (the number 12345), the upload reported success, exit 0.
+  // An upload is proved by its 201's digest, or else by the share it asks for: through a proxy
+  // that gave another share's id, or a sha256 that is not one (the number 12345), the upload
+  // reported success, exit 0. The proxy takes `size` and `sha256` out of the 201 (a server without
+  // that extension) so that the share is asked for; a 201 naming other bytes is exit 7.
   it('an upload whose share comes back as another share, or with a sha256 that is not one, is not a success', async () => {
     let rewrite: (share: Record<string, unknown>) => void = () => undefined;
+    let rewrite201: (answer: Record<string, unknown>) => void = (answer) => {
+      delete answer.size;
+      delete answer.sha256;
+    };
     const target = new URL(serve.url);
     const proxy = createServer((req, res) => {
       const forward = request(
@@ -615,6 +621,18 @@ describe('bad input gives one clear line and the right exit code', () => {
         },
         (up) => {
           const isShare = req.method === 'GET' && /^\/files\/[0-9a-f-]{36}$/.test(req.url!);
+          const completed = req.url!.endsWith('/content') && up.statusCode === 201;
+          if (completed) {
+            const parts: Buffer[] = [];
+            up.on('data', (p: Buffer) => parts.push(p));
+            up.on('end', () => {
+              const answer = JSON.parse(Buffer.concat(parts).toString()) as Record<string, unknown>;
+              rewrite201(answer);
+              res.writeHead(201, { 'content-type': 'application/json' });
+              res.end(JSON.stringify(answer));
+            });
+            return;
+          }
           if (!isShare || up.statusCode !== 200) {
             res.writeHead(up.statusCode ?? 502, up.headers);
             up.pipe(res);
@@ -657,6 +675,14 @@ describe('bad input gives one clear line and the right exit code', () => {
       rewrite = () => undefined;
       const ok = await cli.run([...at, 'upload', join(work, 'a.txt')], { env });
       expect(ok.exitCode, ok.stderr).toBe(0);
+      // A 201 that names other bytes than the file's: exit 7, whatever the share says.
+      rewrite201 = (answer) => (answer.sha256 = 'ab'.repeat(32));
+      const other = await cli.run([...at, 'upload', join(work, 'a.txt')], { env });
+      expect(other.exitCode).toBe(7);
+      expectOneLine(
+        other.stderr,
+        /^fshare: the server stored other bytes than .*a\.txt \(sha256 (ab){32}, the file's is [0-9a-f]{64}\) \(the share it had created was deleted\)$/,
+      );
     } finally {
       await new Promise((r) => proxy.close(r));
     }

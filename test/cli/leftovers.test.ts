@@ -578,7 +578,11 @@ describe('get -o with a long name', () => {
 async function startLyingProxy(target: string): Promise<{ url: string; close(): Promise<void> }> {
   const upstream = new URL(target);
   const server = createServer((req, res) => {
-    const lie = req.method === 'GET' && /^\/files\/[0-9a-f-]{36}$/.test(req.url ?? '');
+    // The stored content's sha256, wherever the server states it: the share, and the 201 that
+    // completes an upload.
+    const lie =
+      (req.method === 'GET' && /^\/files\/[0-9a-f-]{36}$/.test(req.url ?? '')) ||
+      /^\/files\/[0-9a-f-]{36}\/content$/.test(req.url ?? '');
     const forward = httpRequest(
       {
         host: upstream.hostname,

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { chmod, mkdir, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -115,7 +115,7 @@ describe('errors say what happened', () => {
     // The way it names works, and keeps the bytes read.
     const [up] = await admin.json<{ share_id: string; size: number }[]>(
       ['--server', serve.url, 'upload', '-', '-n', 'cpuinfo'],
-      { inputFile: '/proc/cpuinfo' },
+      { input: await readFile('/proc/cpuinfo') },
     );
     expect(up!.size).toBeGreaterThan(0);
     const got = await admin.runBinary(['--server', serve.url, 'get', up!.share_id, '-o', '-']);

@@ -79,31 +79,29 @@ describe('fshare upload: its record and its file', () => {
       .map((s) => s.share_id);
 
   /**
-   * Runs `fshare upload path` and SIGKILLs it once the server has answered 201 to its last chunk
-   * and the client asks for the share (its check, before it forgets its record). Returns the
+   * Runs `fshare upload path` and SIGKILLs it once the server has answered 201 to its last chunk,
+   * an answer the proxy keeps from it (so it cannot have forgotten its record). Returns the
    * record it left.
    */
   const killAfter201 = async (path: string): Promise<Record> => {
-    proxy.state.held = 0;
-    proxy.state.hold = (req) =>
-      req.method === 'GET' &&
-      /^\/files\/[^/]+$/.test(req.url ?? '') &&
-      proxy.state.seen.some((s) => s.url.endsWith('/content') && s.status === 201);
+    proxy.state.statuses = [];
+    proxy.state.swallow = () => proxy.state.statuses.includes(201);
     proxy.state.seen.length = 0;
     const child = background([path, '--chunk-size', '64k']);
-    for (let i = 0; i < 600 && proxy.state.held === 0; i++) await sleep(20);
+    for (let i = 0; i < 600 && !proxy.state.statuses.includes(201); i++) await sleep(20);
+    await sleep(100); // and the answer is swallowed, not on its way
     child.kill('SIGKILL');
     await child;
-    proxy.state.hold = () => false;
-    expect(proxy.state.held).toBe(1);
+    proxy.state.swallow = () => false;
+    expect(proxy.state.statuses.filter((s) => s === 201)).toHaveLength(1);
     const records = (await recordsOf(cli)).filter((r) => r.path === path);
     expect(records).toHaveLength(1);
     return records[0]!;
   };
 
-  // Property: an acknowledged upload is recognised as finished. A SIGKILL after the last chunk's
-  // 201 but before the record was removed made the next `fshare upload FILE` create a second
-  // share; now the share is asked for, its sha256 and size match the file's, and the run reports
+  // Property: an acknowledged upload is recognised as finished. A SIGKILL after the server's 201
+  // to the last chunk but before the record was removed made the next `fshare upload FILE` create
+  // a second share; now the share is asked for, its sha256 and size match the file's, and the run reports
   // it as a finished upload (same stdout and --json), forgets the record and makes no new share.
   it('a run killed after the last 201: the next run reports that share, and makes no second one', async () => {
     const name = `killed-after-201-${Date.now()}.bin`;
@@ -222,6 +220,54 @@ describe('fshare upload: its record and its file', () => {
     );
     expect(await sharesNamed(name)).toEqual([]);
     expect(await recordsOf(cli)).toEqual([]);
+  });
+
+  // Property: a replacement is verified by what its own completing chunk published. Found from
+  // outside: two `fshare replace` of one share at once; the first to finish read the share
+  // afterwards, found the other's content, and said "the server stored other bytes", exit 7,
+  // although its upload had been stored whole (and was then replaced, as the second asked).
+  // Here the first's 201 is held until another replacement has landed.
+  it('two replaces of one share at once: each verified by its own 201, both exit 0, the share holds the last', async () => {
+    const name = `raced-${Date.now()}.bin`;
+    const path = join(work, name);
+    await writeFile(path, randomBytes(100_000));
+    const [up] = await cli.json<Transfer[]>(['--server', via, 'upload', path]);
+    const mine = randomBytes(100_000);
+    const theirs = randomBytes(100_000);
+    await writeFile(join(work, 'mine.bin'), mine);
+    await writeFile(join(work, 'theirs.bin'), theirs);
+    proxy.state.statuses = [];
+    proxy.state.holdAnswers = true;
+    let first;
+    try {
+      first = cli.start([
+        '--server',
+        via,
+        '--json',
+        'replace',
+        up!.share_id,
+        join(work, 'mine.bin'),
+      ]);
+      await proxy.until(() => proxy.state.statuses.includes(201));
+      // The other replacement while the first waits for its answer (held; no other is).
+      proxy.state.holdAnswers = false;
+      const other = await cli.run([
+        '--server',
+        via,
+        'replace',
+        up!.share_id,
+        join(work, 'theirs.bin'),
+      ]);
+      expect(other.exitCode, other.stderr).toBe(0);
+    } finally {
+      proxy.releaseAnswers();
+    }
+    const res = await first;
+    expect(res.stderr).toBe('');
+    expect(res.exitCode).toBe(0);
+    expect(JSON.parse(res.stdout)).toMatchObject({ sha256: sha256hex(mine), verified: true });
+    const now = await cli.runBinary(['--server', via, 'get', up!.share_id, '-o', '-']);
+    expect(sha256hex(now.stdout)).toBe(sha256hex(theirs));
   });
 
   // Property: from the moment a share exists there is a record of it. A 401 mid-upload (the

@@ -16,6 +16,7 @@ import {
   request,
   sendChunk,
   sendParts,
+  sha256hex,
   split,
   upload,
   walkAll,
@@ -57,7 +58,13 @@ describe('POST /files/<id>/content', () => {
       data,
     });
     expectStatus(res, 201);
-    expect(res.body).toEqual({ status: 'success', message: expect.any(String) });
+    // Additive: what it published (docs/API.md).
+    expect(res.body).toEqual({
+      status: 'success',
+      message: expect.any(String),
+      size: 700,
+      sha256: sha256hex(data),
+    });
     expect(await getShare(base, owner.token, id)).toMatchObject({ initialized: true, size: 700 });
     expect((await content(base, owner.token, id)).equals(data)).toBe(true);
   });
@@ -466,7 +473,12 @@ describe('PUT /files/<id>/content', () => {
       'PUT',
     );
     expectStatus(last, 201);
-    expect(last.body).toEqual({ status: 'success', message: expect.any(String) });
+    expect(last.body).toEqual({
+      status: 'success',
+      message: expect.any(String),
+      size: fresh.length,
+      sha256: sha256hex(fresh),
+    });
     const after = await get(base, `/files/${id}/content`, { token: owner.token });
     expect(after.buf.equals(fresh)).toBe(true);
     expect(after.headers['content-length']).toBe('2000');

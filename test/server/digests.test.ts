@@ -50,6 +50,50 @@ describe('sha256 of content', () => {
     expect(listed?.sha256).toBe(sha256hex(data));
   });
 
+  // Property: the 201 that completes an upload names what it published, so that its client can
+  // prove its own upload even if another replaced it before it could read the share (two
+  // `fshare replace` of one share at once: the first was told "the server stored other bytes").
+  it('the completing 201 names the size and sha256 it published; a later replacement changes the share, not that answer', async () => {
+    const id = await createShare(srv.url, token, 'answered.bin');
+    const first = randomBytes(70_000);
+    const second = randomBytes(50_000);
+    const dzuuid = 'answer-1';
+    const parts = [first.subarray(0, 40_000), first.subarray(40_000)];
+    const mid = await sendChunk(srv.url, token, id, {
+      dzuuid,
+      index: 0,
+      total: 2,
+      data: parts[0]!,
+    });
+    expectStatus(mid, 200);
+    expect(mid.body).not.toHaveProperty('sha256');
+    const done = await sendChunk(srv.url, token, id, {
+      dzuuid,
+      index: 1,
+      total: 2,
+      data: parts[1]!,
+    });
+    expectStatus(done, 201);
+    expect(done.body).toMatchObject({
+      status: 'success',
+      size: first.length,
+      sha256: sha256hex(first),
+    });
+    const again = await sendChunk(
+      srv.url,
+      token,
+      id,
+      { dzuuid: 'answer-2', index: 0, total: 1, data: second },
+      'PUT',
+    );
+    expectStatus(again, 201);
+    expect(again.body).toMatchObject({ size: second.length, sha256: sha256hex(second) });
+    expect(await getShare(srv.url, token, id)).toMatchObject({
+      size: second.length,
+      sha256: sha256hex(second),
+    });
+  });
+
   it('GET and HEAD send it as the strong ETag and as Repr-Digest, also for a range', async () => {
     const data = randomBytes(10_000);
     const id = await createShareWithContent(srv.url, token, 'h.bin', data, 2);

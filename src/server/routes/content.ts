@@ -294,6 +294,9 @@ export function contentRoutes(ctx: Context): Router {
     const release = await storage.reserve(length);
     let outcome: 'stored' | 'complete';
     let fields: ChunkFields;
+    // What the completing chunk published: its answer says so (a GET afterwards may already
+    // show another upload's content).
+    let published: { size: number; sha256: string } | undefined;
     try {
       // One byte over: enough to know. The declared length bounds it too (the file part lies
       // within the body), which tells the storage that a small upload is small.
@@ -348,6 +351,7 @@ export function contentRoutes(ctx: Context): Router {
             chunk.received,
             allowed,
             permission,
+            (content) => (published = content),
           );
           // A handover (or DELETE) in the middle of this commit may have looked for the share's
           // uploads before this chunk started one: it goes now, as theirs did. Content that was
@@ -374,9 +378,14 @@ export function contentRoutes(ctx: Context): Router {
       release();
     }
     if (outcome === 'complete') {
-      res
-        .status(201)
-        .json({ status: 'success', message: `Upload complete (${fields.total} chunks)` });
+      res.status(201).json({
+        status: 'success',
+        message: `Upload complete (${fields.total} chunks)`,
+        ...(published && {
+          size: published.size,
+          ...(published.sha256 && { sha256: published.sha256 }),
+        }),
+      });
     } else {
       res.json({
         status: 'success',
@@ -393,6 +402,7 @@ export function contentRoutes(ctx: Context): Router {
     received: ReceivedChunk,
     allowed: (s: ShareRecord) => void,
     permission: Permission,
+    onPublished: (content: { size: number; sha256: string }) => void,
   ) =>
     storage.commit(share.share_id, fields, received, (content) =>
       store.withShareLock(share.share_id, async () => {
@@ -406,7 +416,10 @@ export function contentRoutes(ctx: Context): Router {
         await stillAllowed(req, store, permission);
         // The same content published again (the storage finishing a completion a crash
         // cut short after publishing): the upload did complete; nothing changes.
-        if (current.initialized && blobOf(current) === content.blob) return undefined;
+        if (current.initialized && blobOf(current) === content.blob) {
+          onPublished(content);
+          return undefined;
+        }
         allowed(current);
         // Read before the update, which changes the record in place.
         const replaced = current.initialized ? blobOf(current) : undefined;
@@ -417,6 +430,7 @@ export function contentRoutes(ctx: Context): Router {
           sha256: content.sha256 || null,
           blob: content.blob,
         });
+        onPublished(content);
         return replaced;
       }),
     );
