@@ -217,12 +217,13 @@ export function sendParts(
   id: string,
   parts: Part[],
   method: 'POST' | 'PUT' = 'POST',
+  headers: Record<string, string> = {},
 ): Promise<Res> {
   const { body, contentType } = multipart(parts);
   return request(base, method, `/files/${id}/content`, {
     token,
     body,
-    headers: { 'content-type': contentType },
+    headers: { 'content-type': contentType, ...headers },
   });
 }
 
@@ -240,6 +241,7 @@ export function sendChunk(
   id: string,
   chunk: Chunk,
   method: 'POST' | 'PUT' = 'POST',
+  headers: Record<string, string> = {},
 ): Promise<Res> {
   return sendParts(
     base,
@@ -252,6 +254,7 @@ export function sendChunk(
       { name: 'upload', filename: 'blob', data: chunk.data },
     ],
     method,
+    headers,
   );
 }
 
@@ -437,11 +440,13 @@ export async function stalledChunk(
   sent: number,
   method: 'POST' | 'PUT' = 'POST',
   extra: Buffer = Buffer.alloc(0),
+  more: Record<string, string> = {},
 ): Promise<{ finish(): Promise<Res>; abort(): void; response: Promise<Res> }> {
   const { head, tail, contentType } = chunkMultipart(fields, data);
   const body = Buffer.concat([head, data, tail, extra]);
   const url = new URL(`/files/${id}/content`, base);
   const headers: Record<string, string> = {
+    ...more,
     'content-type': contentType,
     'content-length': String(body.length),
   };

@@ -20,6 +20,7 @@ import {
   sendChunk,
   sendParts,
   sha256hex,
+  stalledChunk,
   upload,
   verifyAllContent,
 } from '../helpers/http.js';
@@ -92,6 +93,62 @@ describe('sha256 of content', () => {
       size: second.length,
       sha256: sha256hex(second),
     });
+  });
+
+  // Property: a read-modify-write of content never lands over another's change (additive,
+  // docs/API.md). Two `fshare push`es of one set each replaced the manifest they had read, and the
+  // last one silently dropped the files the first had pushed and been told were in the set.
+  it('a replacement with If-Match replaces only the content it names: 412 with the current ETag, before the body and at completion', async () => {
+    const [first, second, third, fourth] = [5000, 6000, 7000, 8000].map((n) => randomBytes(n));
+    const id = await createShareWithContent(srv.url, token, 'cond.bin', first!);
+    const tag = (data: Buffer) => `"${sha256hex(data)}"`;
+    const put = (dzuuid: string, data: Buffer, ifMatch?: string) =>
+      sendChunk(
+        srv.url,
+        token,
+        id,
+        { dzuuid, index: 0, total: 1, data },
+        'PUT',
+        ifMatch === undefined ? {} : { 'if-match': ifMatch },
+      );
+    const holds = async (data: Buffer) =>
+      expect((await content(srv.url, token, id)).equals(data)).toBe(true);
+
+    const other = await put('c1', second!, `"${'0'.repeat(64)}"`);
+    expectStatus(other, 412);
+    expect(other.body).toMatchObject({ status: 'fail' });
+    expect(other.headers.etag).toBe(tag(first!));
+    await holds(first!);
+    expectStatus(await put('c2', second!, tag(first!)), 201);
+    await holds(second!);
+    const stale = await put('c3', third!, `W/${tag(second!)}, ${tag(first!)}`);
+    expectStatus(stale, 412); // a weak tag never matches, nor does an older one
+    expect(stale.headers.etag).toBe(tag(second!));
+    await holds(second!);
+    expectStatus(await put('c4', third!, `"x", ${tag(second!)}`), 201);
+    expectStatus(await put('c5', third!, '*'), 201);
+    await holds(third!);
+
+    // Another replacement lands while this one's body is on its way: checked again at completion,
+    // 412, and the upload is gone (it could never complete).
+    const late = await stalledChunk(
+      srv.url,
+      token,
+      id,
+      { dzuuid: 'c6', dzchunkindex: 0, dztotalchunks: 1 },
+      fourth!,
+      1000,
+      'PUT',
+      undefined,
+      { 'if-match': tag(third!) },
+    );
+    expectStatus(await put('c7', fourth!.subarray(0, 100)), 201);
+    const answer = await late.finish();
+    expectStatus(answer, 412);
+    expect(answer.headers.etag).toBe(tag(fourth!.subarray(0, 100)));
+    await holds(fourth!.subarray(0, 100));
+    const status = await request(srv.url, 'GET', `/files/${id}/uploads/c6`, { token });
+    expect([404, 410]).toContain(status.status);
   });
 
   it('GET and HEAD send it as the strong ETag and as Repr-Digest, also for a range', async () => {

@@ -352,7 +352,13 @@ export function contentRoutes(ctx: Context): Router {
             allowed,
             permission,
             (content) => (published = content),
-          );
+          ).catch(async (err: unknown) => {
+            // If-Match no longer holds: this upload can never complete. It goes, as one whose
+            // digest failed does, and holds no quota for the day it would wait to be swept.
+            if (err instanceof HttpError && err.status === 412)
+              await storage.removeUpload(share.share_id, chunkFields.uploadId);
+            throw err;
+          });
           // A handover (or DELETE) in the middle of this commit may have looked for the share's
           // uploads before this chunk started one: it goes now, as theirs did. Content that was
           // published is the share's: nothing is read after it (the lock's connection may have
@@ -439,9 +445,26 @@ export function contentRoutes(ctx: Context): Router {
     if (s.locked) throw Errors.locked();
     if (s.initialized) throw Errors.alreadyInitialized();
   };
-  const checkReplace = (s: ShareRecord) => {
+  /**
+   * Additive: a replacement with `If-Match` replaces only the content it names (the strong ETag
+   * of GET, which is `"<sha256>"`, or `*`). Checked before a chunk's body is read, and again when
+   * the upload completes, under the share's lock: a read-modify-write (`fshare push` of a set)
+   * never lands over another's replacement made in between.
+   */
+  const replaceCheck = (ifMatch: string | undefined) => (s: ShareRecord) => {
     if (s.locked) throw Errors.locked();
     if (!s.initialized) throw Errors.notInitialized();
+    if (ifMatch === undefined) return;
+    const etag = s.sha256 ? `"${s.sha256}"` : undefined;
+    if (etag !== undefined && matchesEtag(ifMatch, etag, true)) return;
+    if (ifMatch.trim() === '*') return;
+    throw new HttpError(
+      412,
+      etag
+        ? `The content is not the version this replacement was made for (If-Match): its ETag is now ${etag}`
+        : 'The content has no sha256 yet to match If-Match against; read it again later',
+      etag ? { ETag: etag } : {},
+    );
   };
 
   route(router, '/files/:id/content', {
@@ -452,6 +475,7 @@ export function contentRoutes(ctx: Context): Router {
     },
     put: async (req, res) => {
       const share = await findShare(req, ctx, 'MODIFY', true);
+      const checkReplace = replaceCheck(req.get('if-match'));
       checkReplace(share);
       await acceptChunk(req, res, share, checkReplace, 'MODIFY');
     },
