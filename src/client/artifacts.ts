@@ -48,6 +48,7 @@ import type { FileHandle } from 'node:fs/promises';
 import { dirname, join, relative, sep } from 'node:path';
 import { Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import {
   HOST_TAG,
   ownedTempDir,
@@ -217,6 +218,8 @@ export function parseManifest(text: string, name: string): Manifest {
 export interface StoredManifest {
   manifest: Manifest;
   share: Share;
+  /** The sha256 of the manifest's bytes as read: the version a push replaces (If-Match). */
+  sha256: string;
 }
 
 /** NAME's manifest shares: the owner's, and the names of the other users who have one. */
@@ -241,8 +244,10 @@ async function newestManifest(
 ): Promise<StoredManifest | null> {
   let best: StoredManifest | null = null;
   for (const share of shares.filter((s) => s.initialized)) {
-    const manifest = parseManifest(await readShareText(client, share.share_id, signal), name);
-    if (!best || manifest.created > best.manifest.created) best = { manifest, share };
+    const bytes = await readShareBytes(client, share.share_id, signal);
+    const manifest = parseManifest(bytes.toString('utf8'), name);
+    const sha256 = createHash('sha256').update(bytes).digest('hex');
+    if (!best || manifest.created > best.manifest.created) best = { manifest, share, sha256 };
   }
   return best;
 }
@@ -323,14 +328,18 @@ function wholeShare(f: ManifestFile, share: Share | undefined): boolean {
 }
 
 /** A small share's content as text, through a verified download into a temporary file. */
-async function readShareText(client: ApiClient, id: string, signal?: AbortSignal): Promise<string> {
+async function readShareBytes(
+  client: ApiClient,
+  id: string,
+  signal?: AbortSignal,
+): Promise<Buffer> {
   const dir = await ownedTempDir('fshare-manifest-');
   try {
     const out = join(dir, 'manifest.json');
     await download(client, id, { output: out, overwrite: true, signal }).catch((err: unknown) => {
       throw aboutShare(err, `the manifest (share ${id})`);
     });
-    return await readFile(out, 'utf8');
+    return await readFile(out);
   } finally {
     await removeOwnedTempDir(dir);
   }
@@ -561,6 +570,8 @@ interface Place {
 
 /** How many times a push runs when another push of the set removed data this one's set uses. */
 const PUSH_ATTEMPTS = 3;
+/** How many times a push runs again on top of another's set that landed meanwhile. */
+const SET_MERGES = 10;
 
 /**
  * Each push deletes, once its manifest is written, the data the manifest it replaced used: with
@@ -574,8 +585,21 @@ export async function push(
   dir: string,
   options: PushOptions,
 ): Promise<PushResult> {
-  for (let attempt = 1; ; attempt++) {
-    const { result, shares } = await pushOnce(client, dir, options);
+  for (let attempt = 1, merges = 0; ; attempt++) {
+    let once;
+    try {
+      once = await pushOnce(client, dir, options);
+    } catch (err) {
+      if (!(err instanceof SetChangedError) || ++merges > SET_MERGES) throw err;
+      options.onNotice?.(
+        `another push of ${err.set} changed the set meanwhile; pushing again on top of it`,
+      );
+      attempt--;
+      // Several pushes at once: apart, so that one of them gets through each round.
+      await sleep(50 + Math.floor(Math.random() * 250 * merges));
+      continue;
+    }
+    const { result, shares } = once;
     if (shares.size === 0) return result;
     const there = new Set(
       (await ownDataShares(client, result.name, options.owner))
@@ -990,14 +1014,39 @@ async function publishManifest(run: PushRun, manifest: Manifest, data: Share[]):
   await writeFile(file, `${JSON.stringify(manifest)}\n`);
   let manifestId: string;
   if (stored) {
-    await replaceFile(client, stored.share.share_id, file, { signal: options.signal });
+    // Only over the manifest this set was made from: another push's, landed meanwhile, is
+    // merged with on the next run instead of being overwritten (its files would be lost).
+    await replaceFile(client, stored.share.share_id, file, {
+      signal: options.signal,
+      ifMatch: `"${stored.sha256}"`,
+    }).catch((err: unknown) => {
+      if (err instanceof ApiError && err.status === 412) throw new SetChangedError(name);
+      throw err;
+    });
     manifestId = stored.share.share_id;
   } else
     manifestId = (
-      await uploadFile(client, file, { name: manifestName(name), signal: options.signal })
+      await uploadFile(client, file, {
+        name: manifestName(name),
+        signal: options.signal,
+        // The set's key: two first pushes of it at once make one manifest share (fshare serve),
+        // not two that each push's clean-up would delete. The one that gives it content first
+        // made the set; the other is told 423 and runs again on top of it.
+        createKey: manifestName(name),
+      }).catch((err: unknown) => {
+        if (err instanceof ApiError && err.status === 423) throw new SetChangedError(name);
+        throw err;
+      })
     ).share_id;
   await collectGarbage(client, name, options.owner, manifest, stored, data, manifestId, run.notice);
   return manifestId;
+}
+
+/** Another push of the set replaced its manifest after this one read it: run again, merging. */
+class SetChangedError extends Error {
+  constructor(readonly set: string) {
+    super(`another push of ${set} changed it meanwhile`);
+  }
 }
 
 /**

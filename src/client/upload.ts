@@ -61,6 +61,12 @@ export interface ChunkOptions {
    * file changed since is refused with 422.
    */
   knownSha256?: string;
+  /**
+   * Replace only the content with this ETag: sent as If-Match with every chunk. fshare serve
+   * refuses with 412 (an ApiError) if the share holds other content by then; servers without
+   * the extension ignore it.
+   */
+  ifMatch?: string;
   signal?: AbortSignal;
 }
 
@@ -684,6 +690,7 @@ async function sendChunks(
     const res = await send(client, {
       method,
       path: `${sharePath(id)}/content`,
+      headers: options.ifMatch === undefined ? undefined : { 'if-match': options.ifMatch },
       body: () =>
         chunkBody(fields, { ...file, start, end, name: basename(file.path) }, trailer, {
           dzsha256: 64,
@@ -832,6 +839,11 @@ export interface UploadFileOptions extends ChunkOptions {
   expiresIn?: number;
   /** The file is a private copy of standard input: its record says so (it cannot be resumed). */
   stdin?: boolean;
+  /**
+   * The create's Idempotency-Key, instead of a fresh one: every upload given the same key makes
+   * (or finds) the same share on fshare serve (a set's manifest: `push`).
+   */
+  createKey?: string;
 }
 
 /** What `fshare upload --json` prints per file. */
@@ -1003,7 +1015,7 @@ async function createAndRecord(
   options: UploadFileOptions,
 ): Promise<{ id: string; fresh: NonNullable<ContentOptions['fresh']> }> {
   const uploadId = randomUUID();
-  const key = randomUUID();
+  const key = options.createKey ?? randomUUID();
   const chunkSize = options.chunkSize ?? DEFAULT_CHUNK_SIZE;
   let record = options.resume
     ? await keepRecord(

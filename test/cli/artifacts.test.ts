@@ -213,24 +213,35 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
   /**
    * A proxy in front of the server that holds the requests `hold` picks (only the first, with
    * `once`) until `release()`; `held` says whether one came. Everything else passes through.
+   * With `bodies`, `hold` also sees each request's body (read whole first: small ones only).
    */
-  const holdingProxy = async (hold: (req: IncomingMessage) => boolean, { once = false } = {}) => {
+  const holdingProxy = async (
+    hold: (req: IncomingMessage, body?: Buffer) => boolean,
+    { once = false, bodies = false } = {},
+  ) => {
     let release!: () => void;
     const released = new Promise<void>((resolve) => (release = resolve));
     let held = false;
-    const proxy = createServer((req, res) => {
-      const forward = () =>
-        req.pipe(
-          httpRequest(
-            `${serve.url}${req.url}`,
-            { method: req.method, headers: req.headers },
-            (up) => {
-              res.writeHead(up.statusCode ?? 502, up.headers);
-              up.pipe(res);
-            },
-          ),
+    const proxy = createServer(async (req, res) => {
+      let body: Buffer | undefined;
+      if (bodies) {
+        const parts: Buffer[] = [];
+        for await (const part of req) parts.push(part as Buffer);
+        body = Buffer.concat(parts);
+      }
+      const forward = () => {
+        const up = httpRequest(
+          `${serve.url}${req.url}`,
+          { method: req.method, headers: req.headers },
+          (answer) => {
+            res.writeHead(answer.statusCode ?? 502, answer.headers);
+            answer.pipe(res);
+          },
         );
-      if (!(once && held) && hold(req)) {
+        if (body) up.end(body);
+        else req.pipe(up);
+      };
+      if (!(once && held) && hold(req, body)) {
         held = true;
         void released.then(forward);
       } else forward();
@@ -771,7 +782,11 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     }
   }, 60_000);
 
-  it('two pushes of one set at once leave a set that pulls: the one that writes last finds data the other deleted and pushes again; it left a manifest naming deleted data, every pull exit 1', async () => {
+  // Property: a push that was told its files are in the set finds them there, whatever pushed
+  // meanwhile. Found from outside: two pushes of one set at once (a CI matrix, each job its own
+  // files, no --delete) both said "Pushed", and the set held only the last one's files: its
+  // manifest replaced the other's, made from the set as it was before either.
+  it('two pushes of one set at once: the later one merges on top of the other (no file of either is lost), and finds data the other deleted', async () => {
     const base = await freshDir('two-base');
     await put(base, 'one.bin', randomBytes(PACK_FILE_LIMIT + 10));
     await put(base, 'two.bin', randomBytes(PACK_FILE_LIMIT + 20));
@@ -784,9 +799,11 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
       for (const f of ['one.bin', 'two.bin']) await put(dir, f, await readFile(join(base, f)));
     await put(first, 'one.bin', randomBytes(PACK_FILE_LIMIT + 30)); // keeps two.bin's old data
     await put(second, 'two.bin', randomBytes(PACK_FILE_LIMIT + 40)); // keeps one.bin's old data
+    await put(first, 'only-first.txt', 'first job');
+    await put(second, 'only-second.txt', 'second job');
 
-    // The second push's manifest write is held until the first push is over (its clean-up
-    // deleted one.bin's old data, which the second push reuses).
+    // The second push's manifest write is held until the first push is over (which replaced the
+    // manifest the second read, and deleted one.bin's old data, which the second reuses).
     const proxy = await holdingProxy(
       (req) =>
         req.url!.startsWith(`/files/${manifestId}/content`) &&
@@ -804,11 +821,61 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
       const res = await late;
       expect(res.exitCode, res.stderr).toBe(0);
       expect(res.stderr).toContain(
-        `another push of ${name} deleted data this one's set uses; pushing again`,
+        `another push of ${name} changed the set meanwhile; pushing again on top of it`,
       );
       const out = await freshDir('two-out');
       await pull(name, out);
-      expect(await snapshot(out)).toEqual(await snapshot(second));
+      // The second's files where both have one, and each one's own file.
+      const want = { ...(await snapshot(first)), ...(await snapshot(second)) };
+      expect(await snapshot(out)).toEqual(want);
+      expect(Object.keys(want)).toEqual(
+        expect.arrayContaining(['one.bin', 'two.bin', 'only-first.txt', 'only-second.txt']),
+      );
+    } finally {
+      proxy.release();
+      await proxy.close();
+    }
+  }, 60_000);
+
+  // Property: the same for the first two pushes of a set that does not exist yet. Each made a
+  // manifest share of its own, and the clean-up of one deleted the other's (which had said
+  // "Pushed"). Now both creates name one share (its Idempotency-Key is the set's), the push that
+  // gives it content first made the set, and the other is told 423 and pushes on top of it.
+  it('two first pushes of a new set at once: one manifest share, and the files of both', async () => {
+    const name = 'first-at-once';
+    const mine = await freshDir('first-mine');
+    const theirs = await freshDir('first-theirs');
+    await put(mine, 'common.txt', 'mine');
+    await put(mine, 'mine.txt', 'only mine');
+    await put(theirs, 'common.txt', 'theirs');
+    await put(theirs, 'theirs.txt', 'only theirs');
+    // Mine creates its manifest once theirs is pushed whole.
+    const proxy = await holdingProxy(
+      (req, body) =>
+        req.method === 'POST' &&
+        req.url === '/files' &&
+        (JSON.parse(body!.toString()) as { file_name?: string }).file_name === `${PREFIX}${name}`,
+      { once: true, bodies: true },
+    );
+    try {
+      const late = admin.run(['--server', proxy.url, 'push', mine, '--name', name], {
+        env: { FSHARE_TOKEN: token },
+      });
+      await until(proxy.held, 'my push creates its manifest');
+      await push(theirs, name);
+      proxy.release();
+      const res = await late;
+      expect(res.exitCode, res.stderr).toBe(0);
+      expect(res.stderr).toContain(
+        `another push of ${name} changed the set meanwhile; pushing again on top of it`,
+      );
+      await manifestOf(name); // one manifest share
+      const out = await freshDir('first-out');
+      await pull(name, out);
+      expect(await snapshot(out)).toEqual({
+        ...(await snapshot(theirs)),
+        ...(await snapshot(mine)),
+      });
     } finally {
       proxy.release();
       await proxy.close();
