@@ -1024,20 +1024,28 @@ async function publishManifest(run: PushRun, manifest: Manifest, data: Share[]):
       throw err;
     });
     manifestId = stored.share.share_id;
-  } else
-    manifestId = (
-      await uploadFile(client, file, {
+  } else {
+    const create = (createKey: string | undefined) =>
+      uploadFile(client, file, {
         name: manifestName(name),
         signal: options.signal,
-        // The set's key: two first pushes of it at once make one manifest share (fshare serve),
-        // not two that each push's clean-up would delete. The one that gives it content first
-        // made the set; the other is told 423 and runs again on top of it.
-        createKey: manifestName(name),
-      }).catch((err: unknown) => {
-        if (err instanceof ApiError && err.status === 423) throw new SetChangedError(name);
+        createKey,
+      });
+    // The set's key: two first pushes of it at once make one manifest share (fshare serve), not
+    // two that each push's clean-up would delete. The one that gives it content first made the
+    // set; the other is told 423 and runs again on top of it. The share that key made was
+    // handed to another user (409): a share of a key of its own, as before.
+    const made = await create(manifestName(name))
+      .catch((err: unknown) => {
+        if (err instanceof ApiError && err.status === 409) return create(undefined);
         throw err;
       })
-    ).share_id;
+      .catch((err: unknown) => {
+        if (err instanceof ApiError && err.status === 423) throw new SetChangedError(name);
+        throw err;
+      });
+    manifestId = made.share_id;
+  }
   await collectGarbage(client, name, options.owner, manifest, stored, data, manifestId, run.notice);
   return manifestId;
 }

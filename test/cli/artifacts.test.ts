@@ -1474,6 +1474,27 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
       expect(await ownersOf(`${PREFIX}${junk}`)).toContain(`${bob.username} ${PREFIX}${junk}`);
     }, 60_000);
 
+    // Property: the set's own Idempotency-Key (one manifest share for first pushes at once)
+    // never stops a push. The share that key made, once handed to another user, is theirs: the
+    // server answers the key with 409, and the push makes a manifest of a key of its own.
+    it('a first push after the manifest its key made was handed to another user: a new manifest, theirs untouched', async () => {
+      const name = 'handed-manifest';
+      const src = await freshDir('handed');
+      await put(src, 'a.txt', 'first\n');
+      const first = await push(src, name);
+      const chown = await admin.run(['chown', first.manifest_id, bob.username]);
+      expect(chown.exitCode, chown.stderr).toBe(0);
+      await put(src, 'b.txt', 'second\n');
+      const again = await admin.run(['--json', 'push', src, '--name', name]);
+      expect(again.exitCode, again.stderr).toBe(0);
+      const made = JSON.parse(again.stdout) as PushJson;
+      expect(made.manifest_id).not.toBe(first.manifest_id);
+      const back = await freshDir('handed-back');
+      await pull(name, back);
+      expect(await snapshot(back)).toEqual(await snapshot(src));
+      expect((await getShare(serve.url, token, first.manifest_id)).owner_name).toBe(bob.username);
+    }, 60_000);
+
     it("a manifest of one's own whose data share belongs to another user is refused: exit 1, one line naming that user, nothing written or deleted", async () => {
       // Guards: a set is made only of its owner's shares. Found broken: a pull followed a
       // manifest's share id to any user's share and wrote (and --delete removed) by it.
