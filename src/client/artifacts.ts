@@ -591,9 +591,7 @@ export async function push(
       once = await pushOnce(client, dir, options);
     } catch (err) {
       if (!(err instanceof SetChangedError) || ++merges > SET_MERGES) throw err;
-      options.onNotice?.(
-        `another push of ${err.set} changed the set meanwhile; pushing again on top of it`,
-      );
+      options.onNotice?.(err.notice);
       attempt--;
       // Several pushes at once: apart, so that one of them gets through each round.
       await sleep(50 + Math.floor(Math.random() * 250 * merges));
@@ -1015,12 +1013,15 @@ async function publishManifest(run: PushRun, manifest: Manifest, data: Share[]):
   let manifestId: string;
   if (stored) {
     // Only over the manifest this set was made from: another push's, landed meanwhile, is
-    // merged with on the next run instead of being overwritten (its files would be lost).
+    // merged with on the next run instead of being overwritten (its files would be lost). A
+    // set removed meanwhile (404) is made anew by the next run.
     await replaceFile(client, stored.share.share_id, file, {
       signal: options.signal,
       ifMatch: `"${stored.sha256}"`,
     }).catch((err: unknown) => {
       if (err instanceof ApiError && err.status === 412) throw new SetChangedError(name);
+      if (err instanceof ApiError && err.status === 404)
+        throw new SetChangedError(name, `the set ${name} was removed meanwhile; pushing it anew`);
       throw err;
     });
     manifestId = stored.share.share_id;
@@ -1052,8 +1053,11 @@ async function publishManifest(run: PushRun, manifest: Manifest, data: Share[]):
 
 /** Another push of the set replaced its manifest after this one read it: run again, merging. */
 class SetChangedError extends Error {
-  constructor(readonly set: string) {
-    super(`another push of ${set} changed it meanwhile`);
+  constructor(
+    set: string,
+    readonly notice = `another push of ${set} changed the set meanwhile; pushing again on top of it`,
+  ) {
+    super(notice);
   }
 }
 

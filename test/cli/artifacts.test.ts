@@ -837,6 +837,40 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     }
   }, 60_000);
 
+  // Property: a push whose set was removed (`artifacts rm`) while it ran makes the set anew, with
+  // its data, and says so; it was exit 4 ("No share with this id").
+  it('a push whose set is removed while it runs makes it anew', async () => {
+    const name = 'removed-meanwhile';
+    const src = await freshDir('removed-src');
+    await put(src, 'a.txt', 'kept\n');
+    await put(src, 'big.bin', randomBytes(PACK_FILE_LIMIT + 5));
+    await push(src, name);
+    const manifestId = (await manifestOf(name)).share.share_id;
+    await put(src, 'b.txt', 'new\n');
+    const proxy = await holdingProxy(
+      (req) => req.url === `/files/${manifestId}/content` && req.method === 'PUT',
+      { once: true },
+    );
+    try {
+      const late = admin.run(['--server', proxy.url, 'push', src, '--name', name], {
+        env: { FSHARE_TOKEN: token },
+      });
+      await until(proxy.held, 'the push writes its manifest');
+      const removed = await admin.run(['artifacts', 'rm', name]);
+      expect(removed.exitCode, removed.stderr).toBe(0);
+      proxy.release();
+      const res = await late;
+      expect(res.exitCode, res.stderr).toBe(0);
+      expect(res.stderr).toContain(`the set ${name} was removed meanwhile; pushing it anew`);
+      const out = await freshDir('removed-out');
+      await pull(name, out);
+      expect(await snapshot(out)).toEqual(await snapshot(src));
+    } finally {
+      proxy.release();
+      await proxy.close();
+    }
+  }, 60_000);
+
   // Property: the same for the first two pushes of a set that does not exist yet. Each made a
   // manifest share of its own, and the clean-up of one deleted the other's (which had said
   // "Pushed"). Now both creates name one share (its Idempotency-Key is the set's), the push that
