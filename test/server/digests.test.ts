@@ -58,22 +58,12 @@ describe('sha256 of content', () => {
     const id = await createShare(srv.url, token, 'answered.bin');
     const first = randomBytes(70_000);
     const second = randomBytes(50_000);
-    const dzuuid = 'answer-1';
-    const parts = [first.subarray(0, 40_000), first.subarray(40_000)];
-    const mid = await sendChunk(srv.url, token, id, {
-      dzuuid,
-      index: 0,
-      total: 2,
-      data: parts[0]!,
-    });
+    const half = (index: number, data: Buffer) =>
+      sendChunk(srv.url, token, id, { dzuuid: 'answer-1', index, total: 2, data });
+    const mid = await half(0, first.subarray(0, 40_000));
     expectStatus(mid, 200);
     expect(mid.body).not.toHaveProperty('sha256');
-    const done = await sendChunk(srv.url, token, id, {
-      dzuuid,
-      index: 1,
-      total: 2,
-      data: parts[1]!,
-    });
+    const done = await half(1, first.subarray(40_000));
     expectStatus(done, 201);
     expect(done.body).toMatchObject({
       status: 'success',
