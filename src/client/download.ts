@@ -988,6 +988,19 @@ async function rememberValidator(
 
 /** A name that came from the server never replaces an existing file unless asked. */
 async function checkOverwrite(state: State, options: DownloadOptions, res: Response) {
+  // Nor a directory, even when asked: the rename at the end would fail, after the whole download
+  // went into a NAME.part left beside it (`get ID --clobber` with a folder of the share's name).
+  if (
+    state.target !== undefined &&
+    state.nameFromServer &&
+    (await lstat(state.target).then(
+      (s) => s.isDirectory(),
+      () => false,
+    ))
+  ) {
+    await res.dump();
+    throw new FileExistsError(`${state.target} is a directory (choose another name with -o)`);
+  }
   if (
     state.target !== undefined &&
     state.nameFromServer &&

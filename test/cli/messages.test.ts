@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -135,6 +135,39 @@ describe('errors say what happened', () => {
     const res = await admin.run(['--server', serve.url, 'get', share!.share_id, '-o', target]);
     expect(res.exitCode).toBe(1);
     expect(oneLine(res.stderr)).toMatch(/no such file or directory: .*no\/such\/dir\/out\.bin/);
+  });
+
+  // Property: a download that cannot end well fails before it starts, and leaves nothing. Found
+  // from outside: `get ID --clobber` where a folder has the share's name downloaded it all into
+  // NAME.part, then failed to rename it over the folder (exit 1) and left the .part beside it.
+  it('get where a folder has the share name: exit 1 before any byte, with or without --clobber; nothing left', async () => {
+    const file = join(work, 'folder-named.bin');
+    await writeFile(file, 'hello');
+    const [share] = await admin.json<{ share_id: string }[]>([
+      '--server',
+      serve.url,
+      'upload',
+      file,
+    ]);
+    const into = join(work, 'folder-clash');
+    await mkdir(join(into, 'folder-named.bin', 'inner'), { recursive: true });
+    for (const clobber of [[], ['--clobber']]) {
+      const res = await admin.run([
+        '--server',
+        serve.url,
+        'get',
+        share!.share_id,
+        '-o',
+        `${into}/`,
+        ...clobber,
+      ]);
+      expect(res.exitCode).toBe(1);
+      expect(oneLine(res.stderr)).toBe(
+        `fshare: ${join(into, 'folder-named.bin')} is a directory (choose another name with -o)`,
+      );
+      expect((await readdir(into)).sort()).toEqual(['folder-named.bin']);
+      expect(await readdir(join(into, 'folder-named.bin'))).toEqual(['inner']);
+    }
   });
 
   it('not signed in: the 401 says to run fshare login; a wrong password at login does not', async () => {
