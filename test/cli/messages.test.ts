@@ -122,6 +122,27 @@ describe('errors say what happened', () => {
     expect(got.stdout.toString()).toMatch(/^processor\s*:/m);
   });
 
+  // Found from outside: `fshare upload - < DIR` read the directory as nothing and made an empty
+  // share, exit 0 (`cat < DIR` says "Is a directory").
+  it('upload - with a directory on standard input: exit 2, one line, no share made', async () => {
+    const before = await admin.json<{ shares: unknown[] }>(['--server', serve.url, 'ls', '--all']);
+    const res = await execa(
+      'bash',
+      ['-c', `node ${BIN} --server ${serve.url} upload - < ${work}`],
+      {
+        env: cleanEnv({ FSHARE_CONFIG_DIR: admin.configDir, FSHARE_KEYRING: 'off' }),
+        extendEnv: false,
+        reject: false,
+      },
+    );
+    expect(res.exitCode).toBe(2);
+    expect(oneLine(res.stderr)).toBe(
+      'fshare: - reads standard input, which is a directory here; pipe something in',
+    );
+    const after = await admin.json<{ shares: unknown[] }>(['--server', serve.url, 'ls', '--all']);
+    expect(after.shares).toHaveLength(before.shares.length);
+  });
+
   it('get into a directory that does not exist names it; nothing raw leaks', async () => {
     const file = join(work, 'small.bin');
     await writeFile(file, 'hello');

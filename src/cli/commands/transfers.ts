@@ -66,9 +66,20 @@ interface Spool {
  * then a SIGINT, SIGTERM or SIGHUP (or any exit) removes it too: a signal while stdin was being
  * read used to leave the /tmp/fshare-stdin-* directory behind for good.
  */
+function stdinIsDirectory(): boolean {
+  try {
+    return fstatSync(0).isDirectory();
+  } catch {
+    return false; // no standard input at all: it reads as empty, as before
+  }
+}
+
 async function spoolStdin(): Promise<Spool> {
   if (process.stdin.isTTY)
     throw new UsageError('- reads standard input, which is a terminal here; pipe something in');
+  // A directory reads as nothing here (`fshare upload - < dir` made an empty share, exit 0).
+  if (stdinIsDirectory())
+    throw new UsageError('- reads standard input, which is a directory here; pipe something in');
   // Named with this process: one a SIGKILL left is removed by the next fshare that makes one.
   const dir = await ownedTempDir('fshare-stdin-');
   const removeDir = () => rmSync(dir, { recursive: true, force: true });
