@@ -39,6 +39,20 @@ afterAll(async () => {
   await rm(work, { recursive: true, force: true });
 });
 
+/** How many shares the server lists (to show that a refused command made none). */
+async function shareCount(): Promise<number> {
+  return (await admin.json<{ shares: unknown[] }>(['--server', serve.url, 'ls', '--all'])).shares
+    .length;
+}
+
+/** Uploads a small file called `name`; returns its share's id. */
+async function uploaded(name: string): Promise<string> {
+  const file = join(work, name);
+  await writeFile(file, 'hello');
+  const [share] = await admin.json<{ share_id: string }[]>(['--server', serve.url, 'upload', file]);
+  return share!.share_id;
+}
+
 /** One line on stderr, starting with "fshare: ". */
 function oneLine(stderr: string): string {
   const lines = stderr.trim().split('\n');
@@ -80,7 +94,7 @@ describe('errors say what happened', () => {
     const locked = join(work, 'locked.bin');
     await writeFile(locked, 'x');
     await chmod(locked, 0o000);
-    const before = await admin.json<{ shares: unknown[] }>(['--server', serve.url, 'ls', '--all']);
+    const before = await shareCount();
     const missing = await admin.run(['--server', serve.url, 'upload', join(work, 'nope.bin')]);
     expect(missing.exitCode).toBe(2);
     expect(oneLine(missing.stderr)).toContain(join(work, 'nope.bin'));
@@ -92,8 +106,8 @@ describe('errors say what happened', () => {
       const unreadable = await admin.run(['--server', serve.url, 'upload', locked]);
       expect(oneLine(unreadable.stderr)).toContain(locked);
     }
-    const after = await admin.json<{ shares: unknown[] }>(['--server', serve.url, 'ls', '--all']);
-    expect(after.shares).toHaveLength(before.shares.length);
+    const after = await shareCount();
+    expect(after).toBe(before);
   });
 
   // Property: an upload never reports success for bytes it did not send. Found from outside:
@@ -101,7 +115,7 @@ describe('errors say what happened', () => {
   // (stat says 4096) failed as "changed while it was uploading". Such kernel files are refused
   // before any share is made, with the command that uploads them; that command works.
   it('kernel files whose size is unknown until read: exit 2 with the way to upload them, no share left', async () => {
-    const before = await admin.json<{ shares: unknown[] }>(['--server', serve.url, 'ls', '--all']);
+    const before = await shareCount();
     for (const path of ['/proc/cpuinfo', '/sys/devices/system/cpu/online']) {
       const res = await admin.run(['--server', serve.url, 'upload', path]);
       expect(res.exitCode).toBe(2);
@@ -110,8 +124,8 @@ describe('errors say what happened', () => {
         `fshare: ${path} is a kernel file, whose size is not known until it is read; upload it from standard input: fshare upload - -n ${name} < ${path}`,
       );
     }
-    const after = await admin.json<{ shares: unknown[] }>(['--server', serve.url, 'ls', '--all']);
-    expect(after.shares).toHaveLength(before.shares.length);
+    const after = await shareCount();
+    expect(after).toBe(before);
     // The way it names works, and keeps the bytes read.
     const [up] = await admin.json<{ share_id: string; size: number }[]>(
       ['--server', serve.url, 'upload', '-', '-n', 'cpuinfo'],
@@ -125,7 +139,7 @@ describe('errors say what happened', () => {
   // Found from outside: `fshare upload - < DIR` read the directory as nothing and made an empty
   // share, exit 0 (`cat < DIR` says "Is a directory").
   it('upload - with a directory on standard input: exit 2, one line, no share made', async () => {
-    const before = await admin.json<{ shares: unknown[] }>(['--server', serve.url, 'ls', '--all']);
+    const before = await shareCount();
     const res = await execa(
       'bash',
       ['-c', `node ${BIN} --server ${serve.url} upload - < ${work}`],
@@ -139,21 +153,14 @@ describe('errors say what happened', () => {
     expect(oneLine(res.stderr)).toBe(
       'fshare: - reads standard input, which is a directory here; pipe something in',
     );
-    const after = await admin.json<{ shares: unknown[] }>(['--server', serve.url, 'ls', '--all']);
-    expect(after.shares).toHaveLength(before.shares.length);
+    const after = await shareCount();
+    expect(after).toBe(before);
   });
 
   it('get into a directory that does not exist names it; nothing raw leaks', async () => {
-    const file = join(work, 'small.bin');
-    await writeFile(file, 'hello');
-    const [share] = await admin.json<{ share_id: string }[]>([
-      '--server',
-      serve.url,
-      'upload',
-      file,
-    ]);
+    const id = await uploaded('small.bin');
     const target = join(work, 'no', 'such', 'dir', 'out.bin');
-    const res = await admin.run(['--server', serve.url, 'get', share!.share_id, '-o', target]);
+    const res = await admin.run(['--server', serve.url, 'get', id, '-o', target]);
     expect(res.exitCode).toBe(1);
     expect(oneLine(res.stderr)).toMatch(/no such file or directory: .*no\/such\/dir\/out\.bin/);
   });
@@ -162,26 +169,11 @@ describe('errors say what happened', () => {
   // from outside: `get ID --clobber` where a folder has the share's name downloaded it all into
   // NAME.part, then failed to rename it over the folder (exit 1) and left the .part beside it.
   it('get where a folder has the share name: exit 1 before any byte, with or without --clobber; nothing left', async () => {
-    const file = join(work, 'folder-named.bin');
-    await writeFile(file, 'hello');
-    const [share] = await admin.json<{ share_id: string }[]>([
-      '--server',
-      serve.url,
-      'upload',
-      file,
-    ]);
+    const id = await uploaded('folder-named.bin');
     const into = join(work, 'folder-clash');
     await mkdir(join(into, 'folder-named.bin', 'inner'), { recursive: true });
     for (const clobber of [[], ['--clobber']]) {
-      const res = await admin.run([
-        '--server',
-        serve.url,
-        'get',
-        share!.share_id,
-        '-o',
-        `${into}/`,
-        ...clobber,
-      ]);
+      const res = await admin.run(['--server', serve.url, 'get', id, '-o', `${into}/`, ...clobber]);
       expect(res.exitCode).toBe(1);
       expect(oneLine(res.stderr)).toBe(
         `fshare: ${join(into, 'folder-named.bin')} is a directory (choose another name with -o)`,
