@@ -30,6 +30,11 @@ export async function openStore(
   return { store, shared: store };
 }
 
+/** The metadata store the options name, for messages. */
+export function storeName(options: Pick<ServerOptions, 'database'>, dataDir: string): string {
+  return options.database ? 'the PostgreSQL database' : join(dataDir, 'db.json');
+}
+
 /** The content storage the options name: files in the data directory, or an S3 bucket. */
 export async function openStorage(
   options: ServerOptions,

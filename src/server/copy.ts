@@ -2,9 +2,10 @@ import { randomUUID } from 'node:crypto';
 import { mkdir } from 'node:fs/promises';
 import { Readable } from 'node:stream';
 import { HashWorker } from '../shared/hasher.js';
-import { openStorage, openStore } from './backends.js';
+import { openStorage, openStore, storeName } from './backends.js';
 import type { ServerOptions } from './options.js';
 import type { ChunkFields, ContentStorage, NewContent } from './storage/index.js';
+import { ForeignContentError } from './storage/owner.js';
 import { blobOf, type MetadataStore, type ShareRecord } from './store/index.js';
 
 /** Where a server's data is: the data directory, and PostgreSQL and S3 when given. */
@@ -116,7 +117,19 @@ export async function copyServerData(
       throw new CopyError(
         'The target already holds users or shares; copy into a new database, bucket prefix or directory',
       );
-    await to.storage.init(() => false);
+    // Content already there belongs to no share of the new store: the copy stops, keeping it.
+    await to.storage
+      .init(() => false, {
+        identity: await to.store.identity(),
+        shares: 0,
+        name: storeName(target, target.dataDir),
+      })
+      .catch((err: unknown) => {
+        if (!(err instanceof ForeignContentError)) throw err;
+        throw new CopyError(
+          `${err.content} already holds ${err.unnamed} stored file${err.unnamed === 1 ? '' : 's'}, which the copy would remove; copy into a new bucket prefix or directory`,
+        );
+      });
 
     await to.store.setSettings(await from.store.getSettings());
     const page = 500;

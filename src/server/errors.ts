@@ -4,6 +4,7 @@ import { isOutOfSpace } from './fsutil.js';
 import { BusyError } from './passwords.js';
 import {
   ChunkRefusedError,
+  DamagedContentError,
   InsufficientStorageError,
   StorageUnavailableError,
 } from './storage/index.js';
@@ -100,6 +101,11 @@ export function asHttpError(err: unknown): unknown {
   const code = (err as { code?: unknown } | null)?.code;
   if (code === 'EMFILE' || code === 'ENFILE')
     return Errors.overloaded('The server has too many open files right now; try again', 5);
+  if (err instanceof DamagedContentError)
+    return new HttpError(
+      503,
+      "The stored content of this share is damaged (it is not the size its record says); the server's administrator must restore it from a backup",
+    );
   if (err instanceof StorageUnavailableError)
     return Errors.overloaded('The content storage is not answering right now; try again', 5);
   if (isDiskFailure(err))

@@ -34,7 +34,7 @@ import { redactLinkPath } from './redact.js';
 import { settingsRoutes } from './routes/settings.js';
 import { userRoutes } from './routes/users.js';
 import { whoamiRoutes } from './routes/whoami.js';
-import { openStorage, openStore } from './backends.js';
+import { openStorage, openStore, storeName } from './backends.js';
 import type { ContentStorage } from './storage/index.js';
 import { blobOf, DuplicateUserError, type MetadataStore } from './store/index.js';
 import { isUsername, UNPARSABLE } from './validate.js';
@@ -371,11 +371,17 @@ async function openServer(
   opened.push(() => storage.close());
   const referenced = new Set<string>();
   const handedOver = new Map<string, string>();
+  let shares = 0;
   for await (const share of store.eachShare()) {
+    shares++;
     if (share.initialized) referenced.add(blobOf(share));
     if (share.pending_handover) handedOver.set(share.share_id, share.pending_handover);
   }
-  await storage.init((blob) => referenced.has(blob));
+  await storage.init((blob) => referenced.has(blob), {
+    identity: await store.identity(),
+    shares,
+    name: storeName(options, dataDir),
+  });
   // Handovers a crash cut short: the old owner's uploads end before any request could use them.
   // Until then they count for no one; a failure here is retried by the next request for the share.
   for (const [shareId, mark] of handedOver)

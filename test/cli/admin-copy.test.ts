@@ -16,7 +16,7 @@ import {
   type ShareJson,
 } from '../helpers/http.js';
 import { createDatabase, startPostgres, type PgCluster } from '../helpers/postgres.js';
-import { createBucket, S3_TEST_ENV, startS3, type S3Server } from '../helpers/s3.js';
+import { contentKeys, createBucket, S3_TEST_ENV, startS3, type S3Server } from '../helpers/s3.js';
 import { ADMIN, login, startServer } from '../helpers/server.js';
 
 /**
@@ -196,6 +196,24 @@ describe('fshare admin import and export', () => {
     expect(again.exitCode).toBe(1);
     expect(again.stderr.trim().split('\n')).toHaveLength(1);
     expect(again.stderr).toMatch(/already holds users or shares/);
+
+    // A new database on that bucket: the content there is not this copy's to remove.
+    const stored = await contentKeys(s3.endpoint, storage);
+    expect(stored).toHaveLength(3);
+    const fresh = await createDatabase(pg.adminUrl);
+    const onto = await cli.run(
+      ['admin', 'import', seeded.dataDir, ...backendArgs(fresh, storage)],
+      { env: S3_TEST_ENV },
+    );
+    expect(onto.exitCode).toBe(1);
+    // After the new database's schema notices, one line.
+    const lines = onto.stderr.trim().split('\n');
+    expect(lines.filter((l) => !l.includes('metadata: applied'))).toEqual([
+      expect.stringMatching(
+        /^fshare: s3:\/\/.*\/content\/ already holds 3 stored files, which the copy would remove; copy into a new bucket prefix or directory$/,
+      ),
+    ]);
+    expect(await contentKeys(s3.endpoint, storage)).toEqual(stored);
 
     const notEmpty = await tempDir('not-empty');
     await writeFile(join(notEmpty, 'keep.txt'), 'mine');

@@ -5,7 +5,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { CreateBucketCommand, S3Client } from '@aws-sdk/client-s3';
+import { CreateBucketCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
 
 /** The credentials s3rver checks signatures with, and a region; set them before opening storage. */
 export const S3_TEST_ENV = {
@@ -118,7 +118,18 @@ function spawnS3rver(
 export async function createBucket(endpoint: string): Promise<string> {
   process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
   const name = `fshare-test-${randomBytes(8).toString('hex')}`;
-  const client = new S3Client({
+  const client = s3Client(endpoint);
+  try {
+    await client.send(new CreateBucketCommand({ Bucket: name }));
+  } finally {
+    client.destroy();
+  }
+  return `s3://${name}`;
+}
+
+/** A client of the test S3 server, with the credentials it checks. */
+export function s3Client(endpoint: string): S3Client {
+  return new S3Client({
     endpoint,
     forcePathStyle: true,
     region: S3_TEST_ENV.AWS_REGION,
@@ -127,10 +138,17 @@ export async function createBucket(endpoint: string): Promise<string> {
       secretAccessKey: S3_TEST_ENV.AWS_SECRET_ACCESS_KEY,
     },
   });
+}
+
+/** The keys under `content/` in a bucket (`s3://NAME`), sorted, without that prefix. */
+export async function contentKeys(endpoint: string, storage: string): Promise<string[]> {
+  const client = s3Client(endpoint);
   try {
-    await client.send(new CreateBucketCommand({ Bucket: name }));
+    const page = await client.send(
+      new ListObjectsV2Command({ Bucket: storage.slice('s3://'.length), Prefix: 'content/' }),
+    );
+    return (page.Contents ?? []).map((o) => o.Key!.slice('content/'.length)).sort();
   } finally {
     client.destroy();
   }
-  return `s3://${name}`;
 }

@@ -1,6 +1,9 @@
 // API.md "Content": GET/HEAD /files/<id>/content — headers, Content-Disposition for hostile names,
 // single byte ranges per RFC 9110, If-Range, If-None-Match.
 import { randomBytes, randomUUID } from 'node:crypto';
+import { readdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { PutObjectCommand } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   createShare,
@@ -15,6 +18,7 @@ import {
   upload,
   type Res,
 } from '../helpers/http.js';
+import { contentKeys, s3Client } from '../helpers/s3.js';
 import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
 import { attachment } from '../../src/server/routes/content.js';
 
@@ -176,6 +180,57 @@ describe('GET /files/<id>/content', () => {
     expectStatus(part, 206);
     expect(part.buf.equals(big.subarray(seam - 10, seam + 10))).toBe(true);
   });
+});
+
+// Property guarded: a download's bytes are the content its ETag and Repr-Digest name, or there is
+// no 200. A stored file whose size is not its record's (cut short or grown on the disk) was served
+// as a 200 of that many bytes, which curl or a browser took as the whole file.
+describe('stored content damaged on the disk', () => {
+  /** Replaces the stored bytes of share `share` (found by its name's prefix) with `bytes`. */
+  async function damage(share: string, bytes: Buffer) {
+    if (!srv.storage) {
+      const dir = join(srv.dataDir, 'content');
+      const name = (await readdir(dir)).find((n) => n.startsWith(`${share}.`))!;
+      await writeFile(join(dir, name), bytes);
+      return;
+    }
+    const key = `content/${(await contentKeys(srv.s3Endpoint!, srv.storage)).find((n) => n.startsWith(`${share}.`))!}`;
+    const client = s3Client(srv.s3Endpoint!);
+    try {
+      await client.send(
+        new PutObjectCommand({ Bucket: srv.storage.slice('s3://'.length), Key: key, Body: bytes }),
+      );
+    } finally {
+      client.destroy();
+    }
+  }
+
+  for (const [what, cut] of [
+    ['cut short', (d: Buffer) => d.subarray(0, 600)],
+    ['grown', (d: Buffer) => Buffer.concat([d, Buffer.alloc(10)])],
+  ] as const)
+    it(`${what}: 503 with a JSON error, for a whole, ranged or HEAD request`, async () => {
+      const data = randomBytes(1000);
+      const share = await createShareWithContent(base, admin, 'damaged.bin', data);
+      await damage(share, cut(data));
+      for (const [headers, method] of [
+        [{}, 'GET'],
+        [{ range: 'bytes=0-99' }, 'GET'],
+        [{}, 'HEAD'],
+      ] as const) {
+        const res = await fetchContent(headers, method, share);
+        expect(res.status, `${method} ${JSON.stringify(headers)}`).toBe(503);
+        // No Retry-After: waiting does not mend it.
+        expect(res.headers['retry-after']).toBeUndefined();
+        if (method === 'GET')
+          expect(res.body.message).toMatch(/stored content of this share is damaged/);
+      }
+      // Whole again (restored from a backup): served as before.
+      await damage(share, data);
+      const res = await fetchContent({}, 'GET', share);
+      expectStatus(res, 200);
+      expect(res.buf.equals(data)).toBe(true);
+    });
 });
 
 describe('Content-Type from the file name', () => {

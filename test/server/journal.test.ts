@@ -2,7 +2,7 @@
 // to db.journal. Replay drops only a torn last line (and says so); any other damage stops the
 // start with the file and line and the way out (--repair), which keeps every valid entry.
 import { randomUUID } from 'node:crypto';
-import { cp, mkdtemp, readFile, readdir, writeFile } from 'node:fs/promises';
+import { cp, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -14,7 +14,7 @@ import {
   MissingRecordError,
 } from '../../src/server/store/index.js';
 import { LowdbStore } from '../../src/server/store/lowdb.js';
-import { createShare, get, getShare, post } from '../helpers/http.js';
+import { createShare, createShareWithContent, get, getShare, post } from '../helpers/http.js';
 import { ensureBuilt, serve, stop } from '../helpers/serve.js';
 import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
 
@@ -210,6 +210,92 @@ describe('damage that is not a torn end', () => {
       max_downloads: null,
     });
     expect(await getShare(repaired.url, token, ids[0]!)).toMatchObject({ locked: false });
+  });
+});
+
+// db.json is only ever replaced whole (temp file, fsync, rename): anything else in it is damage
+// or a stray file. Property guarded: such a snapshot stops the start with one message and changes
+// nothing; it was read as a new store (an empty file), carried over as fshare 0.1's metadata (any
+// JSON without a version), or failed with a TypeError.
+describe('a db.json that is not a snapshot fshare wrote', () => {
+  /** A stopped server's data directory: two shares, everything folded into db.json. */
+  async function folded() {
+    const srv = await startServer();
+    const token = await login(srv.url, ADMIN.username, ADMIN.password);
+    for (const name of ['one', 'two']) await createShare(srv.url, token, name);
+    await srv.close(false);
+    servers.push(srv);
+    return srv.dataDir;
+  }
+
+  const cases: [string, string, RegExp][] = [
+    ['empty', '', /db\.json is empty\. .*restore it from a backup/],
+    ['blank', ' \n\n', /db\.json is empty\./],
+    ['null', 'null', /is not fshare's metadata \(it holds null, not an object\)/],
+    ['a list', '[]', /is not fshare's metadata \(it holds a list, not an object\)/],
+    ['a number', '42', /\(it holds a number, not an object\)/],
+    [
+      'no version, users or shares',
+      '{}',
+      /is not fshare's metadata \(no version, users or shares\)/,
+    ],
+    ['users of the wrong type', '{"users":5,"shares":[]}', /"users" is not a list of records/],
+    ['shares of the wrong type', '{"version":2,"shares":[1]}', /"shares" is not a list of records/],
+    ['settings of the wrong type', '{"version":2,"settings":[]}', /"settings" is not an object/],
+    ['a negative seq', '{"version":2,"seq":-1}', /"seq" is not a count/],
+    ['a version that is text', '{"version":"2"}', /"version" is not a number/],
+    ['an older unknown version', '{"version":1,"users":[],"shares":[]}', /unknown version 1/],
+    [
+      'a newer version',
+      '{"version":3,"users":[],"shares":[]}',
+      /written by a newer fshare \(metadata version 3\)/,
+    ],
+  ];
+  it.each(cases)(
+    '%s: the start stops with one message, nothing written',
+    async (_, text, message) => {
+      const dir = await folded();
+      await writeFile(join(dir, 'db.json'), text);
+      const before = await readdir(dir);
+      const error = await createServer({ dataDir: dir }).catch((err: unknown) => err);
+      expect(error).toBeInstanceOf(DamagedMetadataError);
+      expect((error as Error).message).toMatch(message);
+      expect(await readFile(join(dir, 'db.json'), 'utf8')).toBe(text);
+      expect(await readdir(dir)).toEqual(before);
+    },
+  );
+
+  it('a missing db.json with a journal that begins past the first change stops the start', async () => {
+    const { image } = await journalWithThreeShares();
+    // The journal holds the changes since the last fold; the fold itself is gone.
+    const [, ...rest] = (await readFile(join(image, 'db.journal'), 'utf8')).split('\n');
+    await writeFile(join(image, 'db.journal'), rest.join('\n'));
+    await rm(join(image, 'db.json'));
+    const error = await createServer({ dataDir: image }).catch((err: unknown) => err);
+    expect(error).toBeInstanceOf(DamagedMetadataError);
+    expect((error as Error).message).toMatch(
+      /db\.json is missing, and .*db\.journal begins at change \d+/,
+    );
+  });
+
+  it('the binary prints one line and exits 1; the stored content is still served after a restore', async () => {
+    const srv = await startServer();
+    const token = await login(srv.url, ADMIN.username, ADMIN.password);
+    const id = await createShareWithContent(srv.url, token, 'kept', Buffer.from('kept bytes'));
+    await srv.close(false);
+    servers.push(srv);
+    const good = await readFile(join(srv.dataDir, 'db.json'));
+    await writeFile(join(srv.dataDir, 'db.json'), '');
+    const failed = await serve(srv.dataDir).catch((err: { code: number; stderr: string }) => err);
+    expect('code' in failed && failed.code).toBe(1);
+    const stderr = (failed as { stderr: string }).stderr.trim();
+    expect(stderr).toMatch(/^fshare: .*db\.json is empty\./);
+    expect(stderr.split('\n')).toHaveLength(1);
+    await writeFile(join(srv.dataDir, 'db.json'), good);
+    const again = await serve(srv.dataDir);
+    const res = await get(again.url, `/files/${id}/content`, { token });
+    expect(res.buf.toString()).toBe('kept bytes');
+    await stop(again);
   });
 });
 

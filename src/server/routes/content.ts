@@ -13,6 +13,7 @@ import { LIMITS } from '../limits.js';
 import { parseRange } from '../ranges.js';
 import { parseHttpDate } from '../dates.js';
 import {
+  DamagedContentError,
   StorageUnavailableError,
   type ChunkFields,
   type ContentStorage,
@@ -631,6 +632,13 @@ export async function sendContent(
   let body: Readable | undefined;
   try {
     const { size } = reader;
+    // Content is never changed once stored: a size other than its record's is damage on the disk
+    // (a file cut short, or grown). Served, it was a 200 whose bytes the ETag and Repr-Digest
+    // did not describe, which a client that does not hash took as the file.
+    if (share.size != null && size !== share.size)
+      throw new DamagedContentError(
+        `the content of share ${share.share_id} is damaged: the storage holds ${size} bytes of it, its record ${share.size} (${blobOf(share)})`,
+      );
     const etag = etagOf(share, size, reader.mtimeMs);
     const lastModified = new Date(Math.floor(reader.mtimeMs / 1000) * 1000);
     // RFC 9110 §8.8.2.2: a modification date is a strong validator only once its second is over

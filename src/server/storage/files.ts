@@ -16,7 +16,7 @@ import {
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { fault } from '../faults.js';
-import { fsyncDir } from '../fsutil.js';
+import { fsyncDir, writeFileDurably } from '../fsutil.js';
 import { bodyPassedOn } from '../gc.js';
 import { givePieces, takePiece, writeFileRange, writeFully, WRITE_MAX } from '../../shared/copy.js';
 import type { HashWorker, Sha256 } from '../../shared/hasher.js';
@@ -32,6 +32,7 @@ import {
   type ReceivedChunk,
 } from './index.js';
 import { checkChunkFields, checkJoinedEnd, joinedStart } from './chunks.js';
+import { mayRemoveUnnamed, type Owner } from './owner.js';
 import { SpaceReserve } from './space.js';
 
 /** Pieces of this size are read back and copied. */
@@ -347,16 +348,36 @@ export class FileStorage implements ContentStorage {
     this.space = new SpaceReserve(dataDir, options.minFreeBytes);
   }
 
-  async init(referenced: (blob: string) => boolean): Promise<void> {
+  async init(referenced: (blob: string) => boolean, owner?: Owner): Promise<void> {
     for (const dir of [this.contentDir, this.uploadsDir, this.incomingDir])
       await mkdir(dir, { recursive: true, mode: 0o700 });
+    // Content that no share names: written by a completion that crashed before it was recorded,
+    // or left by a removal that crashed. Removed only if this store owns the content (owner.ts).
+    const unnamed = (await readdir(this.contentDir)).filter((name) => !referenced(name));
+    const markFile = join(this.dataDir, 'content-owner');
+    const mayRemove = await mayRemoveUnnamed(
+      {
+        read: () =>
+          readFile(markFile, 'utf8').then(
+            (text) => text.trim(),
+            (err: NodeJS.ErrnoException) => {
+              if (err.code === 'ENOENT') return null;
+              throw err;
+            },
+          ),
+        write: (id) => writeFileDurably(markFile, `${id}\n`),
+        content: this.contentDir,
+        mark: markFile,
+        afresh: `move ${this.contentDir} aside`,
+      },
+      owner,
+      unnamed.length,
+    );
     // Nothing is in flight at start: partial bodies are leftovers of a crash.
     for (const name of await readdir(this.incomingDir))
       await rm(join(this.incomingDir, name), { force: true });
-    // Content that no share names: written by a completion that crashed before it was recorded.
-    for (const name of await readdir(this.contentDir)) {
-      if (!referenced(name)) await rm(join(this.contentDir, name), { force: true });
-    }
+    if (mayRemove)
+      for (const name of unnamed) await rm(join(this.contentDir, name), { force: true });
     // Every upload read back once: what requests cut by a crash left is removed, records that
     // cannot be read count as absent, completions that were published are closed.
     for (const name of await readdir(this.uploadsDir)) {

@@ -1,4 +1,5 @@
 import type { Readable, Writable } from 'node:stream';
+import type { Owner } from './owner.js';
 
 /**
  * Content storage: the bytes of shares and of unfinished chunked uploads. One implementation
@@ -16,9 +17,10 @@ import type { Readable, Writable } from 'node:stream';
 export interface ContentStorage {
   /**
    * Start-up: removes content no share refers to and what unfinished requests left behind.
-   * `referenced` tells whether a content name is in use.
+   * `referenced` tells whether a content name is in use. With `owner`, content no share names
+   * is removed only if the storage belongs to that store (owner.ts: ForeignContentError).
    */
-  init(referenced: (blob: string) => boolean): Promise<void>;
+  init(referenced: (blob: string) => boolean, owner?: Owner): Promise<void>;
 
   /**
    * Claims room for an incoming body of about `bytes` bytes, or throws InsufficientStorageError
@@ -160,3 +162,9 @@ export class InsufficientStorageError extends Error {}
  * network error): the request is answered 503 with Retry-After, and nothing was changed.
  */
 export class StorageUnavailableError extends Error {}
+
+/**
+ * Stored content that is not what its record says (a size other than the recorded one): damage
+ * on the disk or in the bucket, which no retry mends. 503 without Retry-After, and a log line.
+ */
+export class DamagedContentError extends StorageUnavailableError {}

@@ -38,6 +38,7 @@ import {
 } from './index.js';
 import { MAX_OBJECT, MIN_PART, planParts } from './s3-parts.js';
 import { checkChunkFields, checkJoinedEnd, joinedStart } from './chunks.js';
+import { mayRemoveUnnamed, type Owner } from './owner.js';
 import { SpaceReserve } from './space.js';
 
 export interface S3StorageOptions {
@@ -289,14 +290,34 @@ export class S3Storage implements ContentStorage {
 
   // Start-up, space
 
-  async init(referenced: (blob: string) => boolean): Promise<void> {
+  async init(referenced: (blob: string) => boolean, owner?: Owner): Promise<void> {
     await this.cleanTemp();
     const cutoff = this.now() - UNREFERENCED_GRACE_MS;
-    const doomed: string[] = [];
     const under = this.key('content/');
-    for await (const object of this.objects(under)) {
-      const blob = object.key.slice(under.length);
-      if (!referenced(blob) && object.modified < cutoff) doomed.push(object.key);
+    const unnamedObjects = async function* (storage: S3Storage) {
+      for await (const object of storage.objects(under))
+        if (!referenced(object.key.slice(under.length))) yield object;
+    };
+    let unnamed = 0;
+    for await (const _ of unnamedObjects(this)) unnamed++;
+    // Removed only if this store owns the content (owner.ts).
+    const markKey = this.key('content-owner');
+    const mayRemove = await mayRemoveUnnamed(
+      {
+        read: async () => (await this.getText(markKey))?.trim() ?? null,
+        write: (id) => this.putText(markKey, `${id}\n`),
+        content: this.describe(under),
+        mark: this.describe(markKey),
+        afresh: `remove the objects under ${this.describe(under)}, or use another prefix`,
+      },
+      owner,
+      unnamed,
+    );
+    if (!mayRemove || unnamed === 0) return;
+    // Listed again, so memory stays flat however many there are.
+    const doomed: string[] = [];
+    for await (const object of unnamedObjects(this)) {
+      if (object.modified < cutoff) doomed.push(object.key);
       if (doomed.length === DELETE_BATCH) await this.remove(doomed.splice(0));
     }
     await this.remove(doomed);

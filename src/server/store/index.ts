@@ -79,8 +79,18 @@ export interface MetadataStore {
    */
   fenceToken?(): Promise<number>;
 
+  /** This store's identity, which the content storage records (storage/owner.ts). */
+  identity(): Promise<StoreIdentity>;
+
   /** Flushes and closes; later calls reject. */
   close(): Promise<void>;
+}
+
+export interface StoreIdentity {
+  /** Made with the store, never changed; null until it is durable (a full disk at the start). */
+  id: string | null;
+  /** The store had none before this start (a new store, or one older than store ids). */
+  made: boolean;
 }
 
 export interface UserRecord extends Omit<User, 'quota' | 'used'> {

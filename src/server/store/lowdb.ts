@@ -18,6 +18,7 @@ import {
   type NewShare,
   type Settings,
   type ShareChanges,
+  type StoreIdentity,
   tokenSpeaks,
   type UserChanges,
   type UserRecord,
@@ -78,6 +79,8 @@ interface Loaded {
   repaired: boolean;
   /** Set when the files were fshare 0.1's: the new format must be written before anything else. */
   migrated: boolean;
+  /** Set when the snapshot had no store id: one was made, and a snapshot must hold it. */
+  idMade: boolean;
 }
 
 /**
@@ -91,14 +94,27 @@ function load(
   repair: boolean,
 ): Loaded {
   let parsed: Partial<DbData> & { version?: unknown };
-  try {
-    parsed = snapshotText ? (JSON.parse(snapshotText) as Partial<DbData>) : { version: 2 };
-  } catch (err) {
-    throw new DamagedMetadataError(
-      `${files.snapshot} is damaged (${(err as Error).message}). It is only ever replaced whole, ` +
-        `so this is damage to the disk or a copy cut short: restore it from a backup.`,
+  const damaged = (what: string) =>
+    new DamagedMetadataError(
+      `${files.snapshot} ${what}. It is only ever replaced whole, so this is damage to the disk ` +
+        `or a copy cut short: restore it from a backup.`,
     );
+  // An empty file is damage too: fshare never writes one. Read as a new store, it made a new
+  // administrator and the start removed every stored file as named by no share.
+  if (snapshotText !== null && snapshotText.trim() === '') throw damaged('is empty');
+  try {
+    parsed = snapshotText !== null ? (JSON.parse(snapshotText) as Partial<DbData>) : { version: 2 };
+  } catch (err) {
+    throw damaged(`is damaged (${(err as Error).message})`);
   }
+  const problem = shapeProblem(parsed);
+  if (problem) throw damaged(`is not fshare's metadata (${problem})`);
+  if (typeof parsed.version === 'number' && parsed.version > 2)
+    throw new DamagedMetadataError(
+      `${files.snapshot} was written by a newer fshare (metadata version ${parsed.version}); ` +
+        `this one reads version 2 and fshare 0.1's. Run that newer fshare, or restore a backup ` +
+        `made before it ran.`,
+    );
   const legacy = isLegacy(parsed);
   const old = legacy
     ? ({
@@ -111,6 +127,8 @@ function load(
       } as unknown as LegacyData)
     : null;
   const data: DbData = old ? emptyData() : { ...emptyData(), ...parsed, version: 2 };
+  // Made now (kept in memory until a snapshot holds it) when the snapshot has none.
+  const idMade = old !== null || typeof parsed.store_id !== 'string';
   let state = new State(data);
   const contents = readJournal(journal);
   const notices: string[] = [];
@@ -124,6 +142,12 @@ function load(
     );
   }
   const seqOf = () => (old ? old.seq : data.seq);
+  const first = contents.lines[0]?.entry.seq;
+  if (snapshotText === null && first !== undefined && first > 1)
+    throw new DamagedMetadataError(
+      `${files.snapshot} is missing, and ${files.journal} begins at change ${first}: the ` +
+        `changes before it were folded into ${files.snapshot}. Restore it from a backup.`,
+    );
   for (const { line, entry } of contents.lines) {
     if (entry.seq <= seqOf()) continue; // already in the snapshot
     try {
@@ -160,7 +184,39 @@ function load(
     notices,
     repaired: skipped.length > 0,
     migrated: legacy && (snapshotText !== null || contents.lines.length > 0),
+    idMade,
   };
+}
+
+const isRecord = (v: unknown): v is Record<string, unknown> =>
+  typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/**
+ * What makes a parsed snapshot something other than fshare's metadata (of this version or 0.1),
+ * or null. Read as a store, a stray JSON file started an empty server or failed with a
+ * TypeError.
+ */
+function shapeProblem(parsed: unknown): string | null {
+  if (!isRecord(parsed))
+    return `it holds ${Array.isArray(parsed) ? 'a list' : parsed === null ? 'null' : `a ${typeof parsed}`}, not an object`;
+  for (const key of ['users', 'shares', 'links'])
+    if (key in parsed) {
+      const value = parsed[key];
+      if (!Array.isArray(value) || !value.every(isRecord))
+        return `"${key}" is not a list of records`;
+    }
+  for (const key of ['settings', 'revoked', 'former_users'])
+    if (key in parsed && !isRecord(parsed[key])) return `"${key}" is not an object`;
+  if ('seq' in parsed && !(Number.isSafeInteger(parsed.seq) && (parsed.seq as number) >= 0))
+    return '"seq" is not a count';
+  if ('store_id' in parsed && typeof parsed.store_id !== 'string') return '"store_id" is not text';
+  if ('version' in parsed && typeof parsed.version !== 'number') return '"version" is not a number';
+  if ('version' in parsed && (parsed.version as number) < 2)
+    return `unknown version ${parsed.version}`;
+  // fshare 0.1 wrote no version, and always its users, shares, settings and seq.
+  if (!('version' in parsed) && !('users' in parsed && 'shares' in parsed))
+    return 'no version, users or shares';
+  return null;
 }
 
 /** A change refused because the disk is full (answered 507, as ENOSPC is). */
@@ -222,6 +278,9 @@ export class LowdbStore implements MetadataStore {
   private lock: DataDirLock | undefined;
   /** Room for removals on a full disk (`reserve` in the data directory). */
   private readonly reserve: RemovalReserve;
+  /** Whether db.json holds the store id (one made at this start is kept by the next snapshot). */
+  private idSaved = false;
+  private idMade = false;
 
   private constructor(
     private readonly dataDir: string,
@@ -257,8 +316,8 @@ export class LowdbStore implements MetadataStore {
     log: (line: string) => void,
   ): Promise<LowdbStore> {
     const store = new LowdbStore(dataDir, log);
-    await store.db.read();
-    const snapshot = store.db.data || null;
+    // Not db.read(): lowdb takes an empty file for a missing one.
+    const snapshot = await new DurableJsonFile(store.files.snapshot).read();
     const journal = await readFile(store.files.journal).catch((err: NodeJS.ErrnoException) => {
       if (err.code === 'ENOENT') return Buffer.alloc(0);
       throw err;
@@ -266,6 +325,8 @@ export class LowdbStore implements MetadataStore {
     const loaded = load(snapshot, journal, store.files, options.repair ?? false);
     for (const notice of loaded.notices) log(notice);
     store.state = loaded.state;
+    store.idSaved = !loaded.idMade;
+    store.idMade = loaded.idMade;
     if (loaded.repaired || loaded.migrated) {
       // A new snapshot must hold what was kept (or carried over) before anything is appended:
       // the old journal cannot be replayed over it.
@@ -280,6 +341,7 @@ export class LowdbStore implements MetadataStore {
           `cannot write ${store.files.snapshot} (${err.message}); nothing was changed`,
         );
       });
+      store.idSaved = true;
       store.journal = await open(store.files.journal, loaded.repaired ? 'a' : 'w', 0o600);
       await store.journal.sync();
       await fsyncDir(dataDir);
@@ -293,7 +355,8 @@ export class LowdbStore implements MetadataStore {
     }
     store.journalBytes = loaded.goodBytes;
     // Start from a clean snapshot and an empty journal; on a full disk, go on with the journal.
-    if (store.journalBytes > 0 || snapshot === null) {
+    // A store id made now is kept by that snapshot.
+    if (store.journalBytes > 0 || snapshot === null || loaded.idMade) {
       store.compactNext = true;
       await store.flush().catch(() => undefined);
     }
@@ -328,6 +391,10 @@ export class LowdbStore implements MetadataStore {
   async getShare(id: string) {
     const share = this.state.sharesById.get(id.toLowerCase());
     return share && this.state.view(share);
+  }
+
+  async identity(): Promise<StoreIdentity> {
+    return { id: this.idSaved ? this.state.data.store_id! : null, made: this.idMade };
   }
 
   async shareCount() {
@@ -571,7 +638,9 @@ export class LowdbStore implements MetadataStore {
         if ((readErr as NodeJS.ErrnoException).code !== 'ENOENT') throw readErr;
       }
       const journal = readFileSync(this.files.journal).subarray(0, this.journalBytes);
+      const id = this.state.data.store_id;
       this.state = load(snapshot, journal, this.files, false).state;
+      this.state.data.store_id = id; // made at the start, maybe not in a snapshot yet
     } catch (rebuildErr) {
       // The state may hold undone changes now: refuse every change until a restart.
       this.broken = new Error(
@@ -615,6 +684,7 @@ export class LowdbStore implements MetadataStore {
     try {
       this.db.data = text;
       await this.db.write();
+      this.idSaved = true;
       await fault('compact.after-rename');
       // Entries up to the snapshot's seq are skipped at replay, so a crash before this is harmless.
       await this.journal.truncate(0);

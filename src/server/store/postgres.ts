@@ -1,5 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import {
   Client,
   DatabaseError,
@@ -26,6 +26,7 @@ import {
   type NewShare,
   type Settings,
   type ShareChanges,
+  type StoreIdentity,
   type ShareRecord,
   type UserChanges,
   type UserRecord,
@@ -490,6 +491,22 @@ export class PostgresStore implements MetadataStore {
       `SELECT value FROM fshare_secrets WHERE name = 'jwt'`,
     );
     return rows[0]!.value;
+  }
+
+  /**
+   * The store's identity, made by the first server to ask (in the secrets table, which every
+   * schema version has), the same for every server on this database.
+   */
+  async identity(): Promise<StoreIdentity> {
+    this.live();
+    const made = await this.pool.query(
+      `INSERT INTO fshare_secrets (name, value) VALUES ('store_id', $1) ON CONFLICT (name) DO NOTHING`,
+      [randomUUID()],
+    );
+    const { rows } = await this.pool.query<{ value: string }>(
+      `SELECT value FROM fshare_secrets WHERE name = 'store_id'`,
+    );
+    return { id: rows[0]!.value, made: made.rowCount === 1 };
   }
 
   /** A limiter whose counts every server on this database shares. */

@@ -29,6 +29,11 @@ export interface DbData {
   former_users: Record<string, string>;
   /** Share links, oldest first (absent in snapshots written before links existed). */
   links: LinkRecord[];
+  /**
+   * This store's identity, made with it (absent in snapshots written before it existed): the
+   * content storage records which store it belongs to (storage/owner.ts).
+   */
+  store_id?: string;
 }
 
 /** One change to the metadata: what the journal records and what replay applies. */
@@ -54,6 +59,7 @@ export const emptyData = (): DbData => ({
   seq: 0,
   former_users: {},
   links: [],
+  store_id: randomUUID(),
 });
 
 /** The in-memory state: the data plus its indexes. Built by replay, changed only by `apply`. */

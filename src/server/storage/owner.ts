@@ -1,0 +1,89 @@
+import type { StoreIdentity } from '../store/index.js';
+
+/**
+ * Which metadata store a content storage belongs to.
+ *
+ * A start removes the stored content that no share names: what a crash left between storing
+ * content and recording it, or between removing a record and its content. Against a store that
+ * lost its records (db.json emptied or deleted, a new database) or against another deployment's
+ * store, that is every file. So the storage records the id of its store (`content-owner`), and a
+ * start that would remove content stops instead when its store is not the recorded one.
+ */
+export interface Owner {
+  identity: StoreIdentity;
+  /** How many shares the store holds. */
+  shares: number;
+  /** The store, for messages: a db.json path, or the database. */
+  name: string;
+}
+
+/** Where a storage keeps its mark, and how it names itself in messages. */
+export interface OwnerMark {
+  read(): Promise<string | null>;
+  write(id: string): Promise<void>;
+  /** The content, for messages: a directory or an S3 prefix. */
+  content: string;
+  /** The mark, for messages. */
+  mark: string;
+  /** How to start afresh without that content. */
+  afresh: string;
+}
+
+/** A start refused, so that content it cannot account for is kept. */
+export class ForeignContentError extends Error {
+  override readonly name = 'ForeignContentError';
+  constructor(
+    message: string,
+    /** The content, as OwnerMark names it, and how many of its files no share names. */
+    readonly content: string,
+    readonly unnamed: number,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * Whether the content that no share names (`unnamed` items of any age) may be removed now: true,
+ * or false to keep it this time (the store's id is not durable yet). Throws ForeignContentError
+ * when the content may belong to records this store does not have. Records the owner when the
+ * storage holds nothing at stake, or adopts content stored before marks existed.
+ */
+export async function mayRemoveUnnamed(
+  mark: OwnerMark,
+  owner: Owner | undefined,
+  unnamed: number,
+): Promise<boolean> {
+  if (!owner) return true;
+  const { id, made } = owner.identity;
+  if (id === null) return false;
+  const recorded = await mark.read();
+  if (recorded === id) return true;
+  if (unnamed === 0) {
+    await mark.write(id);
+    return true;
+  }
+  const files = `${unnamed} stored file${unnamed === 1 ? '' : 's'}`;
+  if (owner.shares === 0)
+    throw new ForeignContentError(
+      `${mark.content} holds ${files} that no share names, and ${owner.name} holds no share ` +
+        `at all: its records are gone (emptied, deleted or replaced), or it is not the store ` +
+        `that content belongs to. Starting would remove those files. Restore the metadata ` +
+        `from a backup, or point fshare at the store they belong to; to start afresh without ` +
+        `them, ${mark.afresh}.`,
+      mark.content,
+      unnamed,
+    );
+  // Content stored before marks existed, or a store restored from before store ids.
+  if (recorded === null || made) {
+    await mark.write(id);
+    return true;
+  }
+  throw new ForeignContentError(
+    `${mark.content} belongs to another metadata store (${mark.mark} names ${recorded}; ` +
+      `${owner.name} is ${id}) and holds ${files} that no share of this one names. Starting ` +
+      `would remove them. Point fshare at the store they belong to; to give the content to ` +
+      `this store anyway, remove ${mark.mark} (its files that no share names are then removed).`,
+    mark.content,
+    unnamed,
+  );
+}

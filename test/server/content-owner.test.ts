@@ -1,0 +1,180 @@
+// A start removes the stored content that no share names (what a crash left between storing
+// content and recording it). Property guarded here: a start never removes content because its
+// metadata store lost its records, or is another deployment's store; it stops with one message
+// instead, and the content is served again once the right store is back.
+import { randomBytes } from 'node:crypto';
+import { cp, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { DeleteObjectCommand, GetObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
+import { afterAll, describe, expect, inject, it } from 'vitest';
+import type { ServerOptions } from '../../src/server/options.js';
+import { content, createShareWithContent } from '../helpers/http.js';
+import { createDatabase } from '../helpers/postgres.js';
+import { contentKeys, s3Client } from '../helpers/s3.js';
+import { ADMIN, BACKEND, login, startServer, type TestServer } from '../helpers/server.js';
+
+const embedded = BACKEND === 'embedded';
+const roots: string[] = [];
+afterAll(async () => {
+  for (const root of roots) await rm(root, { recursive: true, force: true });
+});
+
+async function dataDir(): Promise<string> {
+  const root = await mkdtemp(join(tmpdir(), 'fshare-owner-'));
+  roots.push(root);
+  return join(root, 'data');
+}
+
+const s3 = (srv: TestServer) => ({
+  client: s3Client(srv.s3Endpoint!),
+  bucket: srv.storage!.slice('s3://'.length),
+});
+
+/** The names of the stored content objects (files in content/, or keys under content/). */
+async function stored(srv: TestServer): Promise<string[]> {
+  if (embedded) return (await readdir(join(srv.dataDir, 'content'))).sort();
+  return contentKeys(srv.s3Endpoint!, srv.storage!);
+}
+
+/** The content's mark: the id of the store it belongs to. */
+async function mark(srv: TestServer): Promise<string | null> {
+  if (embedded) return readFile(join(srv.dataDir, 'content-owner'), 'utf8').catch(() => null);
+  const { client, bucket } = s3(srv);
+  try {
+    const object = await client.send(
+      new GetObjectCommand({ Bucket: bucket, Key: 'content-owner' }),
+    );
+    return await object.Body!.transformToString();
+  } catch {
+    return null;
+  } finally {
+    client.destroy();
+  }
+}
+
+/** The options that start a server on `srv`'s store and storage again. */
+const sameBackends = (srv: TestServer): Partial<ServerOptions> => ({
+  dataDir: srv.dataDir,
+  database: srv.database,
+  storage: srv.storage,
+  s3Endpoint: srv.s3Endpoint,
+  s3ForcePathStyle: embedded ? undefined : true,
+});
+
+/** A server with two shares of content, stopped; their ids and bytes. */
+async function withContent() {
+  const srv = await startServer({ dataDir: await dataDir() });
+  const token = await login(srv.url, ADMIN.username, ADMIN.password);
+  const shares: { id: string; data: Buffer }[] = [];
+  for (const name of ['a.bin', 'b.bin']) {
+    const data = randomBytes(100_000);
+    shares.push({ id: await createShareWithContent(srv.url, token, name, data), data });
+  }
+  await srv.close(false);
+  return { srv, shares, before: await stored(srv) };
+}
+
+/** Starts on the original store again: every share serves its bytes. */
+async function servesAgain(srv: TestServer, shares: { id: string; data: Buffer }[]) {
+  const again = await startServer(sameBackends(srv));
+  try {
+    const token = await login(again.url, ADMIN.username, ADMIN.password);
+    for (const { id, data } of shares)
+      expect((await content(again.url, token, id)).equals(data)).toBe(true);
+  } finally {
+    await again.close(false);
+  }
+}
+
+describe('a start keeps content its store cannot account for', () => {
+  it('a store that lost its records stops the start; the content stays and is served again', async () => {
+    const { srv, shares, before } = await withContent();
+    expect(before).toHaveLength(2);
+    const aside = `${srv.dataDir}-aside`;
+    let lost: Partial<ServerOptions>;
+    if (embedded) {
+      // db.json and its journal gone: the embedded store starts as a new one.
+      await cp(srv.dataDir, aside, { recursive: true });
+      await rm(join(srv.dataDir, 'db.json'));
+      await rm(join(srv.dataDir, 'db.journal'));
+      lost = sameBackends(srv);
+    } else {
+      // A new, empty database (a mistyped --database) on the same bucket.
+      lost = { ...sameBackends(srv), database: await createDatabase(inject('pgAdminUrl')) };
+    }
+    await expect(startServer(lost)).rejects.toThrow(
+      /holds 2 stored files that no share names, and .* holds no share at all/,
+    );
+    // A second try stops the same way (the first wrote a new, empty store).
+    await expect(startServer(lost)).rejects.toThrow(/holds 2 stored files/);
+    expect(await stored(srv)).toEqual(before);
+    if (embedded)
+      for (const f of ['db.json', 'db.journal'])
+        await writeFile(join(srv.dataDir, f), await readFile(join(aside, f)));
+    await servesAgain(srv, shares);
+    expect(await stored(srv)).toEqual(before);
+  });
+
+  it("another deployment's store stops the start on this storage; the content stays", async () => {
+    const { srv, shares, before } = await withContent();
+    // Another server, its own store, one share of its own.
+    const other = await startServer({ dataDir: await dataDir() });
+    const token = await login(other.url, ADMIN.username, ADMIN.password);
+    await createShareWithContent(other.url, token, 'other.bin', randomBytes(10));
+    await other.close(false);
+    const aside = `${srv.dataDir}-aside`;
+    let wrong: Partial<ServerOptions>;
+    if (embedded) {
+      // Its metadata files copied over this data directory's.
+      await cp(srv.dataDir, aside, { recursive: true });
+      for (const f of ['db.json', 'db.journal'])
+        await writeFile(join(srv.dataDir, f), await readFile(join(other.dataDir, f)));
+      wrong = sameBackends(srv);
+    } else {
+      // Its database, with this server's bucket.
+      wrong = { ...sameBackends(srv), database: other.database };
+    }
+    await expect(startServer(wrong)).rejects.toThrow(
+      /belongs to another metadata store .* holds 2 stored files that no share of this one names/,
+    );
+    expect(await stored(srv)).toEqual(before);
+    if (embedded)
+      for (const f of ['db.json', 'db.journal'])
+        await writeFile(join(srv.dataDir, f), await readFile(join(aside, f)));
+    await servesAgain(srv, shares);
+  });
+
+  it('content stored before the mark existed is adopted by a store that holds shares', async () => {
+    const { srv, shares, before } = await withContent();
+    expect(await mark(srv)).not.toBeNull();
+    // As a data directory or bucket of an fshare before content-owner: no mark, and a leftover
+    // of a crash (content no share names, an hour old on S3, where younger content is kept).
+    const stray = `${shares[0]!.id}.0123456789abcdef`;
+    if (embedded) {
+      await rm(join(srv.dataDir, 'content-owner'));
+      await writeFile(join(srv.dataDir, 'content', stray), 'left by a crash');
+    } else {
+      const { client, bucket } = s3(srv);
+      try {
+        await client.send(new DeleteObjectCommand({ Bucket: bucket, Key: 'content-owner' }));
+        await client.send(
+          new PutObjectCommand({
+            Bucket: bucket,
+            Key: `content/${stray}`,
+            Body: 'left by a crash',
+          }),
+        );
+      } finally {
+        client.destroy();
+      }
+    }
+    const again = await startServer(sameBackends(srv));
+    await again.close(false);
+    // The start went on and marked the content as this store's; the leftover is removed (on S3
+    // it is kept until it is an hour old, s3-storage.test.ts).
+    expect(await mark(srv)).toMatch(/^[0-9a-f-]{36}\n$/);
+    expect(await stored(srv)).toEqual(embedded ? before : [...before, stray].sort());
+    await servesAgain(srv, shares);
+  });
+});
