@@ -3,7 +3,17 @@
 // failed request answers 507 JSON, changes nothing and leaves no temporary file; the server keeps
 // running and works again by itself once space returns; every acknowledged write survives.
 import { randomBytes, randomUUID } from 'node:crypto';
-import { appendFile, mkdir, open, readdir, rm, stat, statfs, writeFile } from 'node:fs/promises';
+import {
+  appendFile,
+  mkdir,
+  open,
+  readdir,
+  readFile,
+  rm,
+  stat,
+  statfs,
+  writeFile,
+} from 'node:fs/promises';
 import http from 'node:http';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -361,6 +371,58 @@ describe.skipIf(typeof disk === 'string')('removals on a full disk', () => {
       await srv.close();
     }
   });
+});
+
+describe.skipIf(typeof disk === 'string')('whose content, on a full disk', () => {
+  // Property guarded: a server still starts on a full disk (downloads and removals work there),
+  // also when it cannot write what the start records (the content's owner, the store's id); it
+  // then removes no stored file, and records them at a later start with room.
+  it.each([
+    ['content-owner', false],
+    ['content-owner and store ids', true],
+  ])(
+    'a data directory from before %s starts on a full disk, keeps its content, and is marked once there is room',
+    async (_, noId) => {
+      const dir = join((disk as SmallDisk).dir, `owner-${noId}`);
+      const filler = join((disk as SmallDisk).dir, 'filler-owner');
+      let srv = await startServer({ dataDir: dir, minFreeBytes: 0 });
+      const token = await login(srv.url, ADMIN.username, ADMIN.password);
+      const kept = await createShare(srv.url, token, 'kept.txt');
+      expectStatus(await upload1(srv.url, token, kept, Buffer.from('kept content')), 201);
+      await srv.close(false);
+      // As an earlier fshare left it: no mark (and no store id), and a leftover of a crash.
+      await rm(join(dir, 'content-owner'));
+      if (noId) {
+        const db = JSON.parse(await readFile(join(dir, 'db.json'), 'utf8'));
+        delete db.store_id;
+        await writeFile(join(dir, 'db.json'), JSON.stringify(db));
+      }
+      await writeFile(join(dir, 'content', `${kept}.0123456789abcdef`), 'left by a crash');
+      await fillDisk(filler);
+      try {
+        srv = await startServer({ dataDir: dir, minFreeBytes: 0 });
+        expect((await content(srv.url, token, kept)).toString()).toBe('kept content');
+        await srv.close(false);
+        const files = await readdir(join(dir, 'content'));
+        expect(files).toHaveLength(2);
+        expect(files).toContain(`${kept}.0123456789abcdef`);
+        await expect(stat(join(dir, 'content-owner'))).rejects.toThrow(/ENOENT/);
+      } finally {
+        await rm(filler, { force: true });
+      }
+      srv = await startServer({ dataDir: dir });
+      try {
+        expect((await content(srv.url, token, kept)).toString()).toBe('kept content');
+      } finally {
+        await srv.close(false);
+      }
+      const id = JSON.parse(await readFile(join(dir, 'db.json'), 'utf8')).store_id;
+      expect(id).toMatch(/^[0-9a-f-]{36}$/);
+      expect(await readFile(join(dir, 'content-owner'), 'utf8')).toBe(`${id}\n`);
+      // The leftover went with the start that could mark the content.
+      expect(await readdir(join(dir, 'content'))).toHaveLength(1);
+    },
+  );
 });
 
 describe.skipIf(typeof disk === 'string')('a full disk in the middle of an upload', () => {

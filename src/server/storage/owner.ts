@@ -58,8 +58,15 @@ export async function mayRemoveUnnamed(
   if (id === null) return false;
   const recorded = await mark.read();
   if (recorded === id) return true;
+  // A mark that cannot be written (a full disk: a server still starts there, for downloads and
+  // removals) keeps the content as it is; the next start writes it.
+  const marked = () =>
+    mark.write(id).then(
+      () => true,
+      () => false,
+    );
   if (unnamed === 0) {
-    await mark.write(id);
+    await marked();
     return true;
   }
   const files = `${unnamed} stored file${unnamed === 1 ? '' : 's'}`;
@@ -74,10 +81,7 @@ export async function mayRemoveUnnamed(
       unnamed,
     );
   // Content stored before marks existed, or a store restored from before store ids.
-  if (recorded === null || made) {
-    await mark.write(id);
-    return true;
-  }
+  if (recorded === null || made) return marked();
   throw new ForeignContentError(
     `${mark.content} belongs to another metadata store (${mark.mark} names ${recorded}; ` +
       `${owner.name} is ${id}) and holds ${files} that no share of this one names. Starting ` +
