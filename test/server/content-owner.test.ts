@@ -145,19 +145,28 @@ describe('a start keeps content its store cannot account for', () => {
     await servesAgain(srv, shares);
   });
 
-  it('content stored before the mark existed is adopted by a store that holds shares', async () => {
+  // A damaged mark names no store, as no mark does.
+  it.each([
+    ['stored before the mark existed', null],
+    ['whose mark is damaged', 'not\u0000an id\n'],
+  ])('content %s is adopted by a store that holds shares', async (_, damaged) => {
     const { srv, shares, before } = await withContent();
     expect(await mark(srv)).not.toBeNull();
     // As a data directory or bucket of an fshare before content-owner: no mark, and a leftover
     // of a crash (content no share names, an hour old on S3, where younger content is kept).
     const stray = `${shares[0]!.id}.0123456789abcdef`;
     if (embedded) {
-      await rm(join(srv.dataDir, 'content-owner'));
+      if (damaged === null) await rm(join(srv.dataDir, 'content-owner'));
+      else await writeFile(join(srv.dataDir, 'content-owner'), damaged);
       await writeFile(join(srv.dataDir, 'content', stray), 'left by a crash');
     } else {
       const { client, bucket } = s3(srv);
       try {
-        await client.send(new DeleteObjectCommand({ Bucket: bucket, Key: 'content-owner' }));
+        await client.send(
+          damaged === null
+            ? new DeleteObjectCommand({ Bucket: bucket, Key: 'content-owner' })
+            : new PutObjectCommand({ Bucket: bucket, Key: 'content-owner', Body: damaged }),
+        );
         await client.send(
           new PutObjectCommand({
             Bucket: bucket,

@@ -56,7 +56,9 @@ export async function mayRemoveUnnamed(
   if (!owner) return true;
   const { id, made } = owner.identity;
   if (id === null) return false;
-  const recorded = await mark.read();
+  // A mark that is not an id (damaged) names no store: as if there were none.
+  const text = await mark.read();
+  const recorded = text !== null && /^[0-9a-f-]{36}$/.test(text) ? text : null;
   if (recorded === id) return true;
   // A mark that cannot be written (a full disk: a server still starts there, for downloads and
   // removals) keeps the content as it is; the next start writes it.
