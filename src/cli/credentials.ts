@@ -28,7 +28,20 @@ export function envToken(): string | undefined {
   if (token === '') return undefined;
   if (/[\s\u0000-\u001f\u007f]/.test(token))
     throw new UsageError('FSHARE_TOKEN is not a token: it has spaces or line breaks inside');
+  if (!isTokenText(token))
+    throw new UsageError(
+      'FSHARE_TOKEN is not a token: it has characters other than printable ASCII inside',
+    );
   return token;
+}
+
+/**
+ * What an HTTP header can carry as a bearer token: printable ASCII, no spaces. Anything else
+ * stored as a token (a damaged keychain entry or credentials.json) failed every request with
+ * undici's `Invalid character in header content ["authorization"]`.
+ */
+function isTokenText(token: string): boolean {
+  return /^[\x21-\x7e]+$/.test(token);
 }
 
 export interface CredentialStore {
@@ -205,9 +218,21 @@ export function createCredentialStore(
     return !kept;
   }
 
+  /** A keychain entry that is not a token (the file's entries are checked as it is read). */
+  function damagedEntry(account: string): void {
+    warn(
+      `fshare: the OS keychain's entry ${JSON.stringify(account)} (service ${KEYCHAIN_SERVICE}) is damaged (it is not a token) and is not used; fshare login replaces it`,
+    );
+  }
+
   /** Without a username, the token of the server's only account, if exactly one is stored. */
   async function findSoleToken(server: string): Promise<string | undefined> {
-    return (await findSoleAccount(server))?.token;
+    const sole = await findSoleAccount(server);
+    if (sole && !isTokenText(sole.token)) {
+      damagedEntry(keychainAccount(server, sole.username));
+      return undefined;
+    }
+    return sole?.token;
   }
 
   async function findSoleAccount(
@@ -245,7 +270,8 @@ export function createCredentialStore(
           (entry, signal) => entry.getPassword(signal),
           account,
         ).catch(() => null);
-        if (fromKeychain) return fromKeychain;
+        if (fromKeychain && isTokenText(fromKeychain)) return fromKeychain;
+        if (fromKeychain) damagedEntry(account);
       }
       return (await readFileTokens())[account];
     },
@@ -425,7 +451,7 @@ function parseTokenFile(text: string): { tokens: TokenFile } | { damage: string 
   if (typeof value !== 'object' || value === null || Array.isArray(value))
     return { damage: 'it is not a JSON object' };
   for (const [account, token] of Object.entries(value)) {
-    if (typeof token !== 'string' || token === '')
+    if (typeof token !== 'string' || !isTokenText(token))
       return { damage: `the entry ${JSON.stringify(account)} is not a token` };
   }
   return { tokens: value as TokenFile };

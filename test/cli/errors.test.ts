@@ -899,6 +899,15 @@ describe('bad input gives one clear line and the right exit code', () => {
     expect(bad.exitCode).toBe(2);
     expectOneLine(bad.stderr, /FSHARE_TOKEN is not a token: it has spaces or line breaks inside/);
     expect(bad.stderr).not.toContain(token.slice(10));
+    // Characters a header cannot carry were undici's "Invalid character in header content".
+    const accented = await fresh.run(['--server', serve.url, 'whoami'], {
+      env: { FSHARE_TOKEN: `${token}é` },
+    });
+    expect(accented.exitCode).toBe(2);
+    expectOneLine(
+      accented.stderr,
+      /FSHARE_TOKEN is not a token: it has characters other than printable ASCII inside/,
+    );
     await rm(fresh.configDir, { recursive: true, force: true });
   });
 

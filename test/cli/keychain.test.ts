@@ -275,6 +275,23 @@ node "$DRIVER" delete ${SERVER} bob`,
       expect(existsSync(join(configDir, 'credentials.json'))).toBe(false);
     });
 
+    // Property guarded: a stored token is sent only if a header can carry it. A damaged entry
+    // (a line break, non-ASCII) failed every command with undici's "Invalid character in header
+    // content" and no way out; now it is one warning, not used, and login replaces it.
+    it('a keychain entry that is not a token is not used: one warning, and a save replaces it', async () => {
+      const result = await inSession(
+        `${UNLOCK_KEYRING}
+printf 'tok\\nen' | secret-tool store --label=test service fshare username '${ACCOUNT}'
+node "$DRIVER" get ${SERVER} bob
+node "$DRIVER" get ${SERVER}
+FSHARE_TEST_TOKEN=tok-new node "$DRIVER" save ${SERVER} bob
+node "$DRIVER" get ${SERVER} bob`,
+      );
+      expect(result.stdout.split('\n')).toEqual(['null', 'null', 'keychain', '"tok-new"']);
+      const warning = `fshare: the OS keychain's entry "${ACCOUNT}" (service fshare) is damaged (it is not a token) and is not used; fshare login replaces it`;
+      expect(ourStderr(result)).toEqual([warning, warning]);
+    });
+
     it('FSHARE_TOKEN overrides the keychain and the file', async () => {
       await writeCredentialsFile({ [ACCOUNT]: 'tok-file' });
       const result = await inSession(

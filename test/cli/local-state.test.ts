@@ -53,6 +53,9 @@ describe('a damaged credentials.json (FSHARE_KEYRING=off)', () => {
     for (const [text, why] of [
       ['{"admin@http://127.0.0.1:1": "abc', 'it is not valid JSON'],
       ['{"tokens": 5}', 'the entry "tokens" is not a token'],
+      // Text no header can carry (it failed every command with a header error).
+      ['{"admin@x": "abc\\ndef"}', 'the entry "admin@x" is not a token'],
+      ['{"admin@x": "jeton-é"}', 'the entry "admin@x" is not a token'],
       ['["a"]', 'it is not a JSON object'],
     ] as const) {
       await writeFile(file, text, { mode: 0o600 });
