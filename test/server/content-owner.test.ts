@@ -3,7 +3,7 @@
 // metadata store lost its records, or is another deployment's store; it stops with one message
 // instead, and the content is served again once the right store is back.
 import { randomBytes } from 'node:crypto';
-import { cp, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { cp, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DeleteObjectCommand, GetObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
@@ -185,5 +185,67 @@ describe('a start keeps content its store cannot account for', () => {
     expect(await mark(srv)).toMatch(/^[0-9a-f-]{36}\n$/);
     expect(await stored(srv)).toEqual(embedded ? before : [...before, stray].sort());
     await servesAgain(srv, shares);
+  });
+});
+
+// Property guarded: a start removes only what fshare itself stored as content. A directory in
+// content/ (the lost+found of a volume mounted there) stopped the start with EISDIR, and any other
+// file there, fshare's or not, was removed as content no share names.
+describe('names fshare never gives content', () => {
+  it('are neither removed nor counted, and a directory among them does not stop the start', async () => {
+    const { srv, shares, before } = await withContent();
+    const stray = `${shares[0]!.id}.0123456789abcdef`;
+    const foreign = ['README.txt', 'notes', `${shares[0]!.id}.bak~`];
+    if (embedded) {
+      await mkdir(join(srv.dataDir, 'content', 'lost+found'));
+      for (const name of [...foreign, stray])
+        await writeFile(join(srv.dataDir, 'content', name), 'not a share');
+    } else {
+      const { client, bucket } = s3(srv);
+      try {
+        for (const name of [...foreign, stray])
+          await client.send(
+            new PutObjectCommand({ Bucket: bucket, Key: `content/${name}`, Body: 'not a share' }),
+          );
+      } finally {
+        client.destroy();
+      }
+    }
+    const again = await startServer(sameBackends(srv));
+    await again.close(false);
+    const kept = [...before, ...foreign, ...(embedded ? ['lost+found'] : [stray])].sort();
+    expect(await stored(srv)).toEqual(kept);
+    await servesAgain(srv, shares);
+  });
+});
+
+describe('a new store on storage that holds only names fshare never gives content', () => {
+  it('starts, and keeps them', async () => {
+    const { srv } = await withContent();
+    const foreign = ['README.txt', 'notes'];
+    let fresh: Partial<ServerOptions>;
+    if (embedded) {
+      await rm(join(srv.dataDir, 'content'), { recursive: true });
+      await mkdir(join(srv.dataDir, 'content', 'lost+found'), { recursive: true });
+      for (const name of foreign) await writeFile(join(srv.dataDir, 'content', name), 'x');
+      for (const f of ['db.json', 'db.journal']) await rm(join(srv.dataDir, f));
+      fresh = sameBackends(srv);
+    } else {
+      const { client, bucket } = s3(srv);
+      try {
+        for (const name of await stored(srv))
+          await client.send(new DeleteObjectCommand({ Bucket: bucket, Key: `content/${name}` }));
+        for (const name of foreign)
+          await client.send(
+            new PutObjectCommand({ Bucket: bucket, Key: `content/${name}`, Body: 'x' }),
+          );
+      } finally {
+        client.destroy();
+      }
+      fresh = { ...sameBackends(srv), database: await createDatabase(inject('pgAdminUrl')) };
+    }
+    const started = await startServer(fresh);
+    await started.close(false);
+    expect(await stored(srv)).toEqual([...foreign, ...(embedded ? ['lost+found'] : [])].sort());
   });
 });

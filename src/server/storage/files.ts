@@ -32,7 +32,7 @@ import {
   type ReceivedChunk,
 } from './index.js';
 import { checkChunkFields, checkJoinedEnd, joinedStart } from './chunks.js';
-import { mayRemoveUnnamed, type Owner } from './owner.js';
+import { isContentName, mayRemoveUnnamed, type Owner } from './owner.js';
 import { SpaceReserve } from './space.js';
 
 /** Pieces of this size are read back and copied. */
@@ -353,7 +353,10 @@ export class FileStorage implements ContentStorage {
       await mkdir(dir, { recursive: true, mode: 0o700 });
     // Content that no share names: written by a completion that crashed before it was recorded,
     // or left by a removal that crashed. Removed only if this store owns the content (owner.ts).
-    const unnamed = (await readdir(this.contentDir)).filter((name) => !referenced(name));
+    // Only files fshare names as content: a directory there (lost+found) stopped the start.
+    const unnamed = (await readdir(this.contentDir, { withFileTypes: true }))
+      .filter((e) => e.isFile() && isContentName(e.name) && !referenced(e.name))
+      .map((e) => e.name);
     const markFile = join(this.dataDir, 'content-owner');
     const mayRemove = await mayRemoveUnnamed(
       {

@@ -29,6 +29,17 @@ export interface OwnerMark {
   afresh: string;
 }
 
+/**
+ * Whether a name in the content storage is one fshare gives content: `<share id>` (fshare 0.1)
+ * or `<share id>.<hex or uuid>`. Anything else there (a `lost+found` of a volume mounted on
+ * content/, a file an operator put there) is not fshare's to remove, nor to count.
+ */
+export function isContentName(name: string): boolean {
+  return /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(\.[0-9a-f-]{1,64})?$/.test(
+    name,
+  );
+}
+
 /** A start refused, so that content it cannot account for is kept. */
 export class ForeignContentError extends Error {
   override readonly name = 'ForeignContentError';

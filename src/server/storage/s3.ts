@@ -38,7 +38,7 @@ import {
 } from './index.js';
 import { MAX_OBJECT, MIN_PART, planParts } from './s3-parts.js';
 import { checkChunkFields, checkJoinedEnd, joinedStart } from './chunks.js';
-import { mayRemoveUnnamed, type Owner } from './owner.js';
+import { isContentName, mayRemoveUnnamed, type Owner } from './owner.js';
 import { SpaceReserve } from './space.js';
 
 export interface S3StorageOptions {
@@ -295,8 +295,10 @@ export class S3Storage implements ContentStorage {
     const cutoff = this.now() - UNREFERENCED_GRACE_MS;
     const under = this.key('content/');
     const unnamedObjects = async function* (storage: S3Storage) {
-      for await (const object of storage.objects(under))
-        if (!referenced(object.key.slice(under.length))) yield object;
+      for await (const object of storage.objects(under)) {
+        const name = object.key.slice(under.length);
+        if (isContentName(name) && !referenced(name)) yield object;
+      }
     };
     let unnamed = 0;
     for await (const _ of unnamedObjects(this)) unnamed++;
