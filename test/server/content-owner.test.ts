@@ -3,7 +3,7 @@
 // metadata store lost its records, or is another deployment's store; it stops with one message
 // instead, and the content is served again once the right store is back.
 import { randomBytes } from 'node:crypto';
-import { cp, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { cp, mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DeleteObjectCommand, GetObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
@@ -217,6 +217,26 @@ describe('names fshare never gives content', () => {
     expect(await stored(srv)).toEqual(kept);
     await servesAgain(srv, shares);
   });
+
+  // The data directory's other folders: incoming/ held a directory (the temp files of a start
+  // with --storage s3://…, on the same data directory) and the start stopped with EISDIR; a file
+  // in uploads/ stopped it with ENOTDIR; a symbolic link there was read as an upload's folder,
+  // and a target holding a file named "done" lost every other file.
+  if (embedded)
+    it('a directory in incoming/, a file or a link in uploads/: the start goes on, none is touched', async () => {
+      const { srv, shares } = await withContent();
+      const outside = join(srv.dataDir, '..', 'outside');
+      await mkdir(outside);
+      for (const name of ['done', 'precious.txt']) await writeFile(join(outside, name), 'mine');
+      await mkdir(join(srv.dataDir, 'incoming', 's3-host-123'), { recursive: true });
+      await writeFile(join(srv.dataDir, 'incoming', 's3-host-123', 'c.0123'), 'x');
+      await writeFile(join(srv.dataDir, 'uploads', '.DS_Store'), 'x');
+      await symlink(outside, join(srv.dataDir, 'uploads', `${shares[0]!.id}.${'a'.repeat(40)}`));
+      await servesAgain(srv, shares);
+      expect((await readdir(outside)).sort()).toEqual(['done', 'precious.txt']);
+      expect(await readdir(join(srv.dataDir, 'incoming', 's3-host-123'))).toEqual(['c.0123']);
+      expect((await readdir(join(srv.dataDir, 'uploads'))).sort()).toContain('.DS_Store');
+    });
 });
 
 describe('a new store on storage that holds only names fshare never gives content', () => {

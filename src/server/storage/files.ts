@@ -83,6 +83,9 @@ interface Spec {
 
 const rand = () => randomBytes(8).toString('hex');
 
+/** An upload's folder in uploads/: `<share id>.<40 hex digits>` (uploadName). */
+const UPLOAD_DIR = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.[0-9a-f]{40}$/;
+
 /**
  * The sha256 of an upload's content, advanced over the contiguous prefix of committed chunks
  * while the rest arrive. The chunk that is next in line is hashed as its bytes reach the disk (on
@@ -376,17 +379,31 @@ export class FileStorage implements ContentStorage {
       owner,
       unnamed.length,
     );
-    // Nothing is in flight at start: partial bodies are leftovers of a crash.
-    for (const name of await readdir(this.incomingDir))
-      await rm(join(this.incomingDir, name), { force: true });
+    // Nothing is in flight at start: partial bodies are leftovers of a crash. Only fshare's own
+    // files: a directory there (an S3 server's temp files, from a start with --storage) stopped
+    // the start with EISDIR.
+    for (const e of await readdir(this.incomingDir, { withFileTypes: true }))
+      if (e.isFile() && /^[0-9a-f]{16}$/.test(e.name))
+        await rm(join(this.incomingDir, e.name), { force: true });
     if (mayRemove)
       for (const name of unnamed) await rm(join(this.contentDir, name), { force: true });
     // Every upload read back once: what requests cut by a crash left is removed, records that
     // cannot be read count as absent, completions that were published are closed.
-    for (const name of await readdir(this.uploadsDir)) {
+    for (const name of await this.uploadDirs()) {
       const upload = await this.load(name);
       if (upload?.state === 'open') this.uploads.set(name, upload);
     }
+  }
+
+  /**
+   * The uploads' folders: directories named as uploadName() names them. Anything else in
+   * uploads/ is not fshare's (a file there stopped the start with ENOTDIR; a symbolic link was
+   * read, and its target's files removed, as an upload's).
+   */
+  private async uploadDirs(): Promise<string[]> {
+    return (await readdir(this.uploadsDir, { withFileTypes: true }))
+      .filter((e) => e.isDirectory() && UPLOAD_DIR.test(e.name))
+      .map((e) => e.name);
   }
 
   async isUnfinished(shareId: string, uploadId: string): Promise<boolean> {
@@ -1097,7 +1114,7 @@ export class FileStorage implements ContentStorage {
   }
 
   async removeUploads(shareId: string): Promise<void> {
-    for (const name of await readdir(this.uploadsDir))
+    for (const name of await this.uploadDirs())
       if (name.startsWith(`${shareId}.`)) await this.end(name);
   }
 
@@ -1133,7 +1150,7 @@ export class FileStorage implements ContentStorage {
 
   async sweep(maxIdleMs: number): Promise<void> {
     const now = Date.now();
-    for (const name of await readdir(this.uploadsDir)) {
+    for (const name of await this.uploadDirs()) {
       const dir = join(this.uploadsDir, name);
       await this.locks.run(name, async () => {
         const live = this.uploads.get(name);
