@@ -795,6 +795,26 @@ describe('S3Storage', () => {
     expect(await a.uploadStatus(shareId, idle)).toBeNull();
   });
 
+  // Property guarded: a start (which sweeps) goes on whatever else the bucket holds, and leaves
+  // alone what fshare never names. A key such as uploads/a b/c/d stopped the start with "Not a
+  // valid share id"; so did one under finished/ once two days old.
+  it('the sweep leaves keys fshare never names under uploads/ and finished/ alone, however old', async () => {
+    const { b, prefix } = await twoServers();
+    const Bucket = parseS3Url(bucketUrl).bucket;
+    const foreign = [
+      `${prefix}uploads/a b/c/d`,
+      `${prefix}uploads/notes/readme/x`,
+      `${prefix}uploads/README`,
+      `${prefix}finished/x y/zz`,
+      `${prefix}finished/${randomUUID()}/not-a-key`,
+    ].sort();
+    for (const Key of foreign) await raw.send(new PutObjectCommand({ Bucket, Key, Body: 'x' }));
+    timeShift = 49 * 3600 * 1000;
+    await b.sweep(60_000);
+    await b.init(() => false);
+    expect((await keys(prefix)).sort()).toEqual(foreign);
+  });
+
   it('leaves young unreferenced content alone at start-up, and removes it once old', async () => {
     const { a, b, prefix } = await twoServers();
     const shareId = randomUUID();

@@ -916,7 +916,7 @@ export class S3Storage implements ContentStorage {
       if (this.now() - tombstone.modified <= keep) continue;
       const [shareId, name] = tombstone.key.slice(root.length).split('/');
       const key = name?.split('.')[0];
-      if (!shareId || !key) continue;
+      if (!shareId || !key || !isContentName(shareId) || !/^[0-9a-f]{40}$/.test(key)) continue;
       const upload = this.upload(shareId, key);
       await this.options.lock(upload.lockKey, async () => {
         // An outranked tombstone ended nothing: its upload is left to the idle sweep.
@@ -1067,6 +1067,9 @@ export class S3Storage implements ContentStorage {
       const match = /^([^/]+)\/([^/]+)\/([^/]+)$/.exec(object.key.slice(root.length));
       if (!match) continue;
       const [, shareId, key, name] = match as unknown as [string, string, string, string];
+      // Not fshare's (an object someone put under uploads/): it stopped the start with "Not a
+      // valid share id".
+      if (!isContentName(shareId) || !/^[0-9a-f]{40}$/.test(key)) continue;
       const dir = `${root}${shareId}/${key}/`;
       let entry = found.get(dir);
       if (!entry) {
