@@ -10,6 +10,7 @@ import { PERMISSIONS } from '../shared/permissions.js';
 import { isoNoZone } from '../shared/dates.js';
 import { MIN_SECRET_BYTES } from '../shared/secrets.js';
 import { writeFileDurably } from './fsutil.js';
+import { naming } from '../shared/syserr.js';
 import { identify, Tokens } from './auth.js';
 import { createHttpServer, sendContinue } from './connections.js';
 import type { Context } from './context.js';
@@ -234,7 +235,8 @@ async function loadSecret(dataDir: string, notice: (line: string) => void): Prom
   try {
     found = (await readFile(file, 'utf8')).trim();
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    // A read's EISDIR carries no path: the message would not say which file.
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw naming(err, file);
   }
   if (found) {
     if (Buffer.byteLength(found) < MIN_SECRET_BYTES)

@@ -2,7 +2,7 @@
 // to db.journal. Replay drops only a torn last line (and says so); any other damage stops the
 // start with the file and line and the way out (--repair), which keeps every valid entry.
 import { randomUUID } from 'node:crypto';
-import { cp, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
+import { cp, mkdir, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -14,6 +14,7 @@ import {
   MissingRecordError,
 } from '../../src/server/store/index.js';
 import { LowdbStore } from '../../src/server/store/lowdb.js';
+import { errorLine } from '../../src/cli/output.js';
 import { createShare, createShareWithContent, get, getShare, post } from '../helpers/http.js';
 import { ensureBuilt, serve, stop } from '../helpers/serve.js';
 import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
@@ -262,6 +263,26 @@ describe('a db.json that is not a snapshot fshare wrote', () => {
       expect((error as Error).message).toMatch(message);
       expect(await readFile(join(dir, 'db.json'), 'utf8')).toBe(text);
       expect(await readdir(dir)).toEqual(before);
+    },
+  );
+
+  // A read of a directory fails with an error that names no path: "is a directory, not a file"
+  // said nothing of which file; a file where content/ goes said "already exists".
+  it.each([
+    ['secret', 'dir', /is a directory, not a file: .*\/secret$/],
+    ['db.journal', 'dir', /is a directory, not a file: .*\/db\.journal$/],
+    ['db.json', 'dir', /is a directory, not a file: .*\/db\.json$/],
+    ['content', 'file', /\/content is not a directory$/],
+    ['uploads', 'file', /\/uploads is not a directory$/],
+  ] as const)(
+    '%s made a %s: the start stops with a message that names it',
+    async (name, kind, message) => {
+      const dir = await folded();
+      await rm(join(dir, name), { recursive: true });
+      if (kind === 'dir') await mkdir(join(dir, name));
+      else await writeFile(join(dir, name), 'x');
+      const error = await createServer({ dataDir: dir }).catch((err: unknown) => err);
+      expect(errorLine(error)).toMatch(message);
     },
   );
 

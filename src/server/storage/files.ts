@@ -353,7 +353,12 @@ export class FileStorage implements ContentStorage {
 
   async init(referenced: (blob: string) => boolean, owner?: Owner): Promise<void> {
     for (const dir of [this.contentDir, this.uploadsDir, this.incomingDir])
-      await mkdir(dir, { recursive: true, mode: 0o700 });
+      await mkdir(dir, { recursive: true, mode: 0o700 }).catch((err: NodeJS.ErrnoException) => {
+        // "already exists" would name the file in the way, not what is wrong with it.
+        if (err.code === 'EEXIST' || err.code === 'ENOTDIR')
+          throw new Error(`${dir} is not a directory`);
+        throw err;
+      });
     // Content that no share names: written by a completion that crashed before it was recorded,
     // or left by a removal that crashed. Removed only if this store owns the content (owner.ts).
     // Only files fshare names as content: a directory there (lost+found) stopped the start.

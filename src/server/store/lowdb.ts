@@ -5,6 +5,7 @@ import { Low, type Adapter } from 'lowdb';
 import { fault } from '../faults.js';
 import { fsyncDir, isOutOfSpace, writeFileDurably } from '../fsutil.js';
 import { writeFully } from '../../shared/copy.js';
+import { naming } from '../../shared/syserr.js';
 import { lockDataDir, type DataDirLock } from './dirlock.js';
 import { KeyedMutex } from '../mutex.js';
 import { RemovalReserve } from './reserve.js';
@@ -60,7 +61,7 @@ class DurableJsonFile implements Adapter<string> {
       return await readFile(this.file, 'utf8');
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
-      throw err;
+      throw naming(err, this.file); // a read's EISDIR carries no path
     }
   }
 
@@ -320,7 +321,7 @@ export class LowdbStore implements MetadataStore {
     const snapshot = await new DurableJsonFile(store.files.snapshot).read();
     const journal = await readFile(store.files.journal).catch((err: NodeJS.ErrnoException) => {
       if (err.code === 'ENOENT') return Buffer.alloc(0);
-      throw err;
+      throw naming(err, store.files.journal); // a read's EISDIR carries no path
     });
     const loaded = load(snapshot, journal, store.files, options.repair ?? false);
     for (const notice of loaded.notices) log(notice);
