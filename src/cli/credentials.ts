@@ -118,7 +118,7 @@ export function createCredentialStore(
       text = await readFile(file, 'utf8');
     } catch (err) {
       if (isErrno(err, 'ENOENT')) return { tokens: {} };
-      throw err;
+      throw naming(err, file); // a read's EISDIR carries no path
     }
     return parseTokenFile(text);
   }

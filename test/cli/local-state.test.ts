@@ -5,7 +5,7 @@
 // server, unnamed; a logout that could not rewrite credentials.json said only "permission denied"
 // about a temporary file, not that the token was revoked and its copy kept.
 import { execFileSync } from 'node:child_process';
-import { readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -67,6 +67,18 @@ describe('a damaged credentials.json (FSHARE_KEYRING=off)', () => {
       ]);
       expect(await readFile(file, 'utf8')).toBe(text); // reading it changed nothing
     }
+  });
+
+  // A read of a directory fails with an error that names no path: the line said only "is a
+  // directory, not a file".
+  it('a directory in its place is named in one line (exit 1)', async () => {
+    const cli = await signedIn();
+    const file = join(cli.configDir, 'credentials.json');
+    await rm(file);
+    await mkdir(file);
+    const res = await cli.run(['whoami']);
+    expect(res.exitCode).toBe(1);
+    expect(fshareLines(res.stderr)).toEqual([`fshare: is a directory, not a file: ${file}`]);
   });
 
   it('login sets it aside (0600) instead of writing over the tokens it holds', async () => {
