@@ -36,6 +36,11 @@ export class AuthError extends Error {
   override readonly name = 'AuthError';
 }
 
+/** What the command names does not exist (a user not in the server's metadata): exit 4. */
+export class NotFoundError extends Error {
+  override readonly name = 'NotFoundError';
+}
+
 /** The user pressed Ctrl-C at a prompt. */
 export class InterruptedError extends Error {
   override readonly name = 'InterruptedError';
@@ -60,7 +65,7 @@ export function exitCodeFor(err: unknown): number {
   if (err instanceof CommanderError) return err.exitCode === 0 ? EXIT.ok : EXIT.usage;
   if (err instanceof FileExistsError) return EXIT.failure;
   if (err instanceof PartBusyError) return EXIT.conflict; // another fshare holds NAME.part
-  if (err instanceof NoArtifactError) return EXIT.notFound;
+  if (err instanceof NoArtifactError || err instanceof NotFoundError) return EXIT.notFound;
   return EXIT.failure;
 }
 

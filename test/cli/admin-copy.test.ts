@@ -272,3 +272,83 @@ describe('fshare admin import and export', () => {
     expect(notData.stderr).toMatch(/not an fshare data directory/);
   });
 });
+
+/**
+ * `fshare admin passwd` (the built binary) sets a password in the server's own metadata, for an
+ * administrator who cannot sign in: deleting db.json was the only way before, and it lost every
+ * share. Properties guarded: the new password signs in and every older token of the user ends;
+ * with the embedded server running, nothing is changed (its data directory's lock); a missing
+ * user or a directory that is not fshare's is refused and changes nothing.
+ */
+describe('fshare admin passwd', () => {
+  const PW = 'the-new-password-1';
+
+  it('sets the password of a stopped embedded server: it signs in, older tokens end', async () => {
+    const ts = await startServer();
+    const old = await login(ts.url, ADMIN.username, ADMIN.password);
+    const running = await cli.run(
+      ['admin', 'passwd', ADMIN.username, '--data-dir', ts.dataDir, '--password-stdin'],
+      { input: `${PW}\n` },
+    );
+    expect(running.exitCode).toBe(1);
+    expect(running.stderr).toMatch(/is in use by another fshare serve/);
+    await ts.close(false);
+
+    for (const [args, code, message] of [
+      [['nobody', '--data-dir', ts.dataDir], 4, /^fshare: no user nobody in data: /],
+      [
+        [ADMIN.username, '--data-dir', join(ts.dataDir, 'nothing')],
+        2,
+        /is not an fshare data directory/,
+      ],
+    ] as const) {
+      const res = await cli.run(['admin', 'passwd', ...args, '--password-stdin'], {
+        input: `${PW}\n`,
+      });
+      expect(res.exitCode).toBe(code);
+      expect(res.stderr.trim()).toMatch(message);
+    }
+    await expect(readdir(join(ts.dataDir, 'nothing'))).rejects.toThrow(/ENOENT/);
+
+    const set = await cli.run(
+      ['admin', 'passwd', ADMIN.username, '--data-dir', ts.dataDir, '--password-stdin', '--json'],
+      { input: `${PW}\n` },
+    );
+    expect(set.exitCode, set.stderr).toBe(0);
+    expect(JSON.parse(set.stdout)).toEqual({ username: ADMIN.username, sessions_ended: true });
+
+    const again = await startServer({ dataDir: ts.dataDir });
+    try {
+      expectFail(await get(again.url, '/whoami', { token: old }), 401);
+      await expect(login(again.url, ADMIN.username, ADMIN.password)).rejects.toThrow(/401/);
+      const fresh = await login(again.url, ADMIN.username, PW);
+      expect((await get(again.url, '/whoami', { token: fresh })).body).toMatchObject({
+        username: ADMIN.username,
+      });
+    } finally {
+      await again.close();
+    }
+  });
+
+  it('sets it in PostgreSQL while its servers run', async () => {
+    const database = await createDatabase(pg.adminUrl);
+    const storage = await createBucket(s3.endpoint);
+    const backends = { database, storage, s3Endpoint: s3.endpoint, s3ForcePathStyle: true };
+    const ts = await startServer(backends);
+    try {
+      const old = await login(ts.url, ADMIN.username, ADMIN.password);
+      const set = await cli.run(
+        ['admin', 'passwd', ADMIN.username, '--database', database, '--password-stdin'],
+        { input: `${PW}\n` },
+      );
+      expect(set.exitCode, set.stderr).toBe(0);
+      expect(set.stdout.trim()).toBe(
+        `Password of ${ADMIN.username} set; every session of ${ADMIN.username} was ended`,
+      );
+      expectFail(await get(ts.url, '/whoami', { token: old }), 401);
+      await login(ts.url, ADMIN.username, PW);
+    } finally {
+      await ts.close();
+    }
+  });
+});

@@ -3,7 +3,8 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { backendOptions, describeBackends } from '../backends.js';
-import { UsageError, examples, printJson, printLine, warn } from '../output.js';
+import { readNewPassword } from '../input.js';
+import { NotFoundError, UsageError, examples, printJson, printLine, warn } from '../output.js';
 
 interface BackendOpts {
   database?: string;
@@ -65,7 +66,7 @@ export function registerAdmin(program: Command): void {
   const admin = program
     .command('admin')
     .description(
-      'move a server’s data between a data directory and PostgreSQL + S3 (servers stopped)',
+      'server-side administration without a server: move its data between a data directory and PostgreSQL + S3, set a password',
     )
     .addHelpText(
       'after',
@@ -111,6 +112,67 @@ export function registerAdmin(program: Command): void {
       await shared.cleanup();
     }
   };
+
+  admin
+    .command('passwd')
+    .description(
+      "set a user's password in the server's metadata, for an administrator who cannot sign in (embedded store: with the server stopped)",
+    )
+    .argument('<name>', 'user name')
+    .option('--password-stdin', 'read the new password from the first line of standard input')
+    .addOption(backendOptions.database())
+    .option(
+      '--data-dir <dir>',
+      'the data directory of the stopped fshare serve (default $FSHARE_DATA_DIR or ./fshare-data)',
+    )
+    .addHelpText(
+      'after',
+      examples([
+        'fshare admin passwd admin --data-dir ./fshare-data',
+        'printf %s "$PW" | fshare admin passwd admin --database postgres://fshare@db/fshare --password-stdin',
+      ]),
+    )
+    .action(
+      async (
+        name: string,
+        opts: { passwordStdin?: boolean; database?: string; dataDir?: string },
+        cmd: Command,
+      ) => {
+        const json = (cmd.optsWithGlobals() as { json?: boolean }).json;
+        const dataDir = resolve(opts.dataDir ?? process.env.FSHARE_DATA_DIR ?? './fshare-data');
+        // A directory without fshare's metadata would get a new, empty store.
+        if (
+          !opts.database &&
+          !(await readdir(dataDir).catch(() => [] as string[])).some((n) =>
+            ['db.json', 'db.journal'].includes(n),
+          )
+        )
+          throw new UsageError(`${dataDir} is not an fshare data directory (no db.json)`);
+        const password = await readNewPassword(
+          Boolean(opts.passwordStdin),
+          `New password for ${name}`,
+        );
+        const { PasswordRefusedError, setPassword } =
+          await import('../../server/admin-password.js');
+        const { DamagedMetadataError, MissingRecordError } =
+          await import('../../server/store/index.js');
+        const set = await setPassword(
+          { database: opts.database, dataDir },
+          name,
+          password,
+          (line) => warn(line),
+        ).catch((err: unknown) => {
+          if (err instanceof MissingRecordError)
+            throw new NotFoundError(`no user ${name} in ${describeBackends(opts, dataDir)}`);
+          if (err instanceof PasswordRefusedError) throw new UsageError(err.message);
+          // One line with the way out, not a stack trace (as fshare serve says it).
+          if (err instanceof DamagedMetadataError) throw new Error(err.message);
+          throw err;
+        });
+        if (json) return printJson({ username: set.username, sessions_ended: true });
+        printLine(`Password of ${set.username} set; every session of ${set.username} was ended`);
+      },
+    );
 
   withBackendOptions(
     admin
