@@ -75,13 +75,17 @@ export function uploadRecords(
     removeStaleTemps(dir);
     let names: string[];
     try {
-      names = await readdir(dir);
+      // Records are files fshare wrote: a directory or a symbolic link there is not one (a
+      // directory was listed as damaged, and `uploads clean` then failed on it with EISDIR).
+      names = (await readdir(dir, { withFileTypes: true }))
+        .filter((e) => e.isFile() && e.name.endsWith('.json'))
+        .map((e) => e.name);
     } catch {
       return { records: [], damaged: [] };
     }
     const records: UploadRecord[] = [];
     const damaged: DamagedRecord[] = [];
-    for (const name of names.filter((n) => n.endsWith('.json')).sort()) {
+    for (const name of names.sort()) {
       const file = join(dir, name);
       let text: string;
       try {

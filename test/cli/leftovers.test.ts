@@ -17,7 +17,7 @@ import { createServer, request as httpRequest } from 'node:http';
 import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
 import { hostname } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCli, signIn, startServe, tempDir, type Cli, type Serve } from '../helpers/cli.js';
@@ -93,6 +93,35 @@ describe('damaged upload records', () => {
     expect(await readdir(dir)).toEqual([]);
     const after = await run(['--json', 'uploads']);
     expect(JSON.parse(after.stdout)).toEqual([]);
+  });
+});
+
+describe('what is not an upload record in uploads/', () => {
+  it('a directory or a symbolic link there is neither listed nor named by upload, and uploads clean leaves it (exit 0)', async () => {
+    // Guards: a directory named like a record was listed as damaged, upload said "fshare
+    // uploads clean removes it", and uploads clean then stopped with EISDIR (exit 1).
+    const cli = await signedIn();
+    const dir = join(cli.configDir, 'uploads');
+    const sub = join(dir, 'c'.repeat(32) + '.json');
+    const linked = join(dir, 'd'.repeat(32) + '.json');
+    const target = join(work, 'not-a-record.json');
+    await mkdir(sub, { recursive: true });
+    await writeFile(target, '{"kept": true}');
+    await symlink(target, linked);
+    const run = (args: string[]) => cli.run(['--server', serve.url, ...args]);
+
+    const listed = await run(['--json', 'uploads']);
+    expect(listed.exitCode, listed.stderr).toBe(0);
+    expect(JSON.parse(listed.stdout)).toEqual([]);
+    const file = join(work, 'beside.bin');
+    await writeFile(file, randomBytes(3000));
+    const up = await run(['upload', file]);
+    expect(up.exitCode, up.stderr).toBe(0);
+    expect(up.stderr).not.toMatch(/damaged upload record/);
+    const cleaned = await run(['uploads', 'clean']);
+    expect(cleaned.exitCode, cleaned.stderr).toBe(0);
+    expect((await readdir(dir)).sort()).toEqual([sub, linked].map((p) => basename(p)).sort());
+    expect(await readFile(target, 'utf8')).toBe('{"kept": true}');
   });
 });
 
