@@ -32,7 +32,7 @@ import {
   type ReceivedChunk,
 } from './index.js';
 import { checkChunkFields, checkJoinedEnd, joinedStart } from './chunks.js';
-import { isContentName, mayRemoveUnnamed, type Owner } from './owner.js';
+import { isContentName, isUploadName, mayRemoveUnnamed, type Owner } from './owner.js';
 import { SpaceReserve } from './space.js';
 
 /** Pieces of this size are read back and copied. */
@@ -82,9 +82,6 @@ interface Spec {
 }
 
 const rand = () => randomBytes(8).toString('hex');
-
-/** An upload's folder in uploads/: `<share id>.<40 hex digits>` (uploadName). */
-const UPLOAD_DIR = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.[0-9a-f]{40}$/;
 
 /**
  * The sha256 of an upload's content, advanced over the contiguous prefix of committed chunks
@@ -407,7 +404,7 @@ export class FileStorage implements ContentStorage {
    */
   private async uploadDirs(): Promise<string[]> {
     return (await readdir(this.uploadsDir, { withFileTypes: true }))
-      .filter((e) => e.isDirectory() && UPLOAD_DIR.test(e.name))
+      .filter((e) => e.isDirectory() && isUploadName(e.name))
       .map((e) => e.name);
   }
 

@@ -29,15 +29,28 @@ export interface OwnerMark {
   afresh: string;
 }
 
+/** A UUID as fshare makes them: share ids (randomUUID, or an Idempotency-Key's) and store ids. */
+const UUID = '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}';
+const CONTENT_NAME = new RegExp(`^${UUID}(\\.[0-9a-f-]{1,64})?$`);
+const UPLOAD_NAME = new RegExp(`^${UUID}\\.[0-9a-f]{40}$`);
+const ID = new RegExp(`^${UUID}$`);
+
 /**
  * Whether a name in the content storage is one fshare gives content: `<share id>` (fshare 0.1)
  * or `<share id>.<hex or uuid>`. Anything else there (a `lost+found` of a volume mounted on
  * content/, a file an operator put there) is not fshare's to remove, nor to count.
  */
 export function isContentName(name: string): boolean {
-  return /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(\.[0-9a-f-]{1,64})?$/.test(
-    name,
-  );
+  return CONTENT_NAME.test(name);
+}
+
+/**
+ * Whether `<share id>.<upload key>` (a folder in uploads/, or the two parts of an S3 upload's
+ * prefix joined by a dot) names an upload as fshare names them: the key is 40 hex digits of the
+ * sha256 of its dzuuid.
+ */
+export function isUploadName(name: string): boolean {
+  return UPLOAD_NAME.test(name);
 }
 
 /** A start refused, so that content it cannot account for is kept. */
@@ -69,7 +82,7 @@ export async function mayRemoveUnnamed(
   if (id === null) return false;
   // A mark that is not an id (damaged) names no store: as if there were none.
   const text = await mark.read();
-  const recorded = text !== null && /^[0-9a-f-]{36}$/.test(text) ? text : null;
+  const recorded = text !== null && ID.test(text) ? text : null;
   if (recorded === id) return true;
   // A mark that cannot be written (a full disk: a server still starts there, for downloads and
   // removals) keeps the content as it is; the next start writes it.

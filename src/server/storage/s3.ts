@@ -38,7 +38,7 @@ import {
 } from './index.js';
 import { MAX_OBJECT, MIN_PART, planParts } from './s3-parts.js';
 import { checkChunkFields, checkJoinedEnd, joinedStart } from './chunks.js';
-import { isContentName, mayRemoveUnnamed, type Owner } from './owner.js';
+import { isContentName, isUploadName, mayRemoveUnnamed, type Owner } from './owner.js';
 import { SpaceReserve } from './space.js';
 
 export interface S3StorageOptions {
@@ -916,7 +916,7 @@ export class S3Storage implements ContentStorage {
       if (this.now() - tombstone.modified <= keep) continue;
       const [shareId, name] = tombstone.key.slice(root.length).split('/');
       const key = name?.split('.')[0];
-      if (!shareId || !key || !isContentName(shareId) || !/^[0-9a-f]{40}$/.test(key)) continue;
+      if (!shareId || !key || !isUploadName(`${shareId}.${key}`)) continue;
       const upload = this.upload(shareId, key);
       await this.options.lock(upload.lockKey, async () => {
         // An outranked tombstone ended nothing: its upload is left to the idle sweep.
@@ -1069,7 +1069,7 @@ export class S3Storage implements ContentStorage {
       const [, shareId, key, name] = match as unknown as [string, string, string, string];
       // Not fshare's (an object someone put under uploads/): it stopped the start with "Not a
       // valid share id".
-      if (!isContentName(shareId) || !/^[0-9a-f]{40}$/.test(key)) continue;
+      if (!isUploadName(`${shareId}.${key}`)) continue;
       const dir = `${root}${shareId}/${key}/`;
       let entry = found.get(dir);
       if (!entry) {
