@@ -608,6 +608,88 @@ describe.skipIf(typeof inodeDisk === 'string')('a disk out of inodes', () => {
       await srv.close();
     }
   });
+
+  // Found from outside: an upload published with no inode left for its `done` record was
+  // answered 201 ("a restart will" close it), and every start after that stopped with
+  // "no space left on the device: …/done" while the disk stayed full, so nothing could be
+  // downloaded or removed. Property: a server starts on a disk out of inodes, whatever
+  // uploads it must close, and serves every acknowledged upload.
+  it('a start with no inode left closes what it can and serves every share', async () => {
+    const root = (inodeDisk as SmallDisk).dir;
+    const dataDir = join(root, 'data-start');
+    const fillers = join(root, 'fillers-start');
+    const notices: string[] = [];
+    const notice = (line: string) => notices.push(line);
+    let srv = await startServer({ dataDir, minFreeBytes: 0, notice });
+    const stored = new Map<string, Buffer>();
+    try {
+      const token = await login(srv.url, ADMIN.username, ADMIN.password);
+      let unclosed: string | undefined;
+      for (let left = 0; left <= 8 && !unclosed; left++) {
+        const id = await createShare(srv.url, token, `unclosed-${left}.bin`);
+        await mkdir(fillers, { recursive: true });
+        for (let n = 0; (await statfs(root)).ffree > left; n++)
+          await writeFile(join(fillers, `${left}-${n}`), '');
+        const data = randomBytes(3000);
+        const res = await upload1(srv.url, token, id, data);
+        if (res.status === 201) {
+          stored.set(id, data);
+          if (notices.some((n) => n.includes(`could not close upload ${id}.`))) unclosed = id;
+        }
+        if (!unclosed) await rm(fillers, { recursive: true, force: true });
+      }
+      // The case was met: an upload published whose `done` record had no inode.
+      expect(unclosed).toBeDefined();
+      const uploads = join(dataDir, 'uploads');
+      expect((await readdir(uploads)).some((n) => n.startsWith(`${unclosed}.`))).toBe(true);
+      await srv.close(false);
+      expect((await statfs(root)).ffree).toBe(0);
+      srv = await startServer({ dataDir, minFreeBytes: 0, notice });
+      const again = await login(srv.url, ADMIN.username, ADMIN.password);
+      for (const [id, data] of stored)
+        expect((await content(srv.url, again, id)).equals(data)).toBe(true);
+      // The upload is closed for good: its folder went whole (there was no room for a record).
+      expect((await readdir(uploads)).some((n) => n.startsWith(`${unclosed}.`))).toBe(false);
+      expectStatus(await del(srv.url, `/files/${unclosed}`, { token: again }), 200);
+    } finally {
+      await rm(fillers, { recursive: true, force: true });
+      await srv.close();
+    }
+  });
+
+  // The same for an upload left idle past its time: the start's sweep closes it, which needs an
+  // inode for its `done` record. Property: the server starts, and the idle upload is over (its
+  // chunk is no longer counted, and its folder is gone).
+  it('a start with no inode left ends an idle upload and starts', async () => {
+    const root = (inodeDisk as SmallDisk).dir;
+    const dataDir = join(root, 'data-idle');
+    const fillers = join(root, 'fillers-idle');
+    let srv = await startServer({ dataDir, minFreeBytes: 0 });
+    try {
+      const token = await login(srv.url, ADMIN.username, ADMIN.password);
+      const id = await createShare(srv.url, token, 'idle.bin');
+      const dzuuid = randomUUID();
+      const part = randomBytes(1000);
+      expectStatus(
+        await sendChunk(srv.url, token, id, { dzuuid, index: 0, total: 2, data: part }),
+        200,
+      );
+      await srv.close(false);
+      await mkdir(fillers, { recursive: true });
+      for (let n = 0; (await statfs(root)).ffree > 0; n++)
+        await writeFile(join(fillers, String(n)), '');
+      srv = await startServer({ dataDir, minFreeBytes: 0, limits: { uploadIdleMs: 1 } });
+      const again = await login(srv.url, ADMIN.username, ADMIN.password);
+      expect((await readdir(join(dataDir, 'uploads'))).some((n) => n.startsWith(`${id}.`))).toBe(
+        false,
+      );
+      const status = await get(srv.url, `/files/${id}/uploads/${dzuuid}`, { token: again });
+      expect(status.status).toBe(404);
+    } finally {
+      await rm(fillers, { recursive: true, force: true });
+      await srv.close();
+    }
+  });
 });
 
 /**

@@ -16,7 +16,7 @@ import {
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { fault } from '../faults.js';
-import { fsyncDir, writeFileDurably } from '../fsutil.js';
+import { fsyncDir, isOutOfSpace, writeFileDurably } from '../fsutil.js';
 import { bodyPassedOn } from '../gc.js';
 import { givePieces, takePiece, writeFileRange, writeFully, WRITE_MAX } from '../../shared/copy.js';
 import type { HashWorker, Sha256 } from '../../shared/hasher.js';
@@ -922,6 +922,21 @@ export class FileStorage implements ContentStorage {
   }
 
   /**
+   * `finish`, or, when the disk has no room for the `done` record (no inode left), the upload's
+   * folder goes whole, as `end` does. A start or a sweep that closes an upload must not fail on a
+   * full disk: the server still serves downloads and removals there.
+   */
+  private async finishOrDrop(upload: Upload): Promise<void> {
+    try {
+      await this.finish(upload);
+    } catch (err) {
+      if (!isOutOfSpace(err)) throw err;
+      this.uploads.delete(upload.name);
+      await removeUploadDir(upload.dir);
+    }
+  }
+
+  /**
    * Appends a line to the upload's log. `durable`: fsynced before this returns (a line that must
    * be on disk before the next step, such as `d` before its region is overwritten); otherwise
    * the caller makes it durable with `upload.logSync.sync()` before it acknowledges anything, so
@@ -1060,10 +1075,7 @@ export class FileStorage implements ContentStorage {
         if (size !== c.length) upload.committed.delete(index);
       }
     }
-    if (published) {
-      await this.finish(upload);
-      return upload;
-    }
+    if (published) await this.finishOrDrop(upload);
     return upload;
   }
 
@@ -1145,7 +1157,7 @@ export class FileStorage implements ContentStorage {
       } catch {
         // No room even for that (a full disk): all of it goes; the share's owner check
         // refuses such a chunk anyway.
-        await rm(dir, { recursive: true, force: true });
+        await removeUploadDir(dir);
       }
     });
   }
@@ -1169,7 +1181,7 @@ export class FileStorage implements ContentStorage {
         const active = Math.max(info.mtimeMs, log?.mtimeMs ?? 0, live?.lastActivity ?? 0);
         if (now - active < maxIdleMs) return;
         const upload = live ?? (await this.load(name));
-        if (upload && upload.state === 'open') await this.finish(upload);
+        if (upload && upload.state === 'open') await this.finishOrDrop(upload);
         else if (!upload) await rm(dir, { recursive: true, force: true });
       });
     }
@@ -1201,6 +1213,17 @@ function parseMeta(text: string): Meta | null {
  * An upload left by fshare 0.1 (`total`, chunks as `<index>` files or `<index>.at` records
  * pointing into `data`): rewritten as a joined-mode upload with the same chunks.
  */
+/**
+ * Removes an upload's folder so that a crash midway cannot leave a log of committed chunks
+ * without their bytes (an upload that would then publish a hole): its record goes first, and a
+ * folder without one is no upload (`load`).
+ */
+async function removeUploadDir(dir: string): Promise<void> {
+  for (const record of ['meta', 'total']) await rm(join(dir, record), { force: true });
+  await fsyncDir(dir).catch(() => undefined);
+  await rm(dir, { recursive: true, force: true });
+}
+
 async function convertLegacy(dir: string, names: string[]): Promise<Meta | null> {
   const total = Number((await readFile(join(dir, 'total'), 'utf8').catch(() => '')).trim());
   if (!Number.isSafeInteger(total) || total < 1) return null;
