@@ -1,9 +1,10 @@
-import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { withFileLockSync } from '../shared/filelock.js';
 import { ownedTempName, removeStaleTemps } from '../shared/owned-temp.js';
 import { naming } from '../shared/syserr.js';
+import { makeDirsSync } from '../shared/mkdirs.js';
 
 /** Non-secret settings: where the last login went. Tokens live in credentials.ts. */
 export interface ConfigSchema {
@@ -109,7 +110,7 @@ export class Config {
   /** Reads, changes (`false`: nothing to write) and writes the whole file under the lock. */
   private updateMany(change: (data: ConfigSchema) => unknown): void {
     try {
-      mkdirSync(dirname(this.path), { recursive: true, mode: 0o700 }); // for the lock file
+      makeDirsSync(dirname(this.path)); // for the lock file
     } catch {
       // write() says why, if there is anything to write
     }
@@ -197,7 +198,7 @@ export function sweepConfigTemps(): void {
 export function writeWholeSync(path: string, text: string): void {
   const tmp = ownedTempName(path);
   try {
-    mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+    makeDirsSync(dirname(path));
     writeFileSync(tmp, text, { mode: 0o600 });
     renameSync(tmp, path);
   } catch (err) {

@@ -7,7 +7,7 @@
  *
  * Tokens never reach a log line, an error message or stdout from this module.
  */
-import { chmod, lstat, mkdir, open, readFile, rename, unlink } from 'node:fs/promises';
+import { chmod, lstat, open, readFile, rename, unlink } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import type { AsyncEntry } from '@napi-rs/keyring';
@@ -16,6 +16,7 @@ import { ownedTempName } from '../shared/owned-temp.js';
 import { naming, systemErrorText } from '../shared/syserr.js';
 import { normalizeServer } from '../client/http.js';
 import { UsageError } from './output.js';
+import { makeDirs } from '../shared/mkdirs.js';
 
 /**
  * FSHARE_TOKEN as a CI secret often arrives: with a line break at the end (read from a file) or
@@ -149,7 +150,7 @@ export function createCredentialStore(
       });
       return;
     }
-    await mkdir(configDir, { recursive: true, mode: 0o700 });
+    await makeDirs(configDir);
     // Named by its writer (pid, host): a killed write's temp, which may hold a token, is swept by
     // the next command (sweepConfigTemps), never a live one's.
     const tmp = ownedTempName(file);
@@ -184,7 +185,7 @@ export function createCredentialStore(
     change: (tokens: TokenFile) => boolean,
     adds: boolean,
   ): Promise<void> {
-    await mkdir(configDir, { recursive: true, mode: 0o700 }).catch(() => undefined);
+    await makeDirs(configDir).catch(() => undefined);
     await withFileLock(`${file}.lock`, async () => {
       const read = await loadFileTokens();
       let tokens: TokenFile;

@@ -1,11 +1,12 @@
 import { createHash } from 'node:crypto';
-import { mkdir, open, readdir, readFile, rename, rm } from 'node:fs/promises';
+import { open, readdir, readFile, rename, rm } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { busyElsewhere, type ResumeStore, type UploadRecord } from '../client/upload.js';
 import { withFileLock } from '../shared/filelock.js';
 import { ownedTempName, removeStaleTemps } from '../shared/owned-temp.js';
 import { naming, systemErrorText } from '../shared/syserr.js';
+import { makeDirs } from '../shared/mkdirs.js';
 
 /** A record file that cannot be used: cut short by a crash, not JSON, or not an upload record. */
 export interface DamagedRecord {
@@ -115,7 +116,7 @@ export function uploadRecords(
     const target = fileOf(record);
     const tmp = ownedTempName(target);
     try {
-      await mkdir(dir, { recursive: true, mode: 0o700 });
+      await makeDirs(dir);
       const handle = await open(tmp, 'wx', 0o600);
       try {
         await handle.writeFile(JSON.stringify(record, null, 2));

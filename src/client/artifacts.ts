@@ -34,7 +34,6 @@ import {
   chmod,
   copyFile,
   lstat,
-  mkdir,
   open,
   readdir,
   readFile,
@@ -85,6 +84,7 @@ import {
   TEMP_OWNED,
 } from './pull-commit.js';
 import { replaceFile, uploadFile, type ResumeStore } from './upload.js';
+import { makeDirs } from '../shared/mkdirs.js';
 
 export const ARTIFACT_PREFIX = 'fshare-artifact:';
 
@@ -421,7 +421,7 @@ export function fileHashCache(file: string): HashCache {
     },
     async save() {
       if (!dirty || !entries) return;
-      await mkdir(dirname(file), { recursive: true, mode: 0o700 });
+      await makeDirs(dirname(file));
       // Named by its writer: a killed save's temp is swept by the next command (sweepConfigTemps).
       const tmp = ownedTempName(file);
       try {
@@ -1581,7 +1581,7 @@ async function pullOnce(
     ...stored.manifest,
     files: stored.manifest.files.map((f) => ({ ...f, mode: f.mode & 0o777 & ~umask })),
   };
-  await mkdir(dir, { recursive: true });
+  await makeDirs(dir, 0o777);
   const root = await realpath(dir);
   await lock.take(root, (line) => options.onNotice?.(line)); // DIR was made just now
   const plan = await planPull(root, manifest, options);

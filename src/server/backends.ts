@@ -1,4 +1,3 @@
-import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { HashWorker } from '../shared/hasher.js';
 import type { Limits } from './limits.js';
@@ -8,6 +7,7 @@ import type { ContentStorage } from './storage/index.js';
 import { blobOf, type MetadataStore } from './store/index.js';
 import { LowdbStore } from './store/lowdb.js';
 import type { PostgresStore } from './store/postgres.js';
+import { makeDirs } from '../shared/mkdirs.js';
 
 /**
  * Where a server keeps its data: metadata in lowdb (the data directory) or PostgreSQL, content
@@ -48,7 +48,7 @@ export async function openStorage(
     return new FileStorage(dataDir, { hasher, minFreeBytes: limits.minFreeBytes, log });
   const { S3Storage } = await import('./storage/s3.js');
   const tempDir = join(dataDir, 'incoming');
-  await mkdir(tempDir, { recursive: true, mode: 0o700 });
+  await makeDirs(tempDir);
   return S3Storage.open({
     url: options.storage,
     endpoint: options.s3Endpoint,

@@ -1,5 +1,5 @@
 import { createHmac, randomBytes, randomUUID } from 'node:crypto';
-import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, readFile, rm, writeFile } from 'node:fs/promises';
 import type { RequestListener, Server } from 'node:http';
 import { join } from 'node:path';
 import { isIPv6, type AddressInfo } from 'node:net';
@@ -39,6 +39,7 @@ import { openStorage, openStore, storeName } from './backends.js';
 import type { ContentStorage } from './storage/index.js';
 import { blobOf, DuplicateUserError, type MetadataStore } from './store/index.js';
 import { isUsername, UNPARSABLE } from './validate.js';
+import { makeDirs } from '../shared/mkdirs.js';
 
 export type { RequestEntry, ServerOptions } from './options.js';
 
@@ -356,7 +357,7 @@ async function openServer(
   opened: (() => unknown)[],
   ready: (app: Express) => void,
 ): Promise<FshareServer> {
-  await mkdir(dataDir, { recursive: true, mode: 0o700 }).catch((err: NodeJS.ErrnoException) => {
+  await makeDirs(dataDir).catch((err: NodeJS.ErrnoException) => {
     // "already exists" would name the file in the way, not what is wrong with it.
     if (err.code === 'EEXIST' || err.code === 'ENOTDIR')
       throw new Error(`the data directory ${dataDir} is not a directory`);

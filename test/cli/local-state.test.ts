@@ -5,7 +5,8 @@
 // server, unnamed; a logout that could not rewrite credentials.json said only "permission denied"
 // about a temporary file, not that the token was revoked and its copy kept.
 import { execFileSync } from 'node:child_process';
-import { mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, stat, statfs, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -17,6 +18,7 @@ import {
   type Cli,
   type Serve,
 } from '../helpers/cli.js';
+import { mountSmallDisk } from '../helpers/mount.js';
 
 let serve: Serve;
 const clis: Cli[] = [];
@@ -277,6 +279,78 @@ describe('logout when credentials.json cannot be rewritten', () => {
       expect(Object.keys(left)).toEqual([`admin@${serve.url}`]);
     } finally {
       await other.stop();
+    }
+  });
+});
+
+// Found from outside: Node's recursive mkdir says ENOENT when a directory cannot be made for
+// another reason (nodejs/node#42808, #47098), and fshare passed it on: a config directory, a data
+// directory or a pull's target on a read-only or full disk was "no such file or directory: DIR",
+// which sends the user looking for a missing parent. Property: the line names the real cause.
+describe('a directory that cannot be made is named with the real cause', () => {
+  it('on a read-only file system: login, serve and pull each say so (exit 1)', async (ctx) => {
+    const parent = await mkdtemp(join(tmpdir(), 'fshare-ro-'));
+    const pusher = await signedIn();
+    const tree = join(parent, 'tree');
+    await mkdir(tree);
+    await writeFile(join(tree, 'a.txt'), 'a');
+    const pushed = await pusher.run(['push', tree, '--name', 'ro-set']);
+    expect(pushed.exitCode, pushed.stderr).toBe(0);
+    const release = readOnly(parent);
+    if (typeof release === 'string') return ctx.skip(release);
+    try {
+      const cli = await createCli(join(parent, 'config'));
+      const login = await cli.run(
+        ['--server', serve.url, 'login', '-u', ADMIN.username, '--password-stdin'],
+        {
+          input: `${ADMIN.password}\n`,
+        },
+      );
+      expect(login.exitCode).toBe(1);
+      expect(fshareLines(login.stderr)).toEqual([
+        `fshare: read-only file system: ${join(parent, 'config')}`,
+      ]);
+      const server = await pusher.run([
+        'serve',
+        '--port',
+        '0',
+        '--data-dir',
+        join(parent, 'd', 'data'),
+      ]);
+      expect(server.exitCode).toBe(1);
+      expect(fshareLines(server.stderr)).toEqual([
+        `fshare: read-only file system: ${join(parent, 'd')}`,
+      ]);
+      const pull = await pusher.run(['pull', 'ro-set', join(parent, 'pulled')]);
+      expect(pull.exitCode).toBe(1);
+      expect(fshareLines(pull.stderr)).toEqual([
+        `fshare: read-only file system: ${join(parent, 'pulled')}`,
+      ]);
+    } finally {
+      release();
+      await rm(parent, { recursive: true, force: true });
+    }
+  });
+
+  it('on a disk out of inodes: login says no space is left, naming the directory', async (ctx) => {
+    const disk = await mountSmallDisk(8, 40);
+    if (typeof disk === 'string') return ctx.skip(disk);
+    try {
+      for (let n = 0; (await statfs(disk.dir)).ffree > 0; n++)
+        await writeFile(join(disk.dir, String(n)), '');
+      const cli = await createCli(join(disk.dir, 'config'));
+      const login = await cli.run(
+        ['--server', serve.url, 'login', '-u', ADMIN.username, '--password-stdin'],
+        {
+          input: `${ADMIN.password}\n`,
+        },
+      );
+      expect(login.exitCode).toBe(1);
+      expect(fshareLines(login.stderr)).toEqual([
+        `fshare: no space left on the device: ${join(disk.dir, 'config')}`,
+      ]);
+    } finally {
+      await disk.unmount();
     }
   });
 });

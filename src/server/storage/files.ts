@@ -34,6 +34,7 @@ import {
 import { checkChunkFields, checkJoinedEnd, joinedStart } from './chunks.js';
 import { isContentName, isUploadName, mayRemoveUnnamed, type Owner } from './owner.js';
 import { SpaceReserve } from './space.js';
+import { makeDirs } from '../../shared/mkdirs.js';
 
 /** Pieces of this size are read back and copied. */
 const PIECE = 1024 * 1024;
@@ -350,7 +351,7 @@ export class FileStorage implements ContentStorage {
 
   async init(referenced: (blob: string) => boolean, owner?: Owner): Promise<void> {
     for (const dir of [this.contentDir, this.uploadsDir, this.incomingDir])
-      await mkdir(dir, { recursive: true, mode: 0o700 }).catch((err: NodeJS.ErrnoException) => {
+      await makeDirs(dir).catch((err: NodeJS.ErrnoException) => {
         // "already exists" would name the file in the way, not what is wrong with it.
         if (err.code === 'EEXIST' || err.code === 'ENOTDIR')
           throw new Error(`${dir} is not a directory`);

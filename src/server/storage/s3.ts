@@ -1,6 +1,6 @@
 import { createHash, randomBytes, randomUUID, type Hash } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
-import { mkdir, readdir, rm, stat } from 'node:fs/promises';
+import { readdir, rm, stat } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { Readable, Transform } from 'node:stream';
@@ -40,6 +40,7 @@ import { MAX_OBJECT, MIN_PART, planParts } from './s3-parts.js';
 import { checkChunkFields, checkJoinedEnd, joinedStart } from './chunks.js';
 import { isContentName, isUploadName, mayRemoveUnnamed, type Owner } from './owner.js';
 import { SpaceReserve } from './space.js';
+import { makeDirs } from '../../shared/mkdirs.js';
 
 export interface S3StorageOptions {
   /** s3://BUCKET[/PREFIX] */
@@ -258,7 +259,7 @@ export class S3Storage implements ContentStorage {
     const storage = new S3Storage(client, bucket, prefix, join(options.tempDir, own), options);
     try {
       await storage.checkBucket();
-      await mkdir(storage.tempDir, { recursive: true, mode: 0o700 });
+      await makeDirs(storage.tempDir);
     } catch (err) {
       client.destroy();
       throw err;
@@ -331,7 +332,7 @@ export class S3Storage implements ContentStorage {
    */
   private async cleanTemp(): Promise<void> {
     const root = this.options.tempDir;
-    await mkdir(root, { recursive: true, mode: 0o700 });
+    await makeDirs(root);
     const host = hostname().replace(/[^A-Za-z0-9.-]/g, '_');
     for (const name of await readdir(root)) {
       const match = /^s3-(.+)-(\d+)$/.exec(name);
@@ -344,7 +345,7 @@ export class S3Storage implements ContentStorage {
       if (gone) await rm(path, { recursive: true, force: true });
     }
     await rm(this.tempDir, { recursive: true, force: true });
-    await mkdir(this.tempDir, { recursive: true, mode: 0o700 });
+    await makeDirs(this.tempDir);
   }
 
   reserve(bytes: number): Promise<() => void> {
