@@ -637,6 +637,17 @@ export function leftToResume(err: unknown): boolean {
   return err instanceof Error && recordKept.has(err);
 }
 
+/** Errors after which the share is left, but no record of it could be kept (a full disk). */
+const unrecorded = new WeakSet<Error>();
+
+/**
+ * True when the upload that failed with `err` cannot be resumed: its share was left, but no
+ * record of it could be kept, so a run again would make another share (the line names it).
+ */
+export function leftUnrecorded(err: unknown): boolean {
+  return err instanceof Error && unrecorded.has(err);
+}
+
 function forbidden(err: unknown): boolean {
   return err instanceof ApiError && err.status === 403;
 }
@@ -974,6 +985,14 @@ async function failed(
       removed === null
         ? ' (the share it had created was deleted)'
         : ` (the share it had created, ${id}, could not be deleted: ${removed})`;
+  } else if (options.resume) {
+    // Left to be resumed, which a later run finds by its record. Without one (the config
+    // directory's disk was full), nothing would: the line names the share instead.
+    const records = await options.resume.list().catch(() => []);
+    if (!records.some((r) => r.server === client.server && r.share_id === id)) {
+      unrecorded.add(err);
+      err.message += ` (the share it had created, ${id}, is left as it is, and no record of it could be kept to resume the upload; fshare rm ${id} removes it)`;
+    }
   }
 }
 

@@ -492,6 +492,55 @@ describe('verified transfers against fshare serve', () => {
     }
   });
 
+  // Found from outside: the same full disk, and the upload then broke off (the server went
+  // away). The line said "to resume: fshare upload FILE; to give up: fshare uploads clean", but
+  // no record named the share it had created: running it again made a second share, and
+  // `uploads clean` knew nothing of the first, which no line named. Property: an upload that
+  // leaves a share it cannot resume names that share and how to remove it, and offers no resume.
+  it('a full disk under the config directory, then a broken upload: the share left is named, no resume offered', async () => {
+    const disk = await mountSmallDisk(1);
+    if (typeof disk === 'string') throw new Error(disk);
+    const proxy = startFaultProxy(serve.url, (req) =>
+      req.method === 'POST' && req.url?.endsWith('/content') ? 'drop' : 'pass',
+    );
+    try {
+      const config = join(disk.dir, 'config');
+      const cli = await createCli(config);
+      await writeFile(join(disk.dir, 'filler'), Buffer.alloc(1024 * 1024 - 8 * 1024)).catch(
+        () => undefined,
+      );
+      while (
+        await appendFile(join(disk.dir, 'filler'), Buffer.alloc(512)).then(
+          () => true,
+          () => false,
+        )
+      );
+      await writeFile(join(work, 'home-full-broken.bin'), randomBytes(100_000));
+      const res = await cli.run(
+        ['--server', await proxy.url, 'upload', join(work, 'home-full-broken.bin')],
+        { env: { FSHARE_TOKEN: token } },
+      );
+      expect(res.exitCode).toBe(6);
+      const lines = res.stderr.trim().split('\n');
+      expect(lines).toHaveLength(2);
+      expect(lines[0]).toMatch(/^fshare: cannot keep a record to resume this upload/);
+      const left =
+        /the share it had created, ([0-9a-f-]{36}), is left as it is, and no record of it could be kept to resume the upload; fshare rm \1 removes it\)$/.exec(
+          lines[1]!,
+        );
+      expect(left, lines[1]).not.toBeNull();
+      expect(res.stderr).not.toMatch(/to resume:|uploads clean/);
+      const share = await admin.json<{ share_id: string; initialized: boolean }>([
+        'info',
+        left![1]!,
+      ]);
+      expect(share).toMatchObject({ share_id: left![1], initialized: false });
+    } finally {
+      await proxy.close();
+      await disk.unmount();
+    }
+  });
+
   // Property: a download writes only the file it names. A NAME.part planted as a symbolic link
   // (in /tmp, in a workspace other jobs can write) led the bytes into the file it pointed at,
   // which was then overwritten, with exit 0.

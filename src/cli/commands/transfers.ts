@@ -15,6 +15,7 @@ import {
   DEFAULT_PARALLEL,
   fromStdin,
   leftToResume,
+  leftUnrecorded,
   localFileSize,
   pendingShare,
   refusedForGood,
@@ -321,7 +322,10 @@ const upload = (program: Command) =>
                 code ||= exitCodeFor(err);
                 progress.log(asGiven(errorLine(err)));
                 // (a 401 on the way, too: signed in again, the same command goes on)
-                if ((interrupted(err) && !refusedForGood(err)) || leftToResume(err))
+                if (
+                  ((interrupted(err) && !refusedForGood(err)) || leftToResume(err)) &&
+                  !leftUnrecorded(err)
+                )
                   progress.log(
                     spool
                       ? await stdinLeftovers(resume, spool.file)
