@@ -1,13 +1,13 @@
 import { createHmac, randomBytes } from 'node:crypto';
 import { closeSync, existsSync, openSync } from 'node:fs';
-import { readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { execa, type ResultPromise } from 'execa';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ADMIN, BIN, cleanEnv, createCli, signIn, tempDir } from '../helpers/cli.js';
-import { mountSmallDisk } from '../helpers/mount.js';
+import { mountExfat, mountSmallDisk } from '../helpers/mount.js';
 
 /** `fshare serve` as an operator meets it: the port, the first start, the log, the stop. */
 
@@ -200,6 +200,64 @@ describe('fshare serve, as an operator meets it', () => {
     ]);
     expect(await readFile(file, 'utf8')).toBe('keep me');
     await rm(dir, { recursive: true, force: true });
+  });
+
+  // Found from outside: with a volume mounted on DATA/content (the big disk for the files),
+  // the server started and every upload ended in a 500 once all its chunks had been sent (the
+  // finished file is linked into content/: EXDEV). On exFAT (a USB drive), which has no hard
+  // links, the same (EPERM). Property: a data directory whose folders cannot be linked between
+  // is refused at the start, with one line saying why and what to do, before any upload.
+  it('content/ on another file system than the data directory: one line at the start, exit 1', async () => {
+    const disk = await mountSmallDisk(4);
+    if (typeof disk === 'string') throw new Error(disk); // CI runs as root: a tmpfs mounts
+    const dir = await tempDir('split-data');
+    const content = join(dir, 'data', 'content');
+    await mkdir(content, { recursive: true });
+    const { execFileSync } = await import('node:child_process');
+    execFileSync('mount', ['--bind', disk.dir, content]);
+    try {
+      const res = await execa(
+        'node',
+        [BIN, 'serve', '--port', '0', '--data-dir', join(dir, 'data')],
+        {
+          env: cleanEnv(),
+          extendEnv: false,
+          reject: false,
+          stdin: 'ignore',
+        },
+      );
+      expect(res.exitCode).toBe(1);
+      expect(res.stderr.trim().split('\n')).toEqual([
+        `fshare: ${content} is on another file system than the data directory ${join(dir, 'data')} (a volume mounted there?): fshare renames and links files between its folders, which needs one file system; mount the volume on the data directory instead, or point --data-dir at a directory on it`,
+      ]);
+    } finally {
+      execFileSync('umount', [content]);
+      await disk.unmount();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a data directory on exFAT (no hard links): one line at the start, exit 1', async (ctx) => {
+    const disk = await mountExfat(16);
+    if (typeof disk === 'string') return ctx.skip(disk);
+    try {
+      const data = join(disk.dir, 'data');
+      const res = await execa('node', [BIN, 'serve', '--port', '0', '--data-dir', data], {
+        env: cleanEnv(),
+        extendEnv: false,
+        reject: false,
+        stdin: 'ignore',
+      });
+      expect(res.exitCode).toBe(1);
+      expect(res.stderr.trim().split('\n')).toEqual([
+        `fshare: the file system of ${data} has no hard links (EPERM), which fshare needs to publish finished uploads; use a directory on another file system (ext4, XFS, Btrfs, ZFS, NFS)`,
+      ]);
+      // The probe left nothing behind.
+      expect(await readdir(join(data, 'content'))).toEqual([]);
+      expect(await readdir(join(data, 'incoming'))).toEqual([]);
+    } finally {
+      await disk.unmount();
+    }
   });
 
   it('the first start keeps the generated admin password in a 0600 file that signs in', async () => {

@@ -37,3 +37,40 @@ export async function mountSmallDisk(mib: number, inodes?: number): Promise<Smal
     },
   };
 }
+
+/**
+ * Mounts a `mib` MiB exFAT file system (a file on a loop device, through Debian's exfat-fuse): a
+ * file system without hard links or permission bits, such as a USB drive. A string is the
+ * reason it cannot be done here.
+ */
+export async function mountExfat(mib: number): Promise<SmallDisk | string> {
+  const dir = await mkdtemp(join(tmpdir(), 'fshare-exfat-'));
+  const image = `${dir}.img`;
+  const run = (cmd: string, args: string[]) =>
+    execFileSync(cmd, args, { stdio: 'pipe' }).toString().trim();
+  let loop: string | undefined;
+  try {
+    run('truncate', ['-s', `${mib}M`, image]);
+    run('mkfs.exfat', [image]);
+    loop = run('losetup', ['-f', '--show', image]);
+    run('mount.exfat-fuse', [loop, dir]);
+  } catch (err) {
+    if (loop) execFileSync('losetup', ['-d', loop], { stdio: 'pipe' });
+    await rm(dir, { recursive: true, force: true });
+    await rm(image, { force: true });
+    const why = (err as { stderr?: Buffer }).stderr?.toString().trim() || String(err);
+    return `cannot mount an exFAT file system here (${why}); run the tests as root, with exfat-fuse and exfatprogs`;
+  }
+  return {
+    dir,
+    async unmount() {
+      try {
+        execFileSync('umount', ['-l', dir], { stdio: 'pipe' });
+        execFileSync('losetup', ['-d', loop!], { stdio: 'pipe' });
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+        await rm(image, { force: true });
+      }
+    },
+  };
+}

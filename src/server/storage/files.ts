@@ -357,6 +357,7 @@ export class FileStorage implements ContentStorage {
           throw new Error(`${dir} is not a directory`);
         throw err;
       });
+    await this.checkOneFileSystem();
     // Content that no share names: written by a completion that crashed before it was recorded,
     // or left by a removal that crashed. Removed only if this store owns the content (owner.ts).
     // Only files fshare names as content: a directory there (lost+found) stopped the start.
@@ -395,6 +396,50 @@ export class FileStorage implements ContentStorage {
     for (const name of await this.uploadDirs()) {
       const upload = await this.load(name);
       if (upload?.state === 'open') this.uploads.set(name, upload);
+    }
+  }
+
+  /**
+   * A chunk body moves from incoming/ into its upload's folder by a rename, and a finished
+   * upload's file is hard-linked into content/: the folders must be on one file system, the
+   * data directory's (whose free space the reserve measures), and it must have hard links.
+   * Found from outside: a volume mounted on content/ alone made every upload end in a 500
+   * (EXDEV), after all its chunks had been sent.
+   */
+  private async checkOneFileSystem(): Promise<void> {
+    const [home, ...dirs] = [this.dataDir, this.contentDir, this.uploadsDir, this.incomingDir];
+    const { dev } = await stat(home!);
+    for (const dir of dirs)
+      if ((await stat(dir)).dev !== dev)
+        throw new Error(
+          `${dir} is on another file system than the data directory ${home} (a volume mounted ` +
+            `there?): fshare renames and links files between its folders, which needs one file ` +
+            `system; mount the volume on the data directory instead, or point --data-dir at a ` +
+            `directory on it`,
+        );
+    // Named as incoming/ and content/ name theirs, so that a crash between these lines leaves
+    // what the next start removes (content of no share: the nil share id).
+    const probe = join(this.incomingDir, rand());
+    const linked = join(this.contentDir, `00000000-0000-0000-0000-000000000000.${rand()}`);
+    try {
+      await (await open(probe, 'wx', 0o600)).close();
+    } catch (err) {
+      if (isOutOfSpace(err)) return; // no inode for it: the start goes on, for downloads
+      throw err;
+    }
+    try {
+      await link(probe, linked);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'EPERM' || code === 'ENOTSUP' || code === 'EOPNOTSUPP' || code === 'ENOSYS')
+        throw new Error(
+          `the file system of ${home} has no hard links (${code}), which fshare needs to ` +
+            `publish finished uploads; use a directory on another file system (ext4, XFS, Btrfs, ZFS, NFS)`,
+        );
+      if (!isOutOfSpace(err)) throw err;
+    } finally {
+      await rm(linked, { force: true });
+      await rm(probe, { force: true });
     }
   }
 
