@@ -161,6 +161,15 @@ export function createCredentialStore(
     });
     try {
       await handle.chmod(0o600); // a umask can only narrow the mode; this pins it exactly
+      // A file system that keeps no permissions (exFAT, a Windows drive under WSL) takes the
+      // chmod and shows every file to every user: no token is written there.
+      const { mode } = await handle.stat();
+      if ((mode & 0o077) !== 0)
+        throw new Error(
+          `${configDir} is on a file system that keeps no file permissions (a file made 0600 ` +
+            `there is ${(mode & 0o777).toString(8)}), so other users could read the token: none ` +
+            `was stored; set FSHARE_CONFIG_DIR to a directory on another file system`,
+        );
       await handle.writeFile(`${JSON.stringify(tokens, null, 2)}\n`, 'utf8');
       await handle.sync();
     } catch (err) {

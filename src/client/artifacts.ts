@@ -44,7 +44,7 @@ import {
   writeFile,
 } from 'node:fs/promises';
 import type { FileHandle } from 'node:fs/promises';
-import { dirname, join, relative, sep } from 'node:path';
+import { basename, dirname, join, relative, sep } from 'node:path';
 import { Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -79,6 +79,7 @@ import {
   PULL_LOCK,
   PullLock,
   journalWaits,
+  FORM_PROBE,
   TEMP,
   TEMP_OLD,
   TEMP_OWNED,
@@ -145,6 +146,9 @@ export function checkArtifactName(name: string): string {
 const manifestName = (name: string) => `${ARTIFACT_PREFIX}${name}`;
 const dataPrefix = (name: string) => `${ARTIFACT_PREFIX}${name}:data:`;
 
+/** A Windows drive (`C:`): a path that begins with one leaves DIR there, or names a stream. */
+const DRIVE = /^[A-Za-z]:/;
+
 /**
  * A path from a manifest, made safe or refused: relative, "/"-separated, no empty, "." or ".."
  * component, no NUL or backslash, at most 4096 characters.
@@ -152,8 +156,12 @@ const dataPrefix = (name: string) => `${ARTIFACT_PREFIX}${name}:data:`;
 export function safeRelativePath(path: unknown): string {
   if (typeof path !== 'string' || path.length === 0 || path.length > 4096)
     throw new ManifestError(`a path must be a string of 1 to 4096 characters`);
-  if (path.startsWith('/') || /^[A-Za-z]:/.test(path))
+  if (path.startsWith('/'))
     throw new ManifestError(`absolute path refused: ${JSON.stringify(path)}`);
+  if (DRIVE.test(path))
+    throw new ManifestError(
+      `path that begins with a Windows drive refused: ${JSON.stringify(path)}`,
+    );
   if (path.includes('\0') || path.includes('\\'))
     throw new ManifestError(`path with NUL or backslash refused: ${JSON.stringify(path)}`);
   for (const part of path.split('/'))
@@ -544,14 +552,19 @@ async function scanTree(
 }
 
 /**
- * Refuses, before anything is uploaded, a name no pull could write: one with a backslash, or one
- * that is not UTF-8 (its decoded name, with U+FFFD, names no file). Stored, such a path made the
- * manifest one that every later pull and push refused.
+ * Refuses, before anything is uploaded, a name no pull could write: one with a backslash, one at
+ * the top of the set that begins as a Windows drive does (`x:y.txt`), or one that is not UTF-8
+ * (its decoded name, with U+FFFD, names no file). Stored, such a path made the manifest one that
+ * every later pull and push refused.
  */
 async function checkLocalName(abs: string, rel: string): Promise<void> {
   const fix = 'rename it or leave it out with --exclude';
   if (rel.includes('\\'))
     throw new ClientInputError(`${rel}: a name with a backslash cannot be in a set; ${fix}`);
+  if (DRIVE.test(rel))
+    throw new ClientInputError(
+      `${rel}: a name that begins with a letter and a colon, as a Windows drive does, cannot be at the top of a set; ${fix}`,
+    );
   if (rel.includes('\uFFFD') && (await lstat(abs).catch(() => null)) === null)
     throw new ClientInputError(`${rel}: a name that is not UTF-8 cannot be in a set; ${fix}`);
 }
@@ -1553,12 +1566,136 @@ async function planPull(root: string, manifest: Manifest, options: PullOptions):
     }
   }
   for (const d of manifest.dirs) await checkParent(`${d}/x`);
+  await checkNames(root, manifest);
   const homes = new Map<ManifestFile, string>();
   for (const f of manifest.files) {
     const parents = parentsOf(f.path).map((p) => join(root, ...p.split('/')));
     homes.set(f, parents.reverse().find((p) => checked.has(p)) ?? root);
   }
   return { root, targets, homes, inTheWay, dirsThere: checked };
+}
+
+/**
+ * Found from outside, pulling into exFAT (a USB drive; macOS and Windows file systems do the
+ * same): a set holding A.txt and a.txt was written into one file, "4 files", exit 0, and the next
+ * pull found both "already there"; a set holding sub/x:y.txt stopped halfway through putting its
+ * files in place (":" is no character of a name there), DIR a mix of two versions, and every
+ * later pull stopped at the same rename. Names of the set that DIR's file system cannot hold
+ * apart are refused before anything is written.
+ */
+async function checkNames(root: string, manifest: Manifest): Promise<void> {
+  const probe = new NameProbe(root);
+  const paths = [...manifest.files.map((f) => f.path), ...manifest.dirs];
+  const unusual = new Set<string>();
+  for (const path of paths) for (const char of path.replace(PLAIN_CHARS, '')) unusual.add(char);
+  const refused = await probe.refusedOf([...unusual]);
+  for (const path of paths) {
+    const char = [...path].find((c) => refused.has(c));
+    if (char !== undefined)
+      throw new ManifestError(
+        `${path}: the file system of ${root} does not take ${JSON.stringify(char)} in a name: ` +
+          `nothing written; pull into a directory on a file system that does`,
+      );
+  }
+  const byKey = new Map<string, string>();
+  for (const f of manifest.files) {
+    const key = f.path.normalize('NFC').toLowerCase();
+    const first = byKey.get(key);
+    if (first === undefined) byKey.set(key, f.path);
+    else if (await probe.oneName(first, f.path))
+      throw new ManifestError(
+        `the set holds ${first} and ${f.path}, which are one name on the file system of ${root} ` +
+          `(it does not tell case or Unicode forms apart): nothing written; pull into a ` +
+          `directory on a file system that does`,
+      );
+  }
+}
+
+/** Characters every file system fshare knows takes in a name (and "/"): no need to ask. */
+const PLAIN_CHARS = /[A-Za-z0-9._ +,=@~/-]/g;
+
+/**
+ * Asks DIR's file system about names with temporary files of pull's own (TEMP_OWNED: a probe
+ * left by a kill is removed by the next pull), each question once.
+ */
+class NameProbe {
+  constructor(private readonly root: string) {}
+
+  /**
+   * The characters of `chars` that no name may hold here. Asked in groups (one temporary file
+   * whose name ends in all of a group), then one by one in a group refused.
+   */
+  async refusedOf(chars: string[]): Promise<Set<string>> {
+    const refused = new Set<string>();
+    const groups: string[][] = [];
+    let bytes = Infinity;
+    for (const char of chars) {
+      const size = Buffer.byteLength(char);
+      if (bytes + size > 120) {
+        groups.push([]);
+        bytes = 0;
+      }
+      groups.at(-1)!.push(char);
+      bytes += size;
+    }
+    for (const group of groups) {
+      if (await this.makes(group.join(''))) continue;
+      for (const char of group) if (!(await this.makes(char))) refused.add(char);
+    }
+    return refused;
+  }
+
+  /** Whether a temporary file whose name ends in `-` and `chars` can be made. */
+  private makes(chars: string): Promise<boolean> {
+    return this.ask(`-${chars}`, (name) => name, true);
+  }
+
+  /**
+   * Whether paths a and b, which differ only in case or Unicode form, are one name here: a
+   * temporary file is looked up under a name that differs from its own as b differs from a (in
+   * capitals, an accent as one character or two).
+   */
+  async oneName(a: string, b: string): Promise<boolean> {
+    const needsCase = a.normalize('NFC') !== b.normalize('NFC');
+    const needsForm = a.toLowerCase() !== b.toLowerCase();
+    const suffix = needsForm ? FORM_PROBE : '';
+    return this.ask(suffix, (name) =>
+      needsCase ? name.toUpperCase().normalize('NFD') : name.normalize('NFD'),
+    );
+  }
+
+  /**
+   * Makes the temporary file `<temp name><suffix>` in DIR, then says whether `other(its name)`
+   * names a file (or, with `made`, only whether it could be made).
+   */
+  private async ask(suffix: string, other: (name: string) => string, made = false) {
+    const base = tempIn(this.root);
+    const probe = `${base}${suffix}`;
+    trackTempFiles(probe);
+    try {
+      await writeFile(probe, '', { flag: 'wx' });
+    } catch (err) {
+      untrackTempFiles(probe);
+      const code = (err as NodeJS.ErrnoException).code;
+      // exFAT answers a name with ":" "no such file"; others say it is invalid.
+      if (made && (code === 'ENOENT' || code === 'EINVAL' || code === 'EILSEQ')) return false;
+      throw err;
+    } finally {
+      settled(base);
+    }
+    try {
+      if (made) return true;
+      // The name is random: found under the other name, it is the probe. (Not by its inode:
+      // FUSE file systems such as exfat-fuse number each name they are asked for apart.)
+      return await lstat(join(this.root, other(basename(probe)))).then(
+        () => true,
+        () => false,
+      );
+    } finally {
+      await rm(probe, { force: true });
+      untrackTempFiles(probe);
+    }
+  }
 }
 
 async function pullOnce(

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { constants as fs } from 'node:fs';
 import { lstat, open, rename, stat, type FileHandle } from 'node:fs/promises';
 import type { IncomingHttpHeaders } from 'node:http';
-import { join } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import type { Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { writeFullySync } from '../shared/copy.js';
@@ -145,6 +145,11 @@ export interface DownloadResult {
 /** The file exists and its name came from the server: we never overwrite it silently. */
 export class FileExistsError extends Error {
   override readonly name = 'FileExistsError';
+}
+
+/** The file system of NAME's folder does not take NAME (exFAT and ":", say). */
+export class NameRefusedError extends Error {
+  override readonly name = 'NameRefusedError';
 }
 
 /** Another download (another fshare) holds the lock on the same `NAME.part`. */
@@ -584,6 +589,17 @@ async function holdPart(state: State, create: boolean): Promise<boolean> {
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
       if (!create && code === 'ENOENT') return false;
+      // Its folder is there, and the name is refused (EINVAL), or said not to be there (exFAT's
+      // answer to a name with ":" or "?"): "no such file or directory: a:b?.txt" named nothing
+      // missing.
+      if (
+        (code === 'EINVAL' || code === 'ENOENT') &&
+        (await isDirectory(dirname(target))) &&
+        !(await exists(target))
+      )
+        throw new NameRefusedError(
+          `the file system of ${resolve(dirname(target))} does not take the name ${basename(target)}; save it under another name with -o`,
+        );
       // Where NAME cannot be made (no such directory, no permission): the user's path, not the
       // .part's. A planted link keeps naming the .part: that is the file refused. So does a
       // "no such file" where NAME itself exists (/proc/version: its folder makes no files).

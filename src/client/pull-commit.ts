@@ -31,8 +31,13 @@ import { HOST_TAG, processAlive, trackTempFiles, untrackTempFiles } from '../sha
 
 /** A pull's temporary files: `.fshare-tmp-<pid>-<host tag>-<random>` (see artifacts.ts). */
 export const TEMP = '.fshare-tmp-';
-/** `<pid>-<host tag>-<random>`, and `.part` while download() writes it; older fshares: `<random>`. */
-export const TEMP_OWNED = /^(\d+)-([0-9a-f]{8})-[0-9a-f]{12}(\.part)?$/;
+/**
+ * `<pid>-<host tag>-<random>`, and `.part` while download() writes it, or `-<characters>` for a
+ * probe of the names a file system takes (artifacts.ts, NameProbe); older fshares: `<random>`.
+ */
+export const TEMP_OWNED = /^(\d+)-([0-9a-f]{8})-[0-9a-f]{12}(\.part|-.+)?$/s;
+/** An accent, as one character: a probe of Unicode forms ends in it (TEMP_OWNED). */
+export const FORM_PROBE = '-\u00e9';
 export const TEMP_OLD = /^[0-9a-f]{12}(\.part)?$/;
 
 const JOURNAL = /^\.fshare-pull-(\d+)-([0-9a-f]{8})-[0-9a-f]{12}$/;

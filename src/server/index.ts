@@ -1,5 +1,5 @@
 import { createHmac, randomBytes, randomUUID } from 'node:crypto';
-import { chmod, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import type { RequestListener, Server } from 'node:http';
 import { join } from 'node:path';
 import { isIPv6, type AddressInfo } from 'node:net';
@@ -364,6 +364,17 @@ async function openServer(
     throw err;
   });
   await chmod(dataDir, 0o700);
+  // A file system that keeps no permissions (NTFS through ntfs-3g, a Windows drive under WSL)
+  // takes the chmod and leaves the directory open to every user: its signing secret, with which
+  // anyone could make an administrator's token, and every share's content. Checked before
+  // anything is written there.
+  const { mode } = await stat(dataDir);
+  if ((mode & 0o077) !== 0)
+    throw new Error(
+      `the data directory ${dataDir} is on a file system that keeps no file permissions (made ` +
+        `0700, it is ${(mode & 0o777).toString(8)}), so every user of this machine could read ` +
+        `its signing secret and content; use a directory on another file system`,
+    );
   const { store, shared } = await openStore(options, dataDir, log);
   opened.push(() => store.close());
   const noDigest = process.env.FSHARE_BENCH_NO_DIGEST === '1';

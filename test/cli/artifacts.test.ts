@@ -663,7 +663,7 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     expect(await leftovers(out)).toEqual([]);
   }, 60_000);
 
-  it('push refuses a name no pull could write (a backslash, a name that is not UTF-8): exit 2, one line, nothing uploaded; --exclude leaves it out. Such a path made a manifest every later pull and push refused', async () => {
+  it('push refuses a name no pull could write (a backslash, a name that is not UTF-8, x:y at the top): exit 2, one line, nothing uploaded; --exclude leaves it out. Such a path made a manifest every later pull and push refused', async () => {
     const before = (await allShares(serve.url, token)).length;
     const backslash = await freshDir('bs-src');
     await put(backslash, 'ok.txt', 'ok\n');
@@ -678,7 +678,23 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     const bad = await admin.run(['push', latin1, '--name', 'latin1-name']);
     expect(bad.exitCode, bad.stderr).toBe(2);
     expect(expectErrorLine(bad.stderr)).toMatch(/not UTF-8/);
+
+    // Found from outside: x:y.txt at the top of a folder was pushed, and every pull of the set
+    // then stopped with "absolute path refused" (it reads as a Windows drive). Deeper, it is fine.
+    const drive = await freshDir('drive-src');
+    await put(drive, 'x:y.txt', 'drive\n');
+    await put(drive, 'sub/x:y.txt', 'deeper\n');
+    const driven = await admin.run(['push', drive, '--name', 'drive-name']);
+    expect(driven.exitCode, driven.stderr).toBe(2);
+    expect(expectErrorLine(driven.stderr)).toBe(
+      'fshare: x:y.txt: a name that begins with a letter and a colon, as a Windows drive does, cannot be at the top of a set; rename it or leave it out with --exclude',
+    );
     expect((await allShares(serve.url, token)).length).toBe(before);
+    const deeper = await push(drive, 'drive-name', ['--exclude', 'x:y.txt']);
+    expect(deeper.files).toBe(1);
+    const driveOut = await freshDir('drive-out');
+    await pull('drive-name', driveOut);
+    expect(await readFile(join(driveOut, 'sub', 'x:y.txt'), 'utf8')).toBe('deeper\n');
 
     const without = await push(latin1, 'latin1-name', ['--exclude', 'caf*']);
     expect(without.files).toBe(1);

@@ -237,8 +237,35 @@ describe('fshare serve, as an operator meets it', () => {
     }
   });
 
-  it('a data directory on exFAT (no hard links): one line at the start, exit 1', async (ctx) => {
+  // Found from outside: on a file system that keeps no permissions (NTFS through ntfs-3g, exFAT,
+  // a Windows drive under WSL) the server started, its data directory and signing secret open
+  // to every user of the machine (0777), so any of them could sign an administrator's token.
+  // Property: a data directory that cannot be made private is refused before anything is
+  // written there.
+  it('a data directory on a file system without permissions (exFAT): one line, exit 1, nothing written', async (ctx) => {
     const disk = await mountExfat(16);
+    if (typeof disk === 'string') return ctx.skip(disk);
+    try {
+      const data = join(disk.dir, 'data');
+      const res = await execa('node', [BIN, 'serve', '--port', '0', '--data-dir', data], {
+        env: cleanEnv(),
+        extendEnv: false,
+        reject: false,
+        stdin: 'ignore',
+      });
+      expect(res.exitCode).toBe(1);
+      expect(res.stderr.trim().split('\n')).toEqual([
+        `fshare: the data directory ${data} is on a file system that keeps no file permissions (made 0700, it is 777), so every user of this machine could read its signing secret and content; use a directory on another file system`,
+      ]);
+      expect(await readdir(data)).toEqual([]);
+    } finally {
+      await disk.unmount();
+    }
+  });
+
+  it('a data directory on exFAT (no hard links): one line at the start, exit 1', async (ctx) => {
+    // Private (umask=077), so that the start gets as far as the hard links.
+    const disk = await mountExfat(16, ['umask=077']);
     if (typeof disk === 'string') return ctx.skip(disk);
     try {
       const data = join(disk.dir, 'data');

@@ -40,10 +40,11 @@ export async function mountSmallDisk(mib: number, inodes?: number): Promise<Smal
 
 /**
  * Mounts a `mib` MiB exFAT file system (a file on a loop device, through Debian's exfat-fuse): a
- * file system without hard links or permission bits, such as a USB drive. A string is the
- * reason it cannot be done here.
+ * file system without hard links or permission bits (every file shows 0777 unless `options` say
+ * `umask=…`), whose names ignore case and exclude `:` and `?`, such as a USB drive. A string is
+ * the reason it cannot be done here.
  */
-export async function mountExfat(mib: number): Promise<SmallDisk | string> {
+export async function mountExfat(mib: number, options: string[] = []): Promise<SmallDisk | string> {
   const dir = await mkdtemp(join(tmpdir(), 'fshare-exfat-'));
   const image = `${dir}.img`;
   const run = (cmd: string, args: string[]) =>
@@ -53,7 +54,7 @@ export async function mountExfat(mib: number): Promise<SmallDisk | string> {
     run('truncate', ['-s', `${mib}M`, image]);
     run('mkfs.exfat', [image]);
     loop = run('losetup', ['-f', '--show', image]);
-    run('mount.exfat-fuse', [loop, dir]);
+    run('mount.exfat-fuse', [...options.flatMap((o) => ['-o', o]), loop, dir]);
   } catch (err) {
     if (loop) execFileSync('losetup', ['-d', loop], { stdio: 'pipe' });
     await rm(dir, { recursive: true, force: true });
