@@ -287,6 +287,40 @@ describe('fshare serve, as an operator meets it', () => {
     }
   });
 
+  // Found from outside: `--data-dir ~` (or `.` in a project) made the directory 0700 and wrote
+  // db.json, secret, content/… among the user's files. Property: a directory holding files,
+  // none of them fshare's, is refused with nothing changed; a new volume (lost+found) is taken.
+  it("a --data-dir holding someone else's files: one line, exit 1, its mode and files untouched", async () => {
+    const dir = await tempDir('not-data');
+    const home = join(dir, 'home');
+    await mkdir(join(home, 'projects'), { recursive: true });
+    await mkdir(join(home, '.cache'));
+    await writeFile(join(home, 'notes.txt'), 'mine');
+    const { chmod } = await import('node:fs/promises');
+    await chmod(home, 0o755);
+    const res = await execa('node', [BIN, 'serve', '--port', '0', '--data-dir', home], {
+      env: cleanEnv(),
+      extendEnv: false,
+      reject: false,
+      stdin: 'ignore',
+    });
+    expect(res.exitCode).toBe(1);
+    expect(res.stderr.trim().split('\n')).toEqual([
+      `fshare: ${home} is no fshare data directory: it holds other files (notes.txt, projects) and none of fshare's, and a start would make it private (0700) and write among them; give --data-dir a new or empty directory`,
+    ]);
+    expect((await stat(home)).mode & 0o777).toBe(0o755);
+    expect((await readdir(home)).sort()).toEqual(['.cache', 'notes.txt', 'projects']);
+
+    const volume = join(dir, 'volume');
+    await mkdir(join(volume, 'lost+found'), { recursive: true });
+    const running = await serve(['--data-dir', volume]);
+    expect(running.url).toMatch(/^http:/);
+    running.child.kill('SIGTERM');
+    await running.child;
+    expect(await readdir(volume)).toContain('db.json');
+    await rm(dir, { recursive: true, force: true });
+  });
+
   it('the first start keeps the generated admin password in a 0600 file that signs in', async () => {
     const dir = await tempDir('first');
     cleanup.push(() => rm(dir, { recursive: true, force: true }));
