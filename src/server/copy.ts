@@ -2,11 +2,11 @@ import { randomUUID } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { HashWorker } from '../shared/hasher.js';
 import { openStorage, openStore, storeName } from './backends.js';
+import { prepareDataDir } from './datadir.js';
 import type { ServerOptions } from './options.js';
 import type { ChunkFields, ContentStorage, NewContent } from './storage/index.js';
 import { ForeignContentError } from './storage/owner.js';
 import { blobOf, type MetadataStore, type ShareRecord } from './store/index.js';
-import { makeDirs } from '../shared/mkdirs.js';
 
 /** Where a server's data is: the data directory, and PostgreSQL and S3 when given. */
 export type Backend = Pick<
@@ -32,7 +32,7 @@ interface Opened {
 }
 
 async function open(backend: Backend, log: (line: string) => void): Promise<Opened> {
-  await makeDirs(backend.dataDir);
+  await prepareDataDir(backend.dataDir);
   const options: ServerOptions = { ...backend };
   const { store } = await openStore(options, backend.dataDir, log);
   const hasher = new HashWorker();
