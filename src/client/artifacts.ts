@@ -380,6 +380,8 @@ interface LocalFile {
   /** Changes with every write, even one that puts the mtime back (`touch -d`), as git knows. */
   ctimeMs: number;
   ino: number;
+  /** When its stamp was read (before any of its bytes). */
+  seenAt: number;
   sha256?: string;
 }
 
@@ -393,9 +395,12 @@ type FileStamp = Pick<LocalFile, 'size' | 'mtimeMs' | 'ctimeMs' | 'ino'>;
  */
 export interface HashCache {
   get(abs: string, stamp: FileStamp): string | undefined;
-  set(abs: string, stamp: FileStamp, sha256: string): void;
+  set(abs: string, stamp: FileStamp & Pick<LocalFile, 'seenAt'>, sha256: string): void;
   save(): Promise<void>;
 }
+
+/** The coarsest tick of a file's times that fshare knows of (FAT's two seconds). */
+const RACY_MS = 2000;
 
 export function fileHashCache(file: string): HashCache {
   type Entry = [size: number, mtimeMs: number, ino: number, sha256: string, ctimeMs: number];
@@ -424,6 +429,12 @@ export function fileHashCache(file: string): HashCache {
       return same && typeof e[3] === 'string' ? e[3] : undefined;
     },
     set(abs, f, sha256) {
+      // Racily clean, as git says: a file changed within its stamp's tick of being seen could
+      // change again, with the same size, after it was read, and keep its stamp (exFAT and FAT
+      // count whole seconds, HFS+ and ext3 too). Found: on exFAT, a push right after a same-size
+      // edit said "unchanged", 5 times in 5, and the set kept the old bytes. Such a file is
+      // hashed again by the next push.
+      if (f.seenAt - Math.max(f.mtimeMs, f.ctimeMs) < RACY_MS) return;
       load()[abs] = [f.size, f.mtimeMs, f.ino, sha256, f.ctimeMs];
       dirty = true;
     },
@@ -537,6 +548,7 @@ async function scanTree(
           mtimeMs: st.mtimeMs,
           ctimeMs: st.ctimeMs,
           ino: st.ino,
+          seenAt: Date.now(),
         });
         any = true;
       } else if (!exc(childRel)) {

@@ -514,6 +514,9 @@ describe('push hash cache', () => {
       const src = join(work, 'hash-src');
       await mkdir(src, { recursive: true });
       for (let i = 0; i < 300; i++) await writeFile(join(src, `f${i}.txt`), `file ${i}\n`);
+      // A file changed within the last two seconds is not cached (its times could stay the same
+      // through another change): these are cached, so the push writes the cache.
+      await new Promise((resolve) => setTimeout(resolve, 2100));
       // Fill the disk: the cache (some 30 KiB for 300 paths) cannot be written.
       await writeFile(join(disk.dir, 'filler'), Buffer.alloc(1024 * 1024)).catch(() => undefined);
       const res = await cli.run(['--server', serve.url, 'push', src, '--name', 'hashcache']);
