@@ -1256,10 +1256,6 @@ function parseMeta(text: string): Meta | null {
 }
 
 /**
- * An upload left by fshare 0.1 (`total`, chunks as `<index>` files or `<index>.at` records
- * pointing into `data`): rewritten as a joined-mode upload with the same chunks.
- */
-/**
  * Removes an upload's folder so that a crash midway cannot leave a log of committed chunks
  * without their bytes (an upload that would then publish a hole): its record goes first, and a
  * folder without one is no upload (`load`).
@@ -1270,6 +1266,10 @@ async function removeUploadDir(dir: string): Promise<void> {
   await rm(dir, { recursive: true, force: true });
 }
 
+/**
+ * An upload left by fshare 0.1 (`total`, chunks as `<index>` files or `<index>.at` records
+ * pointing into `data`): rewritten as a joined-mode upload with the same chunks.
+ */
 async function convertLegacy(dir: string, names: string[]): Promise<Meta | null> {
   const total = Number((await readFile(join(dir, 'total'), 'utf8').catch(() => '')).trim());
   if (!Number.isSafeInteger(total) || total < 1) return null;
