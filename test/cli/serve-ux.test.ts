@@ -61,6 +61,15 @@ async function serve(
   return { child, url, stdout: () => out, stderr: () => err };
 }
 
+/** `fshare serve` on `dataDir` that is expected to stop at the start: its result. */
+const serveOnce = (dataDir: string) =>
+  execa('node', [BIN, 'serve', '--port', '0', '--data-dir', dataDir], {
+    env: cleanEnv(),
+    extendEnv: false,
+    reject: false,
+    stdin: 'ignore',
+  });
+
 /** Waits until `test` holds for the server's stderr (the log is written after the response). */
 async function logged(running: Running, test: (text: string) => boolean): Promise<string> {
   for (let i = 0; i < 200 && !test(running.stderr()); i++)
@@ -188,12 +197,7 @@ describe('fshare serve, as an operator meets it', () => {
     const dir = await tempDir('data-file');
     const file = join(dir, 'not-a-dir');
     await writeFile(file, 'keep me');
-    const res = await execa('node', [BIN, 'serve', '--port', '0', '--data-dir', file], {
-      env: cleanEnv(),
-      extendEnv: false,
-      reject: false,
-      stdin: 'ignore',
-    });
+    const res = await serveOnce(file);
     expect(res.exitCode).toBe(1);
     expect(res.stderr.trim().split('\n')).toEqual([
       `fshare: the data directory ${file} is not a directory`,
@@ -216,16 +220,7 @@ describe('fshare serve, as an operator meets it', () => {
     const { execFileSync } = await import('node:child_process');
     execFileSync('mount', ['--bind', disk.dir, content]);
     try {
-      const res = await execa(
-        'node',
-        [BIN, 'serve', '--port', '0', '--data-dir', join(dir, 'data')],
-        {
-          env: cleanEnv(),
-          extendEnv: false,
-          reject: false,
-          stdin: 'ignore',
-        },
-      );
+      const res = await serveOnce(join(dir, 'data'));
       expect(res.exitCode).toBe(1);
       expect(res.stderr.trim().split('\n')).toEqual([
         `fshare: ${content} is on another file system than the data directory ${join(dir, 'data')} (a volume mounted there?): fshare renames and links files between its folders, which needs one file system; mount the volume on the data directory instead, or point --data-dir at a directory on it`,
@@ -247,12 +242,7 @@ describe('fshare serve, as an operator meets it', () => {
     if (typeof disk === 'string') return ctx.skip(disk);
     try {
       const data = join(disk.dir, 'data');
-      const res = await execa('node', [BIN, 'serve', '--port', '0', '--data-dir', data], {
-        env: cleanEnv(),
-        extendEnv: false,
-        reject: false,
-        stdin: 'ignore',
-      });
+      const res = await serveOnce(data);
       expect(res.exitCode).toBe(1);
       expect(res.stderr.trim().split('\n')).toEqual([
         `fshare: the data directory ${data} is on a file system that keeps no file permissions (made 0700, it is 777), so every user of this machine could read its signing secret and content; use a directory on another file system`,
@@ -269,12 +259,7 @@ describe('fshare serve, as an operator meets it', () => {
     if (typeof disk === 'string') return ctx.skip(disk);
     try {
       const data = join(disk.dir, 'data');
-      const res = await execa('node', [BIN, 'serve', '--port', '0', '--data-dir', data], {
-        env: cleanEnv(),
-        extendEnv: false,
-        reject: false,
-        stdin: 'ignore',
-      });
+      const res = await serveOnce(data);
       expect(res.exitCode).toBe(1);
       expect(res.stderr.trim().split('\n')).toEqual([
         `fshare: the file system of ${data} has no hard links (EPERM), which fshare needs to publish finished uploads; use a directory on another file system (ext4, XFS, Btrfs, ZFS, NFS)`,
@@ -298,12 +283,7 @@ describe('fshare serve, as an operator meets it', () => {
     await writeFile(join(home, 'notes.txt'), 'mine');
     const { chmod } = await import('node:fs/promises');
     await chmod(home, 0o755);
-    const res = await execa('node', [BIN, 'serve', '--port', '0', '--data-dir', home], {
-      env: cleanEnv(),
-      extendEnv: false,
-      reject: false,
-      stdin: 'ignore',
-    });
+    const res = await serveOnce(home);
     expect(res.exitCode).toBe(1);
     expect(res.stderr.trim().split('\n')).toEqual([
       `fshare: ${home} is no fshare data directory: it holds other files (notes.txt, projects) and none of fshare's, and a start would make it private (0700) and write among them; give --data-dir a new or empty directory`,

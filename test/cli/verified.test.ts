@@ -425,6 +425,19 @@ describe('verified transfers against fshare serve', () => {
     }
   });
 
+  /** Fills the small disk at `dir` to its last byte. */
+  const fillUp = async (dir: string) => {
+    await writeFile(join(dir, 'filler'), Buffer.alloc(1024 * 1024 - 8 * 1024)).catch(
+      () => undefined,
+    );
+    while (
+      await appendFile(join(dir, 'filler'), Buffer.alloc(512)).then(
+        () => true,
+        () => false,
+      )
+    );
+  };
+
   // Property: the resume record (and a download's validator) is a convenience. Its disk being
   // full must neither fail the transfer nor leave an empty share behind that no record names
   // (an upload did both: exit 1 with a pathless "no space left on the device", after the share
@@ -435,15 +448,7 @@ describe('verified transfers against fshare serve', () => {
     try {
       const config = join(disk.dir, 'config');
       const cli = await createCli(config);
-      await writeFile(join(disk.dir, 'filler'), Buffer.alloc(1024 * 1024 - 8 * 1024)).catch(
-        () => undefined,
-      );
-      while (
-        await appendFile(join(disk.dir, 'filler'), Buffer.alloc(512)).then(
-          () => true,
-          () => false,
-        )
-      );
+      await fillUp(disk.dir);
       const data = randomBytes(3 * 64 * 1024 + 5);
       await writeFile(join(work, 'home-full.bin'), data);
       const res = await cli.run(
@@ -506,15 +511,7 @@ describe('verified transfers against fshare serve', () => {
     try {
       const config = join(disk.dir, 'config');
       const cli = await createCli(config);
-      await writeFile(join(disk.dir, 'filler'), Buffer.alloc(1024 * 1024 - 8 * 1024)).catch(
-        () => undefined,
-      );
-      while (
-        await appendFile(join(disk.dir, 'filler'), Buffer.alloc(512)).then(
-          () => true,
-          () => false,
-        )
-      );
+      await fillUp(disk.dir);
       await writeFile(join(work, 'home-full-broken.bin'), randomBytes(100_000));
       const res = await cli.run(
         ['--server', await proxy.url, 'upload', join(work, 'home-full-broken.bin')],
