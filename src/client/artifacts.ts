@@ -1611,7 +1611,7 @@ async function checkNames(root: string, manifest: Manifest): Promise<void> {
   }
   const byKey = new Map<string, string>();
   for (const f of manifest.files) {
-    const key = f.path.normalize('NFC').toLowerCase();
+    const key = foldName(f.path);
     const first = byKey.get(key);
     if (first === undefined) byKey.set(key, f.path);
     else if (await probe.oneName(first, f.path))
@@ -1622,6 +1622,9 @@ async function checkNames(root: string, manifest: Manifest): Promise<void> {
       );
   }
 }
+
+/** Paths that a file system folding case or Unicode form takes for one have one fold. */
+const foldName = (path: string) => path.normalize('NFC').toLowerCase();
 
 /** Characters every file system fshare knows takes in a name (and "/"): no need to ask. */
 const PLAIN_CHARS = /[A-Za-z0-9._ +,=@~/-]/g;
@@ -1895,6 +1898,17 @@ async function listExtra(
   const keep = new Set(manifest.files.map((f) => f.path));
   const keepDirs = new Set(manifest.dirs);
   for (const f of manifest.files) for (const d of parentsOf(f.path)) keepDirs.add(d);
+  // Found from outside: on exFAT, DIR's Readme was the set's README (one name there), and
+  // --delete removed it as a file the set lacks: "2 files", exit 0, README gone. A name of DIR
+  // that the file system takes for one of the set's is the set's.
+  const folded = new Map<string, string>();
+  for (const path of [...keep, ...keepDirs]) folded.set(foldName(path), path);
+  const probe = new NameProbe(root);
+  const kept = async (rel: string, exact: Set<string>) => {
+    if (exact.has(rel)) return true;
+    const twin = folded.get(foldName(rel));
+    return twin !== undefined && exact.has(twin) && (await probe.oneName(rel, twin));
+  };
   const extra: Extra = { files: [], counted: 0, emptied: [] };
   const walk = async (abs: string, rel: string) => {
     for (const e of await readdir(abs, { withFileTypes: true })) {
@@ -1903,8 +1917,8 @@ async function listExtra(
       if (inTheWay.has(childAbs)) continue;
       if (e.isDirectory()) {
         await walk(childAbs, childRel);
-        if (!keepDirs.has(childRel)) extra.emptied.push(childAbs);
-      } else if (!keep.has(childRel) && !isPullJournal(e.name) && e.name !== PULL_LOCK) {
+        if (!(await kept(childRel, keepDirs))) extra.emptied.push(childAbs);
+      } else if (!(await kept(childRel, keep)) && !isPullJournal(e.name) && e.name !== PULL_LOCK) {
         const temp = await pullTemp(childAbs, e.name);
         if (temp === 'live') continue;
         extra.files.push(childAbs);

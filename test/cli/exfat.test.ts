@@ -102,6 +102,33 @@ describe('fshare on exFAT', () => {
     }
   });
 
+  // Found: a folder there holding Readme, pulled with --delete from a set holding README (one
+  // name on exFAT): the pull said "2 files … 1 removed", exit 0, and README was gone: Readme was
+  // removed as a file the set lacks, and it was README. Property: after pull --delete, every file
+  // of the set is there with its bytes, and only what the set lacks is removed.
+  it("pull --delete keeps a file whose name differs from the set's only in case", async (ctx) => {
+    if (typeof disk === 'string') return ctx.skip(disk);
+    const src = join(work, 'readme-src');
+    await import('node:fs/promises').then((fs) => fs.mkdir(src));
+    await writeFile(join(src, 'README'), "the set's readme\n");
+    await writeFile(join(src, 'other.txt'), 'other\n');
+    expect((await admin.run(['push', src, '--name', 'readme'])).exitCode).toBe(0);
+    for (const [round, old] of ["the set's readme\n", 'an older readme\n'].entries()) {
+      const into = join(disk.dir, `readme-${round}`);
+      await import('node:fs/promises').then((fs) => fs.mkdir(into));
+      await writeFile(join(into, 'Readme'), old);
+      await writeFile(join(into, 'stray.txt'), 'not in the set\n');
+      const res = await admin.run(['pull', 'readme', into, '--delete']);
+      expect(res.exitCode, res.stderr).toBe(0);
+      expect(await readFile(join(into, 'README'), 'utf8')).toBe("the set's readme\n");
+      expect(await readFile(join(into, 'other.txt'), 'utf8')).toBe('other\n');
+      expect((await readdir(into)).map((n) => n.toLowerCase()).sort()).toEqual([
+        'other.txt',
+        'readme',
+      ]);
+    }
+  });
+
   // Found: a set holding A.txt and a.txt pulled there was written into one file ("4 files",
   // exit 0; the next pull found both "already there"); one holding sub/x:y.txt stopped halfway
   // through putting its files in place, the folder a mix of two versions, and every later pull
