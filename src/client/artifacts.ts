@@ -1609,16 +1609,25 @@ async function checkNames(root: string, manifest: Manifest): Promise<void> {
           `nothing written; pull into a directory on a file system that does`,
       );
   }
-  const byKey = new Map<string, string>();
-  for (const f of manifest.files) {
-    const key = foldName(f.path);
+  // Two files that are one name lose one of them; a file and a directory that are one name
+  // stop the commit halfway (found: docs and Docs/x). Two directories just merge: each file of
+  // both is there, under its own name.
+  const dirs = new Set(manifest.dirs);
+  for (const f of manifest.files) for (const d of parentsOf(f.path)) dirs.add(d);
+  const entries = [
+    ...manifest.files.map((f) => ({ path: f.path, file: true })),
+    ...[...dirs].map((path) => ({ path, file: false })),
+  ];
+  const byKey = new Map<string, { path: string; file: boolean }>();
+  for (const entry of entries) {
+    const key = foldName(entry.path);
     const first = byKey.get(key);
-    if (first === undefined) byKey.set(key, f.path);
-    else if (await probe.oneName(first, f.path))
+    if (first === undefined) byKey.set(key, entry);
+    else if ((first.file || entry.file) && (await probe.oneName(first.path, entry.path)))
       throw new ManifestError(
-        `the set holds ${first} and ${f.path}, which are one name on the file system of ${root} ` +
-          `(it does not tell case or Unicode forms apart): nothing written; pull into a ` +
-          `directory on a file system that does`,
+        `the set holds ${first.path} and ${entry.path}, which are one name on the file system ` +
+          `of ${root} (it does not tell case or Unicode forms apart): nothing written; pull ` +
+          `into a directory on a file system that does`,
       );
   }
 }

@@ -184,6 +184,34 @@ describe('fshare on exFAT', () => {
       `fshare: sub/x:y.txt: the file system of ${intoColon} does not take ":" in a name: nothing written; pull into a directory on a file system that does`,
     );
     expect(await readdir(intoColon)).toEqual([]);
+    // A file and a directory that are one name there (docs, Docs/x) stopped the commit halfway
+    // (EISDIR): refused before anything is written. Two directories (Dir/x, dir/y) just merge.
+    const shapes = join(work, 'shapes');
+    const merged = join(work, 'merged');
+    await import('node:fs/promises').then(async (fs) => {
+      await fs.mkdir(join(shapes, 'Docs'), { recursive: true });
+      await fs.mkdir(join(merged, 'Dir'), { recursive: true });
+      await fs.mkdir(join(merged, 'dir'), { recursive: true });
+    });
+    await writeFile(join(shapes, 'docs'), 'a file\n');
+    await writeFile(join(shapes, 'Docs', 'x'), 'in a directory\n');
+    await writeFile(join(merged, 'Dir', 'x'), 'x\n');
+    await writeFile(join(merged, 'dir', 'y'), 'y\n');
+    expect((await admin.run(['push', shapes, '--name', 'shapes'])).exitCode).toBe(0);
+    expect((await admin.run(['push', merged, '--name', 'merged'])).exitCode).toBe(0);
+    const intoShapes = join(disk.dir, 'shapes');
+    const shaped = await admin.run(['pull', 'shapes', intoShapes]);
+    expect(shaped.exitCode).toBe(1);
+    expect(errorLine(shaped.stderr)).toBe(
+      `fshare: the set holds docs and Docs, which are one name on the file system of ${intoShapes} (it does not tell case or Unicode forms apart): nothing written; pull into a directory on a file system that does`,
+    );
+    expect(await readdir(intoShapes)).toEqual([]);
+    const intoMerged = join(disk.dir, 'merged');
+    const both = await admin.run(['pull', 'merged', intoMerged]);
+    expect(both.exitCode, both.stderr).toBe(0);
+    expect(await readFile(join(intoMerged, 'Dir', 'x'), 'utf8')).toBe('x\n');
+    expect(await readFile(join(intoMerged, 'dir', 'y'), 'utf8')).toBe('y\n');
+
     // And nothing is left to finish: a pull of another set into it just works.
     const after = await admin.run(['pull', 'cases', join(work, 'pulled-again')]);
     expect(after.exitCode, after.stderr).toBe(0);
