@@ -1703,6 +1703,8 @@ class NameProbe {
       const code = (err as NodeJS.ErrnoException).code;
       // exFAT answers a name with ":" "no such file"; others say it is invalid.
       if (made && (code === 'ENOENT' || code === 'EINVAL' || code === 'EILSEQ')) return false;
+      // DIR is what cannot be written (read-only, full), not a probe the user never made.
+      if (err && typeof err === 'object') (err as NodeJS.ErrnoException).path = this.root;
       throw err;
     } finally {
       settled(base);

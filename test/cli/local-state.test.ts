@@ -332,6 +332,31 @@ describe('a directory that cannot be made is named with the real cause', () => {
     }
   });
 
+  // Found: a pull into a read-only DIR of a set with a name the file system is asked about
+  // (x:y.txt) said `read-only file system: DIR/.fshare-tmp-…-:`, a probe file the user never
+  // made. Property: the line names DIR.
+  it('pull into a read-only directory names it, never a probe file of its own', async (ctx) => {
+    const parent = await mkdtemp(join(tmpdir(), 'fshare-ro-pull-'));
+    const pusher = await signedIn();
+    const tree = join(parent, 'tree');
+    await mkdir(join(tree, 'sub'), { recursive: true });
+    await writeFile(join(tree, 'sub', 'x:y.txt'), 'colon');
+    const pushed = await pusher.run(['push', tree, '--name', 'ro-probe']);
+    expect(pushed.exitCode, pushed.stderr).toBe(0);
+    const into = join(parent, 'into');
+    await mkdir(into);
+    const release = readOnly(into);
+    if (typeof release === 'string') return ctx.skip(release);
+    try {
+      const pull = await pusher.run(['pull', 'ro-probe', into]);
+      expect(pull.exitCode).toBe(1);
+      expect(fshareLines(pull.stderr)).toEqual([`fshare: read-only file system: ${into}`]);
+    } finally {
+      release();
+      await rm(parent, { recursive: true, force: true });
+    }
+  });
+
   it('on a disk out of inodes: login says no space is left, naming the directory', async (ctx) => {
     const disk = await mountSmallDisk(8, 40);
     if (typeof disk === 'string') return ctx.skip(disk);
