@@ -123,3 +123,47 @@ describe('fshare serve behind a connection pooler', () => {
     expect(again.stdout.equals(second)).toBe(true);
   }, 180_000);
 });
+
+describe('fshare serve on a database its user may not make tables in', () => {
+  // Found from outside: PostgreSQL 15 and later let only a database's owner create tables in
+  // `public`, and a start as another user stopped with "permission denied for schema public",
+  // which does not say what to grant. Property: the line names the user and the two ways out,
+  // and after either the same command starts.
+  it('one line naming the grant, exit 1; after GRANT CREATE the start goes on', async () => {
+    const database = await createDatabase(pg.adminUrl);
+    const role = `app_${randomBytes(4).toString('hex')}`;
+    const admin = new Client({ connectionString: database });
+    await admin.connect();
+    try {
+      await admin.query(`CREATE ROLE ${role} LOGIN`);
+    } finally {
+      await admin.end();
+    }
+    const url = new URL(database);
+    url.username = role;
+    const dataDir = await tempDir('no-create');
+    cleanup.push(() => rm(dataDir, { recursive: true, force: true }));
+    const start = () =>
+      execa(
+        'node',
+        [BIN, 'serve', '--port', '0', '--data-dir', dataDir, '--database', url.toString()],
+        { env: cleanEnv(), extendEnv: false, reject: false, stdin: 'ignore', timeout: 60_000 },
+      );
+    const refused = await start();
+    expect(refused.exitCode).toBe(1);
+    expect(refused.stderr.trim().split('\n')).toEqual([
+      `fshare: PostgreSQL at ${url.host}: permission denied for schema public (fshare makes its tables at the first start: make ${role} the database's owner, or GRANT CREATE ON SCHEMA public TO ${role})`,
+    ]);
+    expect(await tables(database)).toEqual([]);
+    const owner = new Client({ connectionString: database });
+    await owner.connect();
+    try {
+      await owner.query(`GRANT CREATE ON SCHEMA public TO ${role}`);
+    } finally {
+      await owner.end();
+    }
+    const server = await startServe({ env: { FSHARE_DATABASE: url.toString() } });
+    cleanup.push(() => server.stop());
+    expect(await tables(database)).toContain('fshare_users');
+  }, 120_000);
+});

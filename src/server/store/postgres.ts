@@ -463,7 +463,16 @@ export class PostgresStore implements MetadataStore {
       await requireSessions(client, config);
       await migrate(client, log);
     } catch (err) {
-      throw new Error(`PostgreSQL at ${where}: ${reason(err)}`);
+      // PostgreSQL 15 and later let only the database's owner create tables in `public`:
+      // "permission denied for schema public" alone does not say what to grant.
+      const denied = (err as { code?: string }).code === '42501';
+      throw new Error(
+        `PostgreSQL at ${where}: ${reason(err)}` +
+          (denied
+            ? ` (fshare makes its tables at the first start: make ${client.user ?? 'its user'} ` +
+              `the database's owner, or GRANT CREATE ON SCHEMA public TO ${client.user ?? 'it'})`
+            : ''),
+      );
     } finally {
       await client.end().catch(() => undefined);
     }
