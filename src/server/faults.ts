@@ -9,7 +9,9 @@
  * header of its answer), handover.after-record (a share's new owner recorded with its mark,
  * before the old owner's unfinished uploads are ended: handover.ts); with S3 storage,
  * s3.before-publish (content assembled under a new name and its publishing record written) and
- * s3.after-publish (recorded in the metadata, before the upload's tombstone and clean-up).
+ * s3.after-publish (recorded in the metadata, before the upload's tombstone and clean-up);
+ * start.probe-linked (the start's probe of hard links made and linked into content/, before
+ * both are removed: storage/files.ts, checkOneFileSystem).
  */
 const spec = /^([a-z0-9.-]+)(?::(\d+))?$/.exec(process.env.FSHARE_FAULT ?? '');
 const armed = spec?.[1];

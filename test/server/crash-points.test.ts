@@ -201,6 +201,32 @@ describe('chunks', () => {
   });
 });
 
+describe('starting', () => {
+  // Property: whatever a killed start leaves, the next start goes on. A start that was the first
+  // (no share yet, no content-owner mark) killed while its hard-link probe was linked into
+  // content/ left a file named as content: the next start counted it as content at stake and
+  // refused to start ("holds 1 stored file"), for a file of its own.
+  it('killed while the first start probes for hard links: the next start goes on, the probe gone', async () => {
+    const dir = dirIn('start-probe');
+    const first = await serve(dir, { FSHARE_FAULT: 'start.probe-linked' }).then(
+      async (running) => (await running.exited).signal,
+      (err: Error) => (/exited \(SIGKILL\)/.test(err.message) ? 'SIGKILL' : err.message),
+    );
+    expect(first).toBe('SIGKILL');
+    expect(await readdir(join(dir, 'content'))).toHaveLength(1);
+    const running = await serve(dir);
+    try {
+      expect(await readdir(join(dir, 'content'))).toEqual([]);
+      expect(await readdir(join(dir, 'incoming'))).toEqual([]);
+      const token = await login(running.url, ADMIN.username, ADMIN.password);
+      const id = await createShareWithContent(running.url, token, 'after.bin', randomBytes(1000));
+      expect((await getShare(running.url, token, id)).initialized).toBe(true);
+    } finally {
+      await stop(running);
+    }
+  });
+});
+
 describe('completing an upload', () => {
   it('killed after the new content was linked, before it was recorded: old content, no orphan; resend completes', async () => {
     const { dir, token } = await freshDir('after-link');

@@ -36,6 +36,9 @@ import { isContentName, isUploadName, mayRemoveUnnamed, type Owner } from './own
 import { SpaceReserve } from './space.js';
 import { makeDirs } from '../../shared/mkdirs.js';
 
+/** The share id of the start's probe link in content/ (checkOneFileSystem): no share has it. */
+const PROBE_SHARE = '00000000-0000-0000-0000-000000000000';
+
 /** Pieces of this size are read back and copied. */
 const PIECE = 1024 * 1024;
 /**
@@ -361,9 +364,15 @@ export class FileStorage implements ContentStorage {
     // Content that no share names: written by a completion that crashed before it was recorded,
     // or left by a removal that crashed. Removed only if this store owns the content (owner.ts).
     // Only files fshare names as content: a directory there (lost+found) stopped the start.
-    const unnamed = (await readdir(this.contentDir, { withFileTypes: true }))
-      .filter((e) => e.isFile() && isContentName(e.name) && !referenced(e.name))
-      .map((e) => e.name);
+    const unnamed: string[] = [];
+    for (const e of await readdir(this.contentDir, { withFileTypes: true })) {
+      if (!e.isFile() || !isContentName(e.name) || referenced(e.name)) continue;
+      // A start's own probe that a kill left (checkOneFileSystem): never anyone's content, and
+      // never counted as content at stake.
+      if (e.name.startsWith(`${PROBE_SHARE}.`))
+        await rm(join(this.contentDir, e.name), { force: true });
+      else unnamed.push(e.name);
+    }
     const markFile = join(this.dataDir, 'content-owner');
     const mayRemove = await mayRemoveUnnamed(
       {
@@ -417,10 +426,10 @@ export class FileStorage implements ContentStorage {
             `system; mount the volume on the data directory instead, or point --data-dir at a ` +
             `directory on it`,
         );
-    // Named as incoming/ and content/ name theirs, so that a crash between these lines leaves
-    // what the next start removes (content of no share: the nil share id).
+    // Named as incoming/ and content/ name theirs, so that what a kill between these lines
+    // leaves is removed by the next start (content of the nil share id, which no share has).
     const probe = join(this.incomingDir, rand());
-    const linked = join(this.contentDir, `00000000-0000-0000-0000-000000000000.${rand()}`);
+    const linked = join(this.contentDir, `${PROBE_SHARE}.${rand()}`);
     try {
       await (await open(probe, 'wx', 0o600)).close();
     } catch (err) {
@@ -429,6 +438,7 @@ export class FileStorage implements ContentStorage {
     }
     try {
       await link(probe, linked);
+      await fault('start.probe-linked');
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
       if (code === 'EPERM' || code === 'ENOTSUP' || code === 'EOPNOTSUPP' || code === 'ENOSYS')
