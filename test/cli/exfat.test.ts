@@ -1,7 +1,7 @@
 // The client on a USB drive's file system: exFAT (Debian's exfat-fuse on a loop device), which
 // keeps no permissions, does not tell case apart, and takes no ":" or "?" in a name. The built
 // binary against a real `fshare serve`. Each test names what was found from outside.
-import { readdir, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -87,7 +87,7 @@ describe('fshare on exFAT', () => {
   it('push right after a same-size edit sends the new bytes', async (ctx) => {
     if (typeof disk === 'string') return ctx.skip(disk);
     const dir = join(disk.dir, 'racy');
-    await import('node:fs/promises').then((fs) => fs.mkdir(dir));
+    await mkdir(dir);
     for (let round = 1; round <= 3; round++) {
       const name = `racy-${round}`;
       await writeFile(join(dir, 'f.txt'), `version A ${round}\n`);
@@ -109,13 +109,13 @@ describe('fshare on exFAT', () => {
   it("pull --delete keeps a file whose name differs from the set's only in case", async (ctx) => {
     if (typeof disk === 'string') return ctx.skip(disk);
     const src = join(work, 'readme-src');
-    await import('node:fs/promises').then((fs) => fs.mkdir(src));
+    await mkdir(src);
     await writeFile(join(src, 'README'), "the set's readme\n");
     await writeFile(join(src, 'other.txt'), 'other\n');
     expect((await admin.run(['push', src, '--name', 'readme'])).exitCode).toBe(0);
     for (const [round, old] of ["the set's readme\n", 'an older readme\n'].entries()) {
       const into = join(disk.dir, `readme-${round}`);
-      await import('node:fs/promises').then((fs) => fs.mkdir(into));
+      await mkdir(into);
       await writeFile(join(into, 'Readme'), old);
       await writeFile(join(into, 'stray.txt'), 'not in the set\n');
       const res = await admin.run(['pull', 'readme', into, '--delete']);
@@ -146,9 +146,7 @@ describe('fshare on exFAT', () => {
       [colon, { 'a.txt': 'a\n', 'sub/x:y.txt': 'colon\n', 'z.txt': 'z\n' }],
     ] as const) {
       for (const [rel, text] of Object.entries(files)) {
-        await import('node:fs/promises').then((fs) =>
-          fs.mkdir(join(dir, rel, '..'), { recursive: true }),
-        );
+        await mkdir(join(dir, rel, '..'), { recursive: true });
         await writeFile(join(dir, rel), text);
       }
     }
@@ -188,11 +186,9 @@ describe('fshare on exFAT', () => {
     // (EISDIR): refused before anything is written. Two directories (Dir/x, dir/y) just merge.
     const shapes = join(work, 'shapes');
     const merged = join(work, 'merged');
-    await import('node:fs/promises').then(async (fs) => {
-      await fs.mkdir(join(shapes, 'Docs'), { recursive: true });
-      await fs.mkdir(join(merged, 'Dir'), { recursive: true });
-      await fs.mkdir(join(merged, 'dir'), { recursive: true });
-    });
+    await mkdir(join(shapes, 'Docs'), { recursive: true });
+    await mkdir(join(merged, 'Dir'), { recursive: true });
+    await mkdir(join(merged, 'dir'), { recursive: true });
     await writeFile(join(shapes, 'docs'), 'a file\n');
     await writeFile(join(shapes, 'Docs', 'x'), 'in a directory\n');
     await writeFile(join(merged, 'Dir', 'x'), 'x\n');

@@ -1,6 +1,7 @@
+import { execFileSync } from 'node:child_process';
 import { createHmac, randomBytes } from 'node:crypto';
 import { closeSync, existsSync, openSync } from 'node:fs';
-import { mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -217,7 +218,6 @@ describe('fshare serve, as an operator meets it', () => {
     const dir = await tempDir('split-data');
     const content = join(dir, 'data', 'content');
     await mkdir(content, { recursive: true });
-    const { execFileSync } = await import('node:child_process');
     execFileSync('mount', ['--bind', disk.dir, content]);
     try {
       const res = await serveOnce(join(dir, 'data'));
@@ -281,7 +281,6 @@ describe('fshare serve, as an operator meets it', () => {
     await mkdir(join(home, 'projects'), { recursive: true });
     await mkdir(join(home, '.cache'));
     await writeFile(join(home, 'notes.txt'), 'mine');
-    const { chmod } = await import('node:fs/promises');
     await chmod(home, 0o755);
     const res = await serveOnce(home);
     expect(res.exitCode).toBe(1);
