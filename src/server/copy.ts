@@ -6,7 +6,14 @@ import { prepareDataDir } from './datadir.js';
 import type { ServerOptions } from './options.js';
 import type { ChunkFields, ContentStorage, NewContent } from './storage/index.js';
 import { ForeignContentError } from './storage/owner.js';
-import { blobOf, type MetadataStore, type ShareRecord } from './store/index.js';
+import { systemErrorText } from '../shared/syserr.js';
+import {
+  blobOf,
+  unfinishedCopyText,
+  type CopyMark,
+  type MetadataStore,
+  type ShareRecord,
+} from './store/index.js';
 
 /** Where a server's data is: the data directory, and PostgreSQL and S3 when given. */
 export type Backend = Pick<
@@ -106,14 +113,35 @@ export async function copyServerData(
   source: Backend,
   target: Backend,
   progress: (line: string) => void = () => undefined,
+  label: Pick<CopyMark, 'by' | 'from'> = {
+    by: 'a copy',
+    from: storeName(source, source.dataDir),
+  },
 ): Promise<CopyReport> {
   let from: Opened | undefined;
   let to: Opened | undefined;
   const report: CopyReport = { users: 0, shares: 0, links: 0, bytes: 0 };
+  const targetName = storeName(target, target.dataDir);
+  // Set once the target may hold part of this copy: from then on, a failure leaves it marked.
+  let marked = false;
   try {
     from = await open(source, progress);
+    // Part of a copy is no server's data: copied on, it would pass for the whole.
+    const sourceMark = await from.store.unfinishedCopy();
+    if (sourceMark)
+      throw new CopyError(
+        `${unfinishedCopyText(storeName(source, source.dataDir), sourceMark)}: run that command again to finish it before copying from it`,
+      );
     to = await open(target, progress);
-    if ((await to.store.userCount()) > 0 || (await to.store.shareCount()) > 0)
+    const leftover = await to.store.unfinishedCopy();
+    if (leftover) {
+      // What a copy that failed or was killed wrote: this copy starts it over.
+      marked = true;
+      progress(
+        `${unfinishedCopyText(targetName, leftover)}: removing it and starting the copy over`,
+      );
+      await to.store.clearUnfinishedCopy();
+    } else if ((await to.store.userCount()) > 0 || (await to.store.shareCount()) > 0)
       throw new CopyError(
         'The target already holds users or shares; copy into a new database, bucket prefix or directory',
       );
@@ -130,6 +158,11 @@ export async function copyServerData(
           `${err.content} already holds ${err.unnamed} stored file${err.unnamed === 1 ? '' : 's'}, which the copy would remove; copy into a new bucket prefix or directory`,
         );
       });
+
+    // Before anything is copied: until the mark ends, with the last step, no server starts on
+    // the target (a copy cut short would pass for the whole).
+    await to.store.markCopy({ ...label, started: new Date().toISOString() });
+    marked = true;
 
     await to.store.setSettings(await from.store.getSettings());
     const page = 500;
@@ -181,7 +214,15 @@ export async function copyServerData(
       if (actual !== sha256)
         throw new CopyError(`Share ${id}: the copy reads back with another sha256 than the source`);
     }
+    await to.store.markCopy(null);
     return report;
+  } catch (err) {
+    if (!marked) throw err;
+    const why = systemErrorText(err) ?? (err instanceof Error ? err.message : String(err));
+    throw new CopyError(
+      `${why.replace(/[.\s]+$/, '')}; the copy did not finish, and ${targetName} is marked so: no server starts on it until the same command, run again, has copied everything over`,
+      { cause: err },
+    );
   } finally {
     await close(to).catch(() => undefined);
     await close(from).catch(() => undefined);

@@ -37,7 +37,12 @@ import { userRoutes } from './routes/users.js';
 import { whoamiRoutes } from './routes/whoami.js';
 import { openStorage, openStore, storeName } from './backends.js';
 import type { ContentStorage } from './storage/index.js';
-import { blobOf, DuplicateUserError, type MetadataStore } from './store/index.js';
+import {
+  blobOf,
+  DuplicateUserError,
+  unfinishedCopyText,
+  type MetadataStore,
+} from './store/index.js';
 import { isUsername, UNPARSABLE } from './validate.js';
 import { prepareDataDir } from './datadir.js';
 
@@ -360,6 +365,13 @@ async function openServer(
   await prepareDataDir(dataDir);
   const { store, shared } = await openStore(options, dataDir, log);
   opened.push(() => store.close());
+  // Part of a copy (fshare admin import/export cut short) would pass for the whole server: some
+  // shares missing, with nothing to say so. Refused before anything reads or sweeps it.
+  const copyMark = await store.unfinishedCopy();
+  if (copyMark)
+    throw new Error(
+      `${unfinishedCopyText(storeName(options, dataDir), copyMark)}: no server starts on part of a copy; run that command again, which starts the copy over`,
+    );
   const noDigest = process.env.FSHARE_BENCH_NO_DIGEST === '1';
   if (noDigest) log('FSHARE_BENCH_NO_DIGEST=1: new content gets no sha256 (for benchmarks only)');
   const hasher = new HashWorker({ disabled: noDigest });

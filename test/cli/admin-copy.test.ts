@@ -251,6 +251,107 @@ describe('fshare admin import and export', () => {
     expect(res.stderr).toMatch(/did not copy whole/);
   });
 
+  // Property: a copy that did not finish is never served as a whole server. Found from outside:
+  // an import stopped by a damaged share left the database with the users and the shares copied
+  // so far; `fshare serve` started on it without a word (the rest of the shares missing), and
+  // running the import again was refused, the target holding users.
+  it('a copy that fails midway leaves its target marked: no server starts on it, and the same command run again starts it over', async () => {
+    const seeded = await seed();
+    // The second share copied (the small one) is damaged: the first is copied whole before it.
+    const contentDir = join(seeded.dataDir, 'content');
+    let damaged = '';
+    for (const name of await readdir(contentDir))
+      if ((await readFile(join(contentDir, name))).length === 30) damaged = join(contentDir, name);
+    const good = await readFile(damaged);
+    await writeFile(damaged, Buffer.from(good).fill(0x21, 0, 5));
+    const database = await createDatabase(pg.adminUrl);
+    const storage = await createBucket(s3.endpoint);
+    const args = ['admin', 'import', seeded.dataDir, ...backendArgs(database, storage)];
+    const failed = await cli.run(args, { env: S3_TEST_ENV });
+    expect(failed.exitCode).toBe(1);
+    expect(failed.stderr.split('\n').filter((l) => l.startsWith('fshare: The'))).toEqual([
+      expect.stringMatching(
+        /did not copy whole: .*; the copy did not finish, and the PostgreSQL database is marked so: no server starts on it until the same command, run again, has copied everything over$/,
+      ),
+    ]);
+
+    // The database holds the users and the first share: a server would have served them.
+    const serve = await cli.run(
+      ['serve', '--port', '0', ...backendArgs(database, storage), '--data-dir', await tempDir('d')],
+      { env: S3_TEST_ENV },
+    );
+    expect(serve.exitCode).toBe(1);
+    expect(serve.stderr.trim()).toMatch(
+      /^fshare: the PostgreSQL database holds part of a copy that did not finish \(fshare admin import from data: .+, begun \d{4}-\d\d-\d\dT[\d:.]+Z\): no server starts on part of a copy; run that command again, which starts the copy over$/,
+    );
+    expect(serve.stdout).not.toMatch(/Listening/);
+
+    await writeFile(damaged, good);
+    const again = await cli.run(args, { env: S3_TEST_ENV });
+    expect(again.exitCode, again.stderr).toBe(0);
+    expect(again.stderr).toMatch(
+      /holds part of a copy that did not finish \(fshare admin import .*\): removing it and starting the copy over/,
+    );
+    const shared = await startServer({
+      database,
+      storage,
+      s3Endpoint: s3.endpoint,
+      s3ForcePathStyle: true,
+    });
+    try {
+      await expectSame(shared.url, seeded, 1);
+    } finally {
+      await shared.close();
+    }
+  });
+
+  // Property: the same for a copy killed midway (SIGKILL while the second share's content is
+  // being stored), into a data directory: the export left there is refused by `fshare serve`
+  // and copied from by no one, and the same export run again replaces it whole.
+  it('an export killed midway is served by no one, copied by no one, and started over by the same command', async () => {
+    const seeded = await seed();
+    const database = await createDatabase(pg.adminUrl);
+    const storage = await createBucket(s3.endpoint);
+    const imported = await cli.run(
+      ['admin', 'import', seeded.dataDir, ...backendArgs(database, storage)],
+      { env: S3_TEST_ENV },
+    );
+    expect(imported.exitCode, imported.stderr).toBe(0);
+
+    const back = await tempDir('exported');
+    const exportArgs = ['admin', 'export', back, ...backendArgs(database, storage)];
+    const killed = await cli.start(exportArgs, {
+      env: { ...S3_TEST_ENV, FSHARE_FAULT: 'complete.after-link:2' },
+    });
+    expect(killed.signal).toBe('SIGKILL');
+    expect(await readdir(join(back, 'content'))).toHaveLength(2);
+
+    const serve = await cli.run(['serve', '--port', '0', '--data-dir', back]);
+    expect(serve.exitCode).toBe(1);
+    expect(serve.stderr.trim()).toMatch(
+      /^fshare: \S+db\.json holds part of a copy that did not finish \(fshare admin export from metadata: postgres:\/\/.+, content: s3:\/\/.+, begun .+\): no server starts on part of a copy; run that command again, which starts the copy over$/,
+    );
+    const onward = await cli.run(
+      ['admin', 'import', back, ...backendArgs(await createDatabase(pg.adminUrl), storage)],
+      { env: S3_TEST_ENV },
+    );
+    expect(onward.exitCode).toBe(1);
+    expect(onward.stderr).toMatch(
+      /holds part of a copy that did not finish \(fshare admin export .*\): run that command again to finish it before copying from it$/m,
+    );
+
+    const again = await cli.run(exportArgs, { env: S3_TEST_ENV });
+    expect(again.exitCode, again.stderr).toBe(0);
+    // What the killed export stored is gone: one file per share with content, no more.
+    expect(await readdir(join(back, 'content'))).toHaveLength(3);
+    const embedded = await startServer({ dataDir: back });
+    try {
+      await expectSame(embedded.url, seeded, 1);
+    } finally {
+      await embedded.close();
+    }
+  });
+
   it('needs a backend to copy to, and a data directory to copy from', async () => {
     const none = await cli.run(['admin', 'import', await tempDir('nothing')]);
     expect(none.exitCode).toBe(2);

@@ -14,15 +14,23 @@ interface BackendOpts {
   dataDir?: string;
 }
 
-/** A directory that does not exist yet or is empty: an export never mixes with other data. */
+/**
+ * A directory that does not exist yet or is empty: an export never mixes with other data. An
+ * fshare data directory passes, for the copy to decide: one that an export cut short left is
+ * started over, any other is refused as holding users or shares.
+ */
 async function mustBeEmpty(dir: string): Promise<void> {
   try {
-    if ((await readdir(dir)).length > 0)
+    const names = await readdir(dir);
+    if (names.length > 0 && !names.some((n) => METADATA_FILES.includes(n)))
       throw new UsageError(`${dir} is not empty; export into a new directory`);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
   }
 }
+
+/** What makes a directory an fshare data directory. */
+const METADATA_FILES = ['db.json', 'db.journal'];
 
 /**
  * The PostgreSQL/S3 side of a copy. `--data-dir` holds whichever of metadata and content is
@@ -88,7 +96,7 @@ export function registerAdmin(program: Command): void {
     if (direction === 'export') await mustBeEmpty(local.dataDir);
     else if (
       !(await readdir(local.dataDir).catch(() => [] as string[])).some((n) =>
-        ['db.json', 'db.journal'].includes(n),
+        METADATA_FILES.includes(n),
       )
     )
       throw new UsageError(`${local.dataDir} is not an fshare data directory (no db.json)`);
@@ -96,9 +104,14 @@ export function registerAdmin(program: Command): void {
       direction === 'import' ? [local, shared.backend] : [shared.backend, local];
     const { copyServerData } = await import('../../server/copy.js');
     try {
-      const report = await copyServerData(source, target, (line) => {
-        if (!json) warn(line);
-      });
+      const report = await copyServerData(
+        source,
+        target,
+        (line) => {
+          if (!json) warn(line);
+        },
+        { by: `fshare admin ${direction}`, from: describeBackends(source, source.dataDir) },
+      );
       if (json) return printJson({ ...report, verified: 'sha256' });
       printLine(
         `Copied ${report.users} users, ${report.shares} shares (${report.bytes} bytes, every one checked by sha256) and ${report.links} links`,
@@ -144,7 +157,7 @@ export function registerAdmin(program: Command): void {
         if (
           !opts.database &&
           !(await readdir(dataDir).catch(() => [] as string[])).some((n) =>
-            ['db.json', 'db.journal'].includes(n),
+            METADATA_FILES.includes(n),
           )
         )
           throw new UsageError(`${dataDir} is not an fshare data directory (no db.json)`);

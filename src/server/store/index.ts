@@ -82,8 +82,37 @@ export interface MetadataStore {
   /** This store's identity, which the content storage records (storage/owner.ts). */
   identity(): Promise<StoreIdentity>;
 
+  /**
+   * A copy into this store (`fshare admin import`/`export`) that began and did not end, or null.
+   * A store so marked holds part of a copy: no server starts on it, and no copy reads it.
+   */
+  unfinishedCopy(): Promise<CopyMark | null>;
+  /** Marks this store as the target of a copy under way, or (null) ends the mark; durable. */
+  markCopy(mark: CopyMark | null): Promise<void>;
+  /**
+   * Removes, in one step, every user, share, link, former user's name and revocation: what a
+   * copy that did not finish wrote, before it starts over. Only for a store so marked (throws
+   * otherwise); its settings, identity and mark stay.
+   */
+  clearUnfinishedCopy(): Promise<void>;
+
   /** Flushes and closes; later calls reject. */
   close(): Promise<void>;
+}
+
+/** What a copy under way records in its target (MetadataStore.markCopy). */
+export interface CopyMark {
+  /** The command that began it, e.g. `fshare admin import`. */
+  by: string;
+  /** Where it copies from, as the command named it. */
+  from: string;
+  /** When it began (ISO 8601). */
+  started: string;
+}
+
+/** `NAME holds part of a copy that did not finish (BY from FROM, begun STARTED)`. */
+export function unfinishedCopyText(name: string, mark: CopyMark): string {
+  return `${name} holds part of a copy that did not finish (${mark.by} from ${mark.from}, begun ${mark.started})`;
 }
 
 export interface StoreIdentity {

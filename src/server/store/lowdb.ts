@@ -17,6 +17,7 @@ import {
   type LinkRecord,
   type MetadataStore,
   type NewShare,
+  type CopyMark,
   type Settings,
   type ShareChanges,
   type StoreIdentity,
@@ -396,6 +397,19 @@ export class LowdbStore implements MetadataStore {
 
   async identity(): Promise<StoreIdentity> {
     return { id: this.idSaved ? this.state.data.store_id! : null, made: this.idMade };
+  }
+
+  async unfinishedCopy() {
+    const mark = this.state.data.copy_unfinished;
+    return mark ? { ...mark } : null;
+  }
+
+  markCopy(mark: CopyMark | null) {
+    return this.change({ op: 'markCopy', mark: mark && { ...mark } });
+  }
+
+  clearUnfinishedCopy() {
+    return this.change({ op: 'clearCopy' });
   }
 
   async shareCount() {

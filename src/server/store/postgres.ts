@@ -26,6 +26,7 @@ import {
   type NewShare,
   type Settings,
   type ShareChanges,
+  type CopyMark,
   type StoreIdentity,
   type ShareRecord,
   type UserChanges,
@@ -516,6 +517,42 @@ export class PostgresStore implements MetadataStore {
       `SELECT value FROM fshare_secrets WHERE name = 'store_id'`,
     );
     return { id: rows[0]!.value, made: made.rowCount === 1 };
+  }
+
+  async unfinishedCopy(): Promise<CopyMark | null> {
+    this.live();
+    const { rows } = await this.pool.query<{ value: string }>(
+      `SELECT value FROM fshare_secrets WHERE name = 'copy_unfinished'`,
+    );
+    return rows[0] ? (JSON.parse(rows[0].value) as CopyMark) : null;
+  }
+
+  async markCopy(mark: CopyMark | null): Promise<void> {
+    this.live();
+    if (mark)
+      await this.pool.query(
+        `INSERT INTO fshare_secrets (name, value) VALUES ('copy_unfinished', $1)
+           ON CONFLICT (name) DO UPDATE SET value = excluded.value`,
+        [JSON.stringify(mark)],
+      );
+    else await this.pool.query(`DELETE FROM fshare_secrets WHERE name = 'copy_unfinished'`);
+  }
+
+  async clearUnfinishedCopy(): Promise<void> {
+    await this.transaction(async (client) => {
+      const marked = await client.query(
+        `SELECT 1 FROM fshare_secrets WHERE name = 'copy_unfinished' FOR UPDATE`,
+      );
+      if (marked.rowCount === 0) throw new Error('no copy to start over here');
+      for (const table of [
+        'fshare_links',
+        'fshare_shares',
+        'fshare_users',
+        'fshare_former_users',
+        'fshare_revoked',
+      ])
+        await client.query(`DELETE FROM ${table}`);
+    });
   }
 
   /** A limiter whose counts every server on this database shares. */

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Permission } from '../../shared/permissions.js';
 import {
+  type CopyMark,
   DuplicateUserError,
   LastAdminError,
   LinkUsedUpError,
@@ -34,6 +35,8 @@ export interface DbData {
    * content storage records which store it belongs to (storage/owner.ts).
    */
   store_id?: string;
+  /** A copy into this store that began and did not end (MetadataStore.unfinishedCopy). */
+  copy_unfinished?: CopyMark;
 }
 
 /** One change to the metadata: what the journal records and what replay applies. */
@@ -48,7 +51,9 @@ export type Op =
   | { op: 'revoke'; jti: string; exp: number; now: number }
   | { op: 'addLink'; link: LinkRecord }
   | { op: 'deleteLink'; id: string }
-  | { op: 'countDownload'; id: string };
+  | { op: 'countDownload'; id: string }
+  | { op: 'markCopy'; mark: CopyMark | null }
+  | { op: 'clearCopy' };
 
 export const emptyData = (): DbData => ({
   version: 2,
@@ -266,6 +271,28 @@ export class State {
         link.downloads += 1;
         return;
       }
+      case 'markCopy':
+        if (op.mark) data.copy_unfinished = op.mark;
+        else delete data.copy_unfinished;
+        return;
+      case 'clearCopy':
+        if (!data.copy_unfinished && !replay) throw new Error('no copy to start over here');
+        data.users = [];
+        data.shares = [];
+        data.links = [];
+        data.revoked = {};
+        data.former_users = {};
+        for (const index of [
+          this.usersByName,
+          this.usersById,
+          this.sharesById,
+          this.usage,
+          this.linksById,
+          this.linksByHash,
+          this.expiring,
+        ])
+          index.clear();
+        return;
       default:
         throw new Error(`unknown operation ${JSON.stringify((op as { op: unknown }).op)}`);
     }
