@@ -4,7 +4,12 @@ import { HashWorker } from '../shared/hasher.js';
 import { openStorage, openStore, storeName } from './backends.js';
 import { prepareDataDir } from './datadir.js';
 import type { ServerOptions } from './options.js';
-import type { ChunkFields, ContentStorage, NewContent } from './storage/index.js';
+import {
+  ChunkRefusedError,
+  type ChunkFields,
+  type ContentStorage,
+  type NewContent,
+} from './storage/index.js';
 import { ForeignContentError } from './storage/owner.js';
 import { systemErrorText } from '../shared/syserr.js';
 import {
@@ -91,6 +96,11 @@ async function copyContent(from: Opened, to: Opened, share: ShareRecord): Promis
       return undefined;
     });
   } catch (err) {
+    // The target hashed the bytes read from the source: they are not what the source recorded.
+    if (err instanceof ChunkRefusedError && err.reason === 'digest')
+      throw new CopyError(
+        `The content of share ${share.share_id} (${share.file_name}) did not copy whole: the source reads back with another sha256 than the ${share.sha256} it recorded, so it is damaged there; restore it from a backup, or delete the share on the source`,
+      );
     throw new CopyError(
       `The content of share ${share.share_id} (${share.file_name}) did not copy whole: ${(err as Error).message}`,
     );
