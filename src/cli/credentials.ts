@@ -7,7 +7,7 @@
  *
  * Tokens never reach a log line, an error message or stdout from this module.
  */
-import { chmod, lstat, open, readFile, rename, unlink } from 'node:fs/promises';
+import { chmod, lstat, open, rename, unlink, type FileHandle } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import type { AsyncEntry } from '@napi-rs/keyring';
@@ -114,14 +114,46 @@ export function createCredentialStore(
   }
 
   async function loadFileTokens(): Promise<{ tokens: TokenFile } | { damage: string }> {
-    let text: string;
+    let handle: FileHandle;
     try {
-      text = await readFile(file, 'utf8');
+      handle = await open(file, 'r');
     } catch (err) {
       if (isErrno(err, 'ENOENT')) return { tokens: {} };
-      throw naming(err, file); // a read's EISDIR carries no path
+      throw naming(err, file);
     }
-    return parseTokenFile(text);
+    try {
+      const text = await handle.readFile('utf8');
+      await keepPrivate(handle);
+      return parseTokenFile(text);
+    } catch (err) {
+      throw naming(err, file); // a read's EISDIR carries no path
+    } finally {
+      await handle.close();
+    }
+  }
+
+  let looseTold = false;
+
+  /**
+   * The file is made 0600 again when it is found open to others (restored from a backup, copied
+   * with `cp -r` or synced as a dotfile under a umask of 022): found from outside, it was used
+   * as it was, tokens readable by every user of the machine. Said once per command.
+   */
+  async function keepPrivate(handle: FileHandle): Promise<void> {
+    const { mode } = await handle.stat();
+    if ((mode & 0o077) === 0) return;
+    const was = (mode & 0o777).toString(8);
+    const fixed = await handle.chmod(0o600).then(
+      async () => ((await handle.stat()).mode & 0o077) === 0,
+      () => false,
+    );
+    if (looseTold) return;
+    looseTold = true;
+    warn(
+      fixed
+        ? `fshare: the credentials file ${file} was open to other users (mode ${was}); it is 0600 again, but its tokens may have been read: fshare logout --everywhere ends every token of yours on a server`
+        : `fshare: the credentials file ${file} is open to other users (mode ${was}) and could not be made 0600, so its tokens can be read: move it into a private FSHARE_CONFIG_DIR`,
+    );
   }
 
   /**

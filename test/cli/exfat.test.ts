@@ -60,6 +60,26 @@ describe('fshare on exFAT', () => {
     );
   });
 
+  // Found: a credentials.json put there by hand (or by an older fshare) was used as it was,
+  // readable by every user. Property: each command says, once, that its tokens can be read and
+  // what to do, and goes on.
+  it('a credentials.json there is named as readable by others by each command', async (ctx) => {
+    if (typeof disk === 'string') return ctx.skip(disk);
+    const config = join(disk.dir, 'config-copied');
+    await mkdir(config);
+    const file = join(config, 'credentials.json');
+    await writeFile(file, await readFile(join(admin.configDir, 'credentials.json')));
+    const cli = await createCli(config);
+    for (let run = 0; run < 2; run++) {
+      const who = await cli.run(['--server', serve.url, 'whoami']);
+      expect(who.exitCode, who.stderr).toBe(0);
+      expect(who.stdout).toMatch(/^admin on /);
+      expect(errorLine(who.stderr)).toBe(
+        `fshare: the credentials file ${file} is open to other users (mode 777) and could not be made 0600, so its tokens can be read: move it into a private FSHARE_CONFIG_DIR`,
+      );
+    }
+  });
+
   // Found: `fshare get` of a share named a:b?.txt into a folder there said "no such file or
   // directory: a:b?.txt", exit 1, naming nothing missing. Property: the line says that the file
   // system refuses the name, and -o gets the bytes.

@@ -5,7 +5,17 @@
 // server, unnamed; a logout that could not rewrite credentials.json said only "permission denied"
 // about a temporary file, not that the token was revoked and its copy kept.
 import { execFileSync } from 'node:child_process';
-import { mkdir, mkdtemp, readdir, readFile, rm, stat, statfs, writeFile } from 'node:fs/promises';
+import {
+  chmod,
+  mkdir,
+  mkdtemp,
+  readdir,
+  readFile,
+  rm,
+  stat,
+  statfs,
+  writeFile,
+} from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -120,6 +130,30 @@ describe('a damaged credentials.json (FSHARE_KEYRING=off)', () => {
     const both = (await readdir(cli.configDir)).filter((n) => n.startsWith('credentials.json.d'));
     expect(both).toHaveLength(2);
     expect(await readFile(asidePath, 'utf8')).toBe(damaged);
+  });
+});
+
+// Found from outside: a credentials.json restored from a backup, copied with `cp -r` or synced as
+// a dotfile under a umask of 022 (mode 644) was used as it was, its tokens readable by every user
+// of the machine. Property: the first command that reads it makes it 0600 again and says once
+// what that means; the command goes on with its token.
+describe('a credentials.json open to other users (FSHARE_KEYRING=off)', () => {
+  it('is made 0600 again by the next command, which says so once and goes on', async () => {
+    const cli = await signedIn();
+    const file = join(cli.configDir, 'credentials.json');
+    const before = await readFile(file, 'utf8');
+    await chmod(file, 0o644);
+    const who = await cli.run(['whoami']);
+    expect(who.exitCode, who.stderr).toBe(0);
+    expect(who.stdout).toMatch(/^admin on /);
+    expect(fshareLines(who.stderr)).toEqual([
+      `fshare: the credentials file ${file} was open to other users (mode 644); it is 0600 again, but its tokens may have been read: fshare logout --everywhere ends every token of yours on a server`,
+    ]);
+    expect((await stat(file)).mode & 0o777).toBe(0o600);
+    expect(await readFile(file, 'utf8')).toBe(before);
+    const again = await cli.run(['whoami']);
+    expect(again.exitCode).toBe(0);
+    expect(again.stderr).toBe('');
   });
 });
 
