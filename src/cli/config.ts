@@ -4,6 +4,7 @@ import { dirname, join } from 'node:path';
 import { withFileLockSync } from '../shared/filelock.js';
 import { ownedTempName, removeStaleTemps } from '../shared/owned-temp.js';
 import { naming } from '../shared/syserr.js';
+import { UsageError } from './output.js';
 import { makeDirsSync } from '../shared/mkdirs.js';
 
 /** Non-secret settings: where the last login went. Tokens live in credentials.ts. */
@@ -159,11 +160,30 @@ export function configDamage(text: string): string | undefined {
 
 /** Where conf put fshare's settings on each system (env-paths with no suffix). */
 function defaultDir(): string {
-  const home = homedir();
+  if (process.platform === 'win32' && process.env.APPDATA)
+    return join(process.env.APPDATA, 'fshare', 'Config');
+  if (process.platform !== 'darwin' && process.platform !== 'win32' && process.env.XDG_CONFIG_HOME)
+    return join(process.env.XDG_CONFIG_HOME, 'fshare');
+  const home = homeDir();
   if (process.platform === 'darwin') return join(home, 'Library', 'Preferences', 'fshare');
-  if (process.platform === 'win32')
-    return join(process.env.APPDATA || join(home, 'AppData', 'Roaming'), 'fshare', 'Config');
-  return join(process.env.XDG_CONFIG_HOME || join(home, '.config'), 'fshare');
+  if (process.platform === 'win32') return join(home, 'AppData', 'Roaming', 'fshare', 'Config');
+  return join(home, '.config', 'fshare');
+}
+
+/**
+ * The user's home directory. Without HOME, for a user the system has no entry for (a container
+ * run with an arbitrary uid, `env -i`), Node throws "A system error occurred: uv_os_homedir
+ * returned ENOENT": found from outside as every command's only line, FSHARE_TOKEN set or not.
+ */
+function homeDir(): string {
+  try {
+    return homedir();
+  } catch {
+    const uid = process.getuid?.();
+    throw new UsageError(
+      `no config directory: HOME is not set${uid === undefined ? '' : ` and user ${uid} has no home directory`}; set FSHARE_CONFIG_DIR (or HOME) to a directory of yours`,
+    );
+  }
 }
 
 /** The settings store; `FSHARE_CONFIG_DIR` moves it (tests use a temporary one). */

@@ -21,6 +21,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   ADMIN,
+  BIN,
   closedPort,
   createCli,
   signIn,
@@ -154,6 +155,68 @@ describe('a credentials.json open to other users (FSHARE_KEYRING=off)', () => {
     const again = await cli.run(['whoami']);
     expect(again.exitCode).toBe(0);
     expect(again.stderr).toBe('');
+  });
+});
+
+// Found from outside: a command run without HOME by a user the system has no entry for (a
+// container started with an arbitrary uid, a script under `env -i`) failed, FSHARE_TOKEN and
+// FSHARE_SERVER set, with Node's "A system error occurred: uv_os_homedir returned ENOENT".
+// Property: one line naming what to set, exit 2; FSHARE_CONFIG_DIR or XDG_CONFIG_HOME is enough.
+describe('no HOME, and no entry for the user', () => {
+  it('is one line naming what to set (exit 2); FSHARE_CONFIG_DIR or XDG_CONFIG_HOME is enough', async () => {
+    // Root, with no entry: an empty passwd, read from files only, in a mount namespace of its own.
+    const etc = await mkdtemp(join(tmpdir(), 'fshare-etc-'));
+    await writeFile(join(etc, 'passwd'), '');
+    await writeFile(join(etc, 'nsswitch.conf'), 'passwd: files\ngroup: files\n');
+    const token = (await signedIn()).configDir;
+    const tokenText = Object.values(
+      JSON.parse(await readFile(join(token, 'credentials.json'), 'utf8')) as Record<string, string>,
+    )[0]!;
+    const run = (env: Record<string, string>) => {
+      try {
+        const stdout = execFileSync(
+          'unshare',
+          [
+            '-m',
+            'sh',
+            '-c',
+            'mount --bind "$1/passwd" /etc/passwd && mount --bind "$1/nsswitch.conf" /etc/nsswitch.conf && shift && exec "$@"',
+            'sh',
+            etc,
+            process.execPath,
+            BIN,
+            'ls',
+          ],
+          {
+            env: {
+              PATH: process.env.PATH!,
+              FSHARE_SERVER: serve.url,
+              FSHARE_TOKEN: tokenText,
+              ...env,
+            },
+            stdio: 'pipe',
+          },
+        );
+        return { exitCode: 0, stdout: stdout.toString(), stderr: '' };
+      } catch (err) {
+        const e = err as { status: number; stdout: Buffer; stderr: Buffer };
+        return { exitCode: e.status, stdout: e.stdout.toString(), stderr: e.stderr.toString() };
+      }
+    };
+    const res = run({});
+    expect(res.exitCode).toBe(2);
+    expect(fshareLines(res.stderr)).toEqual([
+      'fshare: no config directory: HOME is not set and user 0 has no home directory; set FSHARE_CONFIG_DIR (or HOME) to a directory of yours',
+    ]);
+    for (const env of [
+      { FSHARE_CONFIG_DIR: join(etc, 'config') },
+      { XDG_CONFIG_HOME: join(etc, 'xdg') },
+    ]) {
+      const ok = run(env);
+      expect(ok.exitCode, ok.stderr).toBe(0);
+      expect(ok.stderr).toBe('');
+    }
+    await rm(etc, { recursive: true, force: true });
   });
 });
 
