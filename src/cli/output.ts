@@ -4,6 +4,7 @@ import {
   NoArtifactError,
   ClientInputError,
   NetworkError,
+  ProxyError,
   TlsError,
   VerificationError,
 } from '../client/errors.js';
@@ -55,7 +56,8 @@ export function exitCodeFor(err: unknown): number {
     return EXIT.failure;
   }
   if (err instanceof VerificationError) return EXIT.verification;
-  if (err instanceof NetworkError || err instanceof TlsError) return EXIT.network;
+  if (err instanceof NetworkError || err instanceof TlsError || err instanceof ProxyError)
+    return EXIT.network;
   if (err instanceof UsageError || err instanceof ClientInputError) return EXIT.usage;
   if (err instanceof ConfigDamagedError) return EXIT.usage; // the user's own file needs fixing
   if (err instanceof AuthError) return EXIT.auth;

@@ -33,6 +33,11 @@ export class NetworkError extends Error {
   }
 }
 
+/** The HTTP proxy (HTTPS_PROXY…) refused the way to the server: no retry mends it (exit 6). */
+export class ProxyError extends Error {
+  override readonly name = 'ProxyError';
+}
+
 /** The caller passed something the client refuses before any request (a bad id, URL or range). */
 export class ClientInputError extends Error {
   override readonly name = 'ClientInputError';
@@ -85,6 +90,8 @@ const NETWORK_CODES = new Set([
   'UND_ERR_BODY_TIMEOUT',
   'UND_ERR_RES_CONTENT_LENGTH_MISMATCH',
   'ERR_STREAM_PREMATURE_CLOSE',
+  // The proxy answered CONNECT with a 5xx: it could not reach the server (proxy.ts).
+  'EPROXYCONNECT',
 ]);
 
 function codeOf(err: unknown): string | undefined {
@@ -110,6 +117,7 @@ export function isConnectError(err: unknown): boolean {
   if (code === 'ECONNREFUSED' || code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'ENOTFOUND')
     return true;
   if (code === 'EAI_AGAIN' || code === 'EHOSTUNREACH' || code === 'ENETUNREACH') return true;
+  if (code === 'EPROXYCONNECT') return true;
   if (err instanceof AggregateError) return err.errors.some(isConnectError);
   return false;
 }

@@ -2,11 +2,13 @@ import http, { STATUS_CODES, type IncomingHttpHeaders, type IncomingMessage } fr
 import { createRequire } from 'node:module';
 import type { Writable } from 'node:stream';
 import { rawRequest, type BodyTarget } from './rawhttp.js';
+import { proxyFor, type Proxy } from './proxy.js';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
   ApiError,
   ClientInputError,
   NetworkError,
+  ProxyError,
   describeTransportError,
   isConnectError,
   isTransportError,
@@ -70,6 +72,123 @@ function tls(): Transport {
     secure = { lib: https, agent: new https.Agent(AGENT_OPTIONS) };
   }
   return secure;
+}
+
+/** Agents that reach https servers through a proxy's CONNECT tunnel, one per proxy. */
+const tunnels = new Map<string, http.Agent>();
+
+/** How a request to `url` is sent: the library, its agent, and the proxy it goes through. */
+function transportFor(url: URL): Transport & { proxy: Proxy | null } {
+  const proxy = proxyFor(url);
+  if (url.protocol !== 'https:') return { ...plain, proxy };
+  const { lib } = tls();
+  if (!proxy) return { ...tls(), proxy };
+  let agent = tunnels.get(proxy.shown + (proxy.authorization ?? ''));
+  if (!agent) {
+    agent = tunnelAgent(proxy);
+    tunnels.set(proxy.shown + (proxy.authorization ?? ''), agent);
+  }
+  return { lib, agent, proxy };
+}
+
+/**
+ * An https agent whose connections are CONNECT tunnels through `proxy`, TLS to the server inside
+ * them (the proxy sees only the host and port).
+ */
+function tunnelAgent(proxy: Proxy): http.Agent {
+  const load = createRequire(import.meta.url);
+  const https = load('node:https') as typeof import('node:https');
+  const tlsModule = load('node:tls') as typeof import('node:tls');
+  const net = load('node:net') as typeof import('node:net');
+  class TunnelAgent extends https.Agent {
+    override createConnection(
+      options: import('node:tls').ConnectionOptions & { host?: string; port?: number },
+      callback: (err: Error | null, socket?: import('node:stream').Duplex) => void,
+    ): undefined {
+      const host = options.host ?? 'localhost';
+      const target = `${host.includes(':') ? `[${host}]` : host}:${options.port ?? 443}`;
+      const socket = net.connect({ host: proxy.host, port: proxy.port });
+      let head = Buffer.alloc(0);
+      let settled = false;
+      const fail = (err: Error) => {
+        if (settled) return;
+        settled = true;
+        socket.destroy();
+        callback(err);
+      };
+      socket.once('error', fail);
+      socket.setTimeout(IDLE_TIMEOUT_MS, () =>
+        fail(Object.assign(new Error('timed out'), { code: 'ETIMEDOUT' })),
+      );
+      socket.once('connect', () =>
+        socket.write(
+          `CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n` +
+            (proxy.authorization ? `Proxy-Authorization: ${proxy.authorization}\r\n` : '') +
+            '\r\n',
+        ),
+      );
+      socket.once('end', () =>
+        fail(Object.assign(new Error('the proxy closed the connection'), { code: 'ECONNRESET' })),
+      );
+      const onData = (data: Buffer) => {
+        head = Buffer.concat([head, data]);
+        const end = head.indexOf('\r\n\r\n');
+        if (end < 0) {
+          if (head.length > 64 * 1024)
+            fail(new ProxyError(`${proxyName(proxy)} sent over 64 KiB of headers`));
+          return;
+        }
+        socket.off('data', onData);
+        socket.pause();
+        const status = /^HTTP\/1\.[01] (\d{3}) ?([^\r\n]*)/.exec(
+          head.subarray(0, end).toString('latin1'),
+        );
+        if (!status)
+          return fail(new ProxyError(`${proxyName(proxy)} does not answer as an HTTP proxy`));
+        const code = Number(status[1]);
+        if (code !== 200) return fail(connectRefused(proxy, target, code, status[2]!));
+        const rest = head.subarray(end + 4);
+        if (rest.length > 0) socket.unshift(rest);
+        settled = true;
+        socket.off('error', fail);
+        socket.setTimeout(0);
+        socket.removeAllListeners('end');
+        callback(null, tlsModule.connect({ ...options, socket }));
+      };
+      socket.on('data', onData);
+      return undefined;
+    }
+  }
+  return new TunnelAgent(AGENT_OPTIONS);
+}
+
+/** `the proxy http://HOST:PORT (HTTPS_PROXY)`. */
+function proxyName(proxy: Proxy): string {
+  return `the proxy ${proxy.shown} (${proxy.variable})`;
+}
+
+/**
+ * A proxy's refusal of CONNECT: a 5xx is its failure to reach the server (retried, as a refused
+ * connection is); anything else is its answer, which no retry changes.
+ */
+function connectRefused(proxy: Proxy, target: string, code: number, reason: string): Error {
+  const status = `${code}${reason ? ` ${reason}` : ''}`;
+  if (code >= 500)
+    return Object.assign(new Error(`the proxy could not connect to ${target} (${status})`), {
+      code: 'EPROXYCONNECT',
+    });
+  return proxyRefusal(proxy, target, code, status);
+}
+
+function proxyRefusal(proxy: Proxy, target: string, code: number, status: string): ProxyError {
+  // 407 is the proxy's own; some (tinyproxy) answer a wrong password with 401.
+  if (code === 407 || code === 401)
+    return new ProxyError(
+      proxy.authorization
+        ? `${proxyName(proxy)} refused the user name and password in ${proxy.variable} (${status})`
+        : `${proxyName(proxy)} asks for a user name and password (${status}): put them in ${proxy.variable} as http://USER:PASSWORD@HOST:PORT`,
+    );
+  return new ProxyError(`${proxyName(proxy)} does not let fshare through to ${target} (${status})`);
 }
 
 /** Closes idle keep-alive connections so a short-lived process can exit at once. */
@@ -195,6 +314,8 @@ export interface Response {
   dump(): Promise<void>;
   /** An earlier attempt of this request may have reached the server (its answer was lost, or 5xx). */
   repeated?: boolean;
+  /** The proxy that carried the request and its answer (an http server's, proxy.ts). */
+  proxy?: Proxy;
 }
 
 export function urlFor(client: ApiClient, path: string, query?: RawRequest['query']): URL {
@@ -246,12 +367,16 @@ function wrap(res: IncomingMessage): Response {
 
 /** One attempt: resolves with the response headers, the body still to be read. */
 function attempt(url: URL, req: RawRequest, headers: Record<string, string>): Promise<Response> {
+  const { lib, agent, proxy } = transportFor(url);
+  // An http server through a proxy: the request goes to the proxy, naming the whole URL.
+  const forward = proxy && url.protocol === 'http:' ? proxy : null;
   if (req.download && url.protocol === 'http:' && !req.body)
     return rawRequest(url, {
       method: req.method === 'HEAD' ? 'HEAD' : 'GET',
       headers,
       idleTimeoutMs: IDLE_TIMEOUT_MS,
       signal: req.signal,
+      proxy: forward ?? undefined,
     });
   const body = req.body?.();
   const out = { ...headers };
@@ -262,16 +387,20 @@ function attempt(url: URL, req: RawRequest, headers: Record<string, string>): Pr
     out['content-length'] = String(body.length);
     if (body.type) out['content-type'] ??= body.type;
   }
-  const { lib, agent } = url.protocol === 'https:' ? tls() : plain;
+  if (forward?.authorization) out['proxy-authorization'] = forward.authorization;
   return new Promise((resolve, reject) => {
     // The response keeps Node's small read buffer: with a larger one (tried: 1 MiB) a connection
     // cut mid-download discards what was buffered, and --continue would fetch it again.
-    const request = lib.request(url, {
-      method: req.method,
-      headers: out,
-      agent,
-      signal: req.signal,
-    });
+    const options = { method: req.method, headers: out, agent, signal: req.signal };
+    const request = forward
+      ? lib.request({
+          ...options,
+          host: forward.host,
+          port: forward.port,
+          path: url.href,
+          headers: { ...out, host: url.host },
+        })
+      : lib.request(url, options);
     request.setTimeout(IDLE_TIMEOUT_MS, () =>
       request.destroy(Object.assign(new Error('timed out'), { code: 'ETIMEDOUT' })),
     );
@@ -386,6 +515,8 @@ export function withoutTokens(text: string): string {
  */
 export async function send(client: ApiClient, req: RawRequest): Promise<Response> {
   const url = urlFor(client, req.path, req.query);
+  const proxy = proxyFor(url);
+  const through = proxy ? ` through ${proxyName(proxy)}` : '';
   const headers: Record<string, string> = { ...req.headers };
   if (client.token) {
     headers.authorization = `Bearer ${client.token}`;
@@ -410,8 +541,8 @@ export async function send(client: ApiClient, req: RawRequest): Promise<Response
         const why = describeTransportError(err);
         throw new NetworkError(
           retryable
-            ? `cannot reach ${client.server}: ${why}${tries}`
-            : `no answer from ${client.server} to ${req.method} ${req.path} (${why}): it may have been carried out; check before running the command again`,
+            ? `cannot reach ${client.server}${through}: ${why}${tries}`
+            : `no answer from ${client.server}${through} to ${req.method} ${req.path} (${why}): it may have been carried out; check before running the command again`,
           n,
           { cause: err },
         );
@@ -442,7 +573,22 @@ export async function send(client: ApiClient, req: RawRequest): Promise<Response
       await res.dump();
       throw redirected(res);
     }
+    // Only a proxy answers 407: an http server's request went to it, and it wants credentials
+    // (some, tinyproxy, answer wrong ones with a 401 of their own, never the server's JSON).
+    if (
+      proxy &&
+      url.protocol === 'http:' &&
+      (res.statusCode === 407 ||
+        (res.statusCode === 401 &&
+          proxy.authorization &&
+          !/json/i.test(header(res.headers, 'content-type') ?? '')))
+    ) {
+      await res.dump();
+      const status = `${res.statusCode} ${STATUS_CODES[res.statusCode]}`;
+      throw proxyRefusal(proxy, url.host, res.statusCode, status);
+    }
     res.repeated = repeated;
+    if (proxy && url.protocol === 'http:') res.proxy = proxy;
     return res;
   }
 }
@@ -482,7 +628,11 @@ export async function toApiError(res: Response): Promise<ApiError> {
     typeof (body as { message?: unknown }).message === 'string'
       ? (body as { message: string }).message
       : undefined;
-  const fallback = STATUS_CODES[res.statusCode] ?? 'request failed';
+  // An answer that is not the server's JSON, through a proxy, may be the proxy's own (a 502 or
+  // 500 when it cannot reach the server): the line says it came through one.
+  const fallback =
+    (STATUS_CODES[res.statusCode] ?? 'request failed') +
+    (res.proxy ? `, answered through ${proxyName(res.proxy)}` : '');
   return new ApiError(res.statusCode, fromServer || fallback, body, res.headers);
 }
 

@@ -113,6 +113,8 @@ export interface RawRequestOptions {
   headers: Record<string, string>;
   idleTimeoutMs: number;
   signal?: AbortSignal;
+  /** An HTTP proxy to send it through (proxy.ts): the request names the whole URL to it. */
+  proxy?: { host: string; port: number; authorization?: string };
 }
 
 /** Sends the request; resolves with the response once its head has arrived. */
@@ -126,9 +128,10 @@ export function rawRequest(url: URL, options: RawRequestOptions): Promise<RawRes
   let leftover: Buffer | null = null;
   let chunked = false;
 
+  const { proxy } = options;
   const socket = net.connect({
-    host: url.hostname.replace(/^\[|\]$/g, ''),
-    port: Number(url.port || 80),
+    host: proxy?.host ?? url.hostname.replace(/^\[|\]$/g, ''),
+    port: proxy?.port ?? Number(url.port || 80),
     onread: {
       buffer: () => (target && !chunked ? target.space() : scratch),
       callback: (n: number, buf: Uint8Array) => {
@@ -321,8 +324,9 @@ export function rawRequest(url: URL, options: RawRequestOptions): Promise<RawRes
   };
 
   const lines = [
-    `${options.method} ${url.pathname}${url.search} HTTP/1.1`,
+    `${options.method} ${proxy ? url.href : `${url.pathname}${url.search}`} HTTP/1.1`,
     `Host: ${url.host}`,
+    ...(proxy?.authorization ? [`Proxy-Authorization: ${proxy.authorization}`] : []),
     ...Object.entries(options.headers).map(([name, value]) => `${name}: ${value}`),
     'Accept-Encoding: identity',
     'Connection: close',

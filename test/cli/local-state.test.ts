@@ -208,10 +208,11 @@ describe('no HOME, and no entry for the user', () => {
     expect(fshareLines(res.stderr)).toEqual([
       'fshare: no config directory: HOME is not set and user 0 has no home directory; set FSHARE_CONFIG_DIR (or HOME) to a directory of yours',
     ]);
-    for (const env of [
+    const envs: Record<string, string>[] = [
       { FSHARE_CONFIG_DIR: join(etc, 'config') },
       { XDG_CONFIG_HOME: join(etc, 'xdg') },
-    ]) {
+    ];
+    for (const env of envs) {
       const ok = run(env);
       expect(ok.exitCode, ok.stderr).toBe(0);
       expect(ok.stderr).toBe('');

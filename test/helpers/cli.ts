@@ -57,11 +57,12 @@ export interface Serve {
 
 /** Starts the built `fshare serve` on an ephemeral port and waits for its "Listening on" line. */
 export async function startServe(
-  options: { env?: Record<string, string>; nodeFlags?: string[] } = {},
+  options: { env?: Record<string, string>; nodeFlags?: string[]; args?: string[] } = {},
 ): Promise<Serve> {
   assertBuilt();
   const dataDir = await tempDir('data');
-  const child = execa('node', [...(options.nodeFlags ?? []), ...serveArgs(dataDir)], {
+  const args = [...(options.nodeFlags ?? []), ...serveArgs(dataDir), ...(options.args ?? [])];
+  const child = execa('node', args, {
     env: cleanEnv({
       FSHARE_ADMIN_USER: ADMIN.username,
       FSHARE_ADMIN_PASSWORD: ADMIN.password,
