@@ -106,6 +106,30 @@ async function client(): Promise<{ cli: Cli; env: Record<string, string> }> {
 
 const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
 
+/**
+ * Uploads 3 MiB and a few bytes in 1 MiB chunks (4 chunk requests) with `proxied` in the
+ * environment, then gets it back: both verified, the bytes the same. Returns the share's id.
+ */
+async function roundTrip(proxied: Record<string, string>): Promise<string> {
+  const { cli, env } = await client();
+  const data = randomBytes(3 * 1024 * 1024 + 5);
+  const file = join(work, `${randomBytes(4).toString('hex')}.bin`);
+  await writeFile(file, data);
+  const run = (args: string[]) =>
+    cli.run([...args, '--json', '--no-progress'], {
+      env: { ...env, ...proxied },
+    });
+  const up = await run(['upload', file, '--chunk-size', '1m']);
+  expect(up.exitCode, up.stderr).toBe(0);
+  const [share] = JSON.parse(up.stdout) as { share_id: string; verified: boolean }[];
+  expect(share!.verified).toBe(true);
+  const got = await run(['get', share!.share_id, '-o', `${file}.out`]);
+  expect(got.exitCode, got.stderr).toBe(0);
+  expect(JSON.parse(got.stdout)).toMatchObject({ verified: true, sha256: sha256(data) });
+  expect(sha256(await readFile(`${file}.out`))).toBe(sha256(data));
+  return share!.share_id;
+}
+
 /** The one line on stderr. */
 function oneLine(stderr: string): string {
   const lines = stderr.trimEnd().split('\n');
@@ -117,27 +141,10 @@ describe('fshare through an HTTP proxy', () => {
   // Property: every request to an http server goes to the proxy named by HTTP_PROXY, which
   // forwards it; the transfers are verified as without it.
   it('to an http server: every request goes through HTTP_PROXY; upload and get verified', async () => {
-    const { cli, env } = await client();
-    const data = randomBytes(3 * 1024 * 1024 + 5);
-    const file = join(work, 'through.bin');
-    await writeFile(file, data);
     const before = (await proxy.requests()).length;
-    const proxied = { ...env, FSHARE_SERVER: serve.url, HTTP_PROXY: proxy.url };
-    const up = await cli.run(['upload', file, '--chunk-size', '1m', '--json', '--no-progress'], {
-      env: proxied,
-    });
-    expect(up.exitCode, up.stderr).toBe(0);
-    const [share] = JSON.parse(up.stdout) as { share_id: string; verified: boolean }[];
-    expect(share!.verified).toBe(true);
-    const out = join(work, 'through.out');
-    const got = await cli.run(['get', share!.share_id, '-o', out, '--json', '--no-progress'], {
-      env: proxied,
-    });
-    expect(got.exitCode, got.stderr).toBe(0);
-    expect(JSON.parse(got.stdout)).toMatchObject({ verified: true, sha256: sha256(data) });
-    expect(sha256(await readFile(out))).toBe(sha256(data));
+    const id = await roundTrip({ FSHARE_SERVER: serve.url, HTTP_PROXY: proxy.url });
     const carried = (await proxy.requests()).slice(before);
-    const content = `${serve.url}/files/${share!.share_id}/content`;
+    const content = `${serve.url}/files/${id}/content`;
     expect(carried).toContain(`POST ${serve.url}/files`);
     expect(carried.filter((r) => r === `POST ${content}`)).toHaveLength(4);
     expect(carried).toContain(`GET ${content}`);
@@ -147,24 +154,8 @@ describe('fshare through an HTTP proxy', () => {
   // Property: to an https server, the proxy carries a CONNECT tunnel to its host and port, and
   // TLS runs inside it to the server itself (its certificate checked as without a proxy).
   it('to an https server: a CONNECT tunnel through HTTPS_PROXY; upload and get verified', async () => {
-    const { cli, env } = await client();
-    const data = randomBytes(2 * 1024 * 1024 + 9);
-    const file = join(work, 'tunnel.bin');
-    await writeFile(file, data);
     const before = (await proxy.requests()).length;
-    const proxied = { ...env, FSHARE_SERVER: secureUrl, HTTPS_PROXY: proxy.url };
-    const up = await cli.run(['upload', file, '--chunk-size', '1m', '--json', '--no-progress'], {
-      env: proxied,
-    });
-    expect(up.exitCode, up.stderr).toBe(0);
-    const [share] = JSON.parse(up.stdout) as { share_id: string; verified: boolean }[];
-    expect(share!.verified).toBe(true);
-    const out = join(work, 'tunnel.out');
-    const got = await cli.run(['get', share!.share_id, '-o', out, '--json', '--no-progress'], {
-      env: proxied,
-    });
-    expect(got.exitCode, got.stderr).toBe(0);
-    expect(JSON.parse(got.stdout)).toMatchObject({ verified: true, sha256: sha256(data) });
+    await roundTrip({ FSHARE_SERVER: secureUrl, HTTPS_PROXY: proxy.url });
     const carried = (await proxy.requests()).slice(before);
     expect(carried.length).toBeGreaterThan(0);
     const target = secureUrl.replace('https://', '');
