@@ -2,7 +2,7 @@ import http, { STATUS_CODES, type IncomingHttpHeaders, type IncomingMessage } fr
 import { createRequire } from 'node:module';
 import type { Writable } from 'node:stream';
 import { rawRequest, type BodyTarget } from './rawhttp.js';
-import { proxyFor, type Proxy } from './proxy.js';
+import { proxyFor, type ProxyRoute } from './proxy.js';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
   ApiError,
@@ -78,24 +78,24 @@ function tls(): Transport {
 const tunnels = new Map<string, http.Agent>();
 
 /** How a request to `url` is sent: the library, its agent, and the proxy it goes through. */
-function transportFor(url: URL): Transport & { proxy: Proxy | null } {
+function transportFor(url: URL): Transport & { proxy: ProxyRoute | null } {
   const proxy = proxyFor(url);
   if (url.protocol !== 'https:') return { ...plain, proxy };
-  const { lib } = tls();
-  if (!proxy) return { ...tls(), proxy };
+  const secured = tls();
+  if (!proxy) return { ...secured, proxy };
   let agent = tunnels.get(proxy.shown + (proxy.authorization ?? ''));
   if (!agent) {
     agent = tunnelAgent(proxy);
     tunnels.set(proxy.shown + (proxy.authorization ?? ''), agent);
   }
-  return { lib, agent, proxy };
+  return { lib: secured.lib, agent, proxy };
 }
 
 /**
  * An https agent whose connections are CONNECT tunnels through `proxy`, TLS to the server inside
  * them (the proxy sees only the host and port).
  */
-function tunnelAgent(proxy: Proxy): http.Agent {
+function tunnelAgent(proxy: ProxyRoute): http.Agent {
   const load = createRequire(import.meta.url);
   const https = load('node:https') as typeof import('node:https');
   const tlsModule = load('node:tls') as typeof import('node:tls');
@@ -163,7 +163,7 @@ function tunnelAgent(proxy: Proxy): http.Agent {
 }
 
 /** `the proxy http://HOST:PORT (HTTPS_PROXY)`. */
-function proxyName(proxy: Proxy): string {
+function proxyName(proxy: ProxyRoute): string {
   return `the proxy ${proxy.shown} (${proxy.variable})`;
 }
 
@@ -171,7 +171,7 @@ function proxyName(proxy: Proxy): string {
  * A proxy's refusal of CONNECT: a 5xx is its failure to reach the server (retried, as a refused
  * connection is); anything else is its answer, which no retry changes.
  */
-function connectRefused(proxy: Proxy, target: string, code: number, reason: string): Error {
+function connectRefused(proxy: ProxyRoute, target: string, code: number, reason: string): Error {
   const status = `${code}${reason ? ` ${reason}` : ''}`;
   if (code >= 500)
     return Object.assign(new Error(`the proxy could not connect to ${target} (${status})`), {
@@ -180,7 +180,7 @@ function connectRefused(proxy: Proxy, target: string, code: number, reason: stri
   return proxyRefusal(proxy, target, code, status);
 }
 
-function proxyRefusal(proxy: Proxy, target: string, code: number, status: string): ProxyError {
+function proxyRefusal(proxy: ProxyRoute, target: string, code: number, status: string): ProxyError {
   // 407 is the proxy's own; some (tinyproxy) answer a wrong password with 401.
   if (code === 407 || code === 401)
     return new ProxyError(
@@ -195,6 +195,7 @@ function proxyRefusal(proxy: Proxy, target: string, code: number, status: string
 export function closeConnections(): void {
   plain.agent.destroy();
   secure?.agent.destroy();
+  for (const agent of tunnels.values()) agent.destroy();
 }
 
 /** Validates a server URL and drops trailing slashes: "http://h:5000/" → "http://h:5000". */
@@ -315,7 +316,7 @@ export interface Response {
   /** An earlier attempt of this request may have reached the server (its answer was lost, or 5xx). */
   repeated?: boolean;
   /** The proxy that carried the request and its answer (an http server's, proxy.ts). */
-  proxy?: Proxy;
+  proxy?: ProxyRoute;
 }
 
 export function urlFor(client: ApiClient, path: string, query?: RawRequest['query']): URL {

@@ -12,7 +12,7 @@ import { ClientInputError } from './errors.js';
  * (a company's CI) every command failed with "cannot reach", and where the proxy was there to
  * watch what leaves, fshare went around it.
  */
-export interface Proxy {
+export interface ProxyRoute {
   host: string;
   port: number;
   /** `Proxy-Authorization` for the user and password in the proxy's URL. */
@@ -23,10 +23,10 @@ export interface Proxy {
   variable: string;
 }
 
-const cache = new Map<string, Proxy | null>();
+const cache = new Map<string, ProxyRoute | null>();
 
 /** The proxy for requests to `url`, or null to connect directly. */
-export function proxyFor(url: URL, env: NodeJS.ProcessEnv = process.env): Proxy | null {
+export function proxyFor(url: URL, env: NodeJS.ProcessEnv = process.env): ProxyRoute | null {
   const key = `${url.protocol}//${url.host}`;
   if (env === process.env && cache.has(key)) return cache.get(key)!;
   const proxy = findProxy(url, env);
@@ -34,7 +34,7 @@ export function proxyFor(url: URL, env: NodeJS.ProcessEnv = process.env): Proxy 
   return proxy;
 }
 
-function findProxy(url: URL, env: NodeJS.ProcessEnv): Proxy | null {
+function findProxy(url: URL, env: NodeJS.ProcessEnv): ProxyRoute | null {
   const names =
     url.protocol === 'https:'
       ? ['https_proxy', 'HTTPS_PROXY', 'all_proxy', 'ALL_PROXY']
@@ -48,10 +48,15 @@ function findProxy(url: URL, env: NodeJS.ProcessEnv): Proxy | null {
   return parseProxy(variable, env[variable]!.trim());
 }
 
+const LOOPBACK = new BlockList();
+LOOPBACK.addSubnet('127.0.0.0', 8, 'ipv4');
+LOOPBACK.addAddress('::1', 'ipv6');
+LOOPBACK.addSubnet('::ffff:7f00:0', 104, 'ipv6'); // 127.0.0.0/8 written as IPv6
+
 function isLoopback(host: string): boolean {
   if (host === 'localhost' || host.endsWith('.localhost')) return true;
-  if (isIP(host) === 4) return host.startsWith('127.');
-  return host === '::1' || /^::ffff:127\./.test(host);
+  const family = isIP(host);
+  return family !== 0 && LOOPBACK.check(host, family === 4 ? 'ipv4' : 'ipv6');
 }
 
 /** Whether NO_PROXY names the host: `*`, a name or a domain under it, an address, a CIDR range. */
@@ -89,7 +94,7 @@ function bypassed(host: string, port: number, list: string): boolean {
   return false;
 }
 
-function parseProxy(variable: string, value: string): Proxy {
+function parseProxy(variable: string, value: string): ProxyRoute {
   let url: URL;
   try {
     url = new URL(/^[a-z][a-z0-9+.-]*:\/\//i.test(value) ? value : `http://${value}`);
@@ -103,7 +108,7 @@ function parseProxy(variable: string, value: string): Proxy {
     );
   if (!url.hostname || (url.pathname !== '/' && url.pathname !== '') || url.search)
     throw new ClientInputError(`${variable} is not a proxy URL (http://HOST:PORT): ${shown}`);
-  const proxy: Proxy = {
+  const proxy: ProxyRoute = {
     host: url.hostname.replace(/^\[|\]$/g, ''),
     port: Number(url.port || 80),
     shown,
