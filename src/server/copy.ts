@@ -161,6 +161,9 @@ export async function copyServerData(
         identity: await to.store.identity(),
         shares: 0,
         name: storeName(target, target.dataDir),
+        // No server runs on a store without shares (its start makes a user) or on part of a
+        // copy: what an unfinished copy stored goes now, not an hour later.
+        alone: true,
       })
       .catch((err: unknown) => {
         if (!(err instanceof ForeignContentError)) throw err;

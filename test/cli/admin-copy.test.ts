@@ -294,6 +294,8 @@ describe('fshare admin import and export', () => {
     expect(again.stderr).toMatch(
       /holds part of a copy that did not finish \(fshare admin import .*\): removing it and starting the copy over/,
     );
+    // What the first attempt stored in the bucket is gone too: one object per share with content.
+    expect(await contentKeys(s3.endpoint, storage)).toHaveLength(3);
     const shared = await startServer({
       database,
       storage,

@@ -15,6 +15,12 @@ export interface Owner {
   shares: number;
   /** The store, for messages: a db.json path, or the database. */
   name: string;
+  /**
+   * No server can be storing content here meanwhile (a copy into a store that holds no share,
+   * or holds part of a copy, on which no server starts): what no share names goes whatever its
+   * age, with no grace for another server's publish in progress.
+   */
+  alone?: boolean;
 }
 
 /** Where a storage keeps its mark, and how it names itself in messages. */

@@ -293,7 +293,7 @@ export class S3Storage implements ContentStorage {
 
   async init(referenced: (blob: string) => boolean, owner?: Owner): Promise<void> {
     await this.cleanTemp();
-    const cutoff = this.now() - UNREFERENCED_GRACE_MS;
+    const cutoff = owner?.alone ? Infinity : this.now() - UNREFERENCED_GRACE_MS;
     const under = this.key('content/');
     const unnamedObjects = async function* (storage: S3Storage) {
       for await (const object of storage.objects(under)) {
