@@ -18,6 +18,7 @@ import {
 import { createDatabase, startPostgres, type PgCluster } from '../helpers/postgres.js';
 import { contentKeys, createBucket, S3_TEST_ENV, startS3, type S3Server } from '../helpers/s3.js';
 import { ADMIN, login, startServer } from '../helpers/server.js';
+import type { ServerOptions } from '../../src/server/options.js';
 
 /**
  * `fshare admin import` / `admin export` (the built binary) move a whole server between a data
@@ -126,6 +127,25 @@ async function expectSame(base: string, seeded: Seeded, downloads: number): Prom
   expectStatus(await get(base, `/l/${seeded.link.token}?download`), 200);
 }
 
+/** Everything seeded is on a server started on `backends` (then stopped), byte for byte. */
+async function expectServed(
+  backends: Partial<ServerOptions>,
+  seeded: Seeded,
+  downloads: number,
+): Promise<void> {
+  const ts = await startServer(backends);
+  try {
+    await expectSame(ts.url, seeded, downloads);
+  } finally {
+    await ts.close();
+  }
+}
+
+/** The options of a server on this database and bucket (s3rver). */
+function sharedBackends(database: string, storage: string): Partial<ServerOptions> {
+  return { database, storage, s3Endpoint: s3.endpoint, s3ForcePathStyle: true };
+}
+
 function backendArgs(database: string, storage: string): string[] {
   return [
     '--database',
@@ -157,17 +177,7 @@ describe('fshare admin import and export', () => {
       verified: 'sha256',
     });
 
-    const shared = await startServer({
-      database,
-      storage,
-      s3Endpoint: s3.endpoint,
-      s3ForcePathStyle: true,
-    });
-    try {
-      await expectSame(shared.url, seeded, 1);
-    } finally {
-      await shared.close();
-    }
+    await expectServed(sharedBackends(database, storage), seeded, 1);
 
     const back = await tempDir('exported');
     const exported = await cli.run(['admin', 'export', back, ...backendArgs(database, storage)], {
@@ -177,13 +187,8 @@ describe('fshare admin import and export', () => {
     expect(exported.stdout).toMatch(
       /^Copied 2 users, 4 shares \(3145775 bytes, every one checked by sha256\) and 1 links/,
     );
-    const embedded = await startServer({ dataDir: back });
-    try {
-      // The link was used once more on the shared server; its count came back with it.
-      await expectSame(embedded.url, seeded, 2);
-    } finally {
-      await embedded.close();
-    }
+    // The link was used once more on the shared server; its count came back with it.
+    await expectServed({ dataDir: back }, seeded, 2);
   });
 
   it('refuses a target that already holds data, and changes nothing there', async () => {
@@ -296,17 +301,7 @@ describe('fshare admin import and export', () => {
     );
     // What the first attempt stored in the bucket is gone too: one object per share with content.
     expect(await contentKeys(s3.endpoint, storage)).toHaveLength(3);
-    const shared = await startServer({
-      database,
-      storage,
-      s3Endpoint: s3.endpoint,
-      s3ForcePathStyle: true,
-    });
-    try {
-      await expectSame(shared.url, seeded, 1);
-    } finally {
-      await shared.close();
-    }
+    await expectServed(sharedBackends(database, storage), seeded, 1);
   });
 
   // Property: the same for a copy killed midway (SIGKILL while the second share's content is
@@ -348,12 +343,7 @@ describe('fshare admin import and export', () => {
     expect(again.exitCode, again.stderr).toBe(0);
     // What the killed export stored is gone: one file per share with content, no more.
     expect(await readdir(join(back, 'content'))).toHaveLength(3);
-    const embedded = await startServer({ dataDir: back });
-    try {
-      await expectSame(embedded.url, seeded, 1);
-    } finally {
-      await embedded.close();
-    }
+    await expectServed({ dataDir: back }, seeded, 1);
   });
 
   it('needs a backend to copy to, and a data directory to copy from', async () => {
@@ -438,7 +428,7 @@ describe('fshare admin passwd', () => {
   it('sets it in PostgreSQL while its servers run', async () => {
     const database = await createDatabase(pg.adminUrl);
     const storage = await createBucket(s3.endpoint);
-    const backends = { database, storage, s3Endpoint: s3.endpoint, s3ForcePathStyle: true };
+    const backends = sharedBackends(database, storage);
     const ts = await startServer(backends);
     try {
       const old = await login(ts.url, ADMIN.username, ADMIN.password);
