@@ -518,6 +518,8 @@ export async function send(client: ApiClient, req: RawRequest): Promise<Response
   const url = urlFor(client, req.path, req.query);
   const proxy = proxyFor(url);
   const through = proxy ? ` through ${proxyName(proxy)}` : '';
+  // An http server's requests and answers pass through the proxy itself (https: a tunnel).
+  const forwarded = proxy && url.protocol === 'http:' ? proxy : undefined;
   const headers: Record<string, string> = { ...req.headers };
   if (client.token) {
     headers.authorization = `Bearer ${client.token}`;
@@ -577,19 +579,18 @@ export async function send(client: ApiClient, req: RawRequest): Promise<Response
     // Only a proxy answers 407: an http server's request went to it, and it wants credentials
     // (some, tinyproxy, answer wrong ones with a 401 of their own, never the server's JSON).
     if (
-      proxy &&
-      url.protocol === 'http:' &&
+      forwarded &&
       (res.statusCode === 407 ||
         (res.statusCode === 401 &&
-          proxy.authorization &&
+          forwarded.authorization &&
           !/json/i.test(header(res.headers, 'content-type') ?? '')))
     ) {
       await res.dump();
       const status = `${res.statusCode} ${STATUS_CODES[res.statusCode]}`;
-      throw proxyRefusal(proxy, url.host, res.statusCode, status);
+      throw proxyRefusal(forwarded, url.host, res.statusCode, status);
     }
     res.repeated = repeated;
-    if (proxy && url.protocol === 'http:') res.proxy = proxy;
+    res.proxy = forwarded;
     return res;
   }
 }
