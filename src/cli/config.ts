@@ -83,8 +83,22 @@ export class Config {
    * logins run at once (to two servers) could otherwise interleave into one's server with the
    * other's user.
    */
-  assign(values: Partial<ConfigSchema>): void {
-    this.updateMany((data) => Object.assign(data, values));
+  assign<K extends keyof ConfigSchema>(values: Pick<ConfigSchema, K>): Pick<ConfigSchema, K> {
+    // Nothing is written when nothing changes: a login again as the same user on the same
+    // server holds on a full disk, instead of failing on config.json.
+    const before: Partial<ConfigSchema> = {};
+    this.updateMany((data) => {
+      let changed = false;
+      for (const key of Object.keys(values) as K[]) {
+        before[key] = data[key];
+        if (data[key] === values[key]) continue;
+        if (values[key] === undefined) delete data[key];
+        else data[key] = values[key];
+        changed = true;
+      }
+      return changed;
+    });
+    return before as Pick<ConfigSchema, K>;
   }
 
   delete(key: keyof ConfigSchema): void {

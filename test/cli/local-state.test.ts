@@ -5,6 +5,7 @@
 // server, unnamed; a logout that could not rewrite credentials.json said only "permission denied"
 // about a temporary file, not that the token was revoked and its copy kept.
 import { execFileSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import {
   chmod,
   mkdir,
@@ -472,6 +473,110 @@ describe('a directory that cannot be made is named with the real cause', () => {
       expect(fshareLines(login.stderr)).toEqual([
         `fshare: no space left on the device: ${join(disk.dir, 'config')}`,
       ]);
+    } finally {
+      await disk.unmount();
+    }
+  });
+});
+
+// Property: a login that fails changes nothing. Found from outside: on a full disk the token was
+// stored, then config.json could not be written; the login said "no space left on the device",
+// exit 1, and the next commands were signed in all the same (as the new user, or, where the
+// login changed users, under the old user's name with the new user's token beside it).
+describe('a login on a full disk', () => {
+  const bob = { username: 'bob-fulldisk', password: 'bob-password-123' };
+
+  beforeAll(async () => {
+    const admin = await signedIn();
+    const res = await admin.run(
+      ['users', 'add', bob.username, '--perms', 'LIST', '--password-stdin'],
+      {
+        input: `${bob.password}\n`,
+      },
+    );
+    expect(res.exitCode, res.stderr).toBe(0);
+  });
+
+  /** Leaves `pages` pages of 4 KiB free on the disk (a tmpfs counts its files' pages). */
+  async function leaveFree(dir: string, pages: number): Promise<void> {
+    const { bavail, bsize } = await statfs(dir);
+    expect(bsize).toBe(4096);
+    await writeFile(join(dir, 'filler'), Buffer.alloc((bavail - pages) * bsize));
+    expect((await statfs(dir)).bavail).toBe(pages);
+  }
+
+  function login(cli: Cli, user: { username: string; password: string }) {
+    return cli.run(['--server', serve.url, 'login', '-u', user.username, '--password-stdin'], {
+      input: `${user.password}\n`,
+    });
+  }
+
+  it('a first login with room for config.json and not for the token: exit 1, one line, no token kept', async (ctx) => {
+    const disk = await mountSmallDisk(1);
+    if (typeof disk === 'string') return ctx.skip(disk);
+    try {
+      const dir = join(disk.dir, 'config');
+      await mkdir(dir);
+      // One page: config.json takes it, and credentials.json finds none.
+      await leaveFree(disk.dir, 1);
+      const cli = await createCli(dir);
+      const res = await login(cli, ADMIN);
+      expect(res.exitCode).toBe(1);
+      expect(fshareLines(res.stderr)).toEqual([
+        `fshare: no space left on the device: ${join(dir, 'credentials.json')}`,
+      ]);
+      expect(existsSync(join(dir, 'credentials.json'))).toBe(false);
+      const who = await cli.run(['whoami']);
+      expect(who.stdout).toMatch(/^anonymous on /);
+      // With room again, the same login holds.
+      await rm(join(disk.dir, 'filler'));
+      expect((await login(cli, ADMIN)).exitCode).toBe(0);
+      expect((await cli.run(['whoami'])).stdout).toMatch(/^admin on /);
+    } finally {
+      await disk.unmount();
+    }
+  });
+
+  it('a login as another user that cannot write config.json leaves the stored tokens as they were', async (ctx) => {
+    const disk = await mountSmallDisk(1);
+    if (typeof disk === 'string') return ctx.skip(disk);
+    try {
+      const dir = join(disk.dir, 'config');
+      const cli = await createCli(dir);
+      expect((await login(cli, bob)).exitCode).toBe(0);
+      expect((await login(cli, ADMIN)).exitCode).toBe(0); // admin is the default now
+      // config.json made two pages long (downloads' validators, as fshare 0.1 kept them there),
+      // so that its rewrite needs two free pages and credentials.json's one.
+      const config = JSON.parse(await readFile(join(dir, 'config.json'), 'utf8')) as object;
+      const partials = Object.fromEntries(
+        Array.from({ length: 60 }, (_, i) => [
+          `/tmp/download-${i}.bin.part`,
+          `"${'e'.repeat(64)}"`,
+        ]),
+      );
+      await writeFile(join(dir, 'config.json'), JSON.stringify({ ...config, partials }));
+      const tokensBefore = await readFile(join(dir, 'credentials.json'), 'utf8');
+      const bobToken = (JSON.parse(tokensBefore) as Record<string, string>)[
+        `${bob.username}@${serve.url}`
+      ];
+      expect(bobToken).toBeDefined();
+      await leaveFree(disk.dir, 1);
+
+      const res = await login(cli, bob);
+      expect(res.exitCode).toBe(1);
+      expect(fshareLines(res.stderr)).toEqual([
+        `fshare: no space left on the device: ${join(dir, 'config.json')}`,
+      ]);
+      expect(await readFile(join(dir, 'credentials.json'), 'utf8')).toBe(tokensBefore);
+      expect((await cli.run(['whoami'])).stdout).toMatch(/^admin on /);
+      // bob's earlier token is the one kept, and it still signs bob in.
+      const asBob = await cli.run(['whoami'], { env: { FSHARE_TOKEN: bobToken! } });
+      expect(asBob.stdout).toMatch(new RegExp(`^${bob.username} on `));
+
+      // The same user again changes nothing in config.json: on the same full disk it holds.
+      const again = await login(cli, ADMIN);
+      expect(again.exitCode, again.stderr).toBe(0);
+      expect((await cli.run(['whoami'])).stdout).toMatch(/^admin on /);
     } finally {
       await disk.unmount();
     }

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { changePassword, extend, login, logout, revokeTokens, whoami } from '../../client/api.js';
 import { ApiError, UnsupportedError } from '../../client/errors.js';
-import type { ApiClient } from '../../client/http.js';
+import { createClient, type ApiClient } from '../../client/http.js';
 import type { LoginResponse } from '../../shared/types.js';
 import { openSession, type Session } from '../context.js';
 import { envToken, TokenNotRemovedError } from '../credentials.js';
@@ -22,11 +22,13 @@ async function remember(
   res: LoginResponse,
   replaces?: { username: string; token: string },
 ): Promise<'keychain' | 'file'> {
-  const where = await session.credentials.saveToken(session.server, res.username, res.auth_token);
-  session.config.assign({ server: session.server, username: res.username });
-  if (replaces !== undefined && replaces.username !== res.username)
-    await session.credentials
-      .deleteToken(session.server, replaces.username, replaces.token)
+  const { server, credentials } = session;
+  if (replaces === undefined) return rememberLogin(session, res);
+  const where = await credentials.saveToken(server, res.username, res.auth_token);
+  session.config.assign({ server, username: res.username });
+  if (replaces.username !== res.username)
+    await credentials
+      .deleteToken(server, replaces.username, replaces.token)
       .catch((err: unknown) => {
         if (!(err instanceof TokenNotRemovedError)) throw err;
         warn(
@@ -34,6 +36,38 @@ async function remember(
         );
       });
   return where;
+}
+
+/**
+ * A login's two local steps, so that a login that fails changes nothing: its server and user are
+ * recorded in config.json first, then the token is stored; when either step fails, config.json
+ * is put back (as far as the disk allows) and the new token is revoked on the server. Found from
+ * outside: on a full disk the token was stored and config.json then refused, so a login that
+ * said "no space left on the device" (exit 1) had signed the next commands in.
+ */
+async function rememberLogin(session: Session, res: LoginResponse): Promise<'keychain' | 'file'> {
+  const { server, credentials } = session;
+  const revoke = () =>
+    logout(createClient({ server, token: res.auth_token })).catch(() => undefined);
+  let before: { server?: string; username?: string };
+  try {
+    before = session.config.assign({ server, username: res.username });
+  } catch (err) {
+    await revoke();
+    throw err;
+  }
+  try {
+    return await credentials.saveToken(server, res.username, res.auth_token);
+  } catch (err) {
+    try {
+      session.config.assign(before);
+    } catch {
+      // config.json keeps naming this server and user, for which no token is stored: the next
+      // command says it is not signed in, which is so.
+    }
+    await revoke();
+    throw err;
+  }
 }
 
 /** The stored account whose token `client` carries (undefined for FSHARE_TOKEN). */
