@@ -263,6 +263,18 @@ async function hashOpen(file: OpenFile, stop: { stopped: boolean } = { stopped: 
   return hash.digest();
 }
 
+/** Whether the path no longer names the file as it was opened: another file, or written to. */
+async function changedSince(file: OpenFile): Promise<boolean> {
+  const now = await stat(file.path).catch(() => null);
+  return (
+    !now ||
+    now.dev !== file.dev ||
+    now.ino !== file.ino ||
+    now.size !== file.size ||
+    now.mtimeMs !== file.mtimeMs
+  );
+}
+
 /** The file changed while it was being uploaded: what was sent is not one version of it. */
 export class FileChangedError extends Error {
   override readonly name = 'FileChangedError';
@@ -521,19 +533,19 @@ async function uploadOpen(
   let verified: boolean;
   let sent = false;
   try {
-    const outcome = await sendChunks(client, id, file, p, digest, options);
+    const outcome = await sendChunks(client, id, file, p, digest, options).catch(
+      async (err: unknown) => {
+        // The server's sha256 of the bytes sent refused them: a file written to while it was
+        // read says so, not "the uploaded bytes have sha256 …" (exit 7) as if the wire lost them.
+        if (err instanceof ApiError && err.status === 422 && (await changedSince(file)))
+          throw new FileChangedError(path, { cause: err });
+        throw err;
+      },
+    );
     sent = true;
     sha256 = await digest;
     // The path must still name the file that was read (not another moved there), unchanged.
-    const now = await stat(file.path).catch(() => null);
-    if (
-      !now ||
-      now.dev !== file.dev ||
-      now.ino !== file.ino ||
-      now.size !== file.size ||
-      now.mtimeMs !== file.mtimeMs
-    )
-      throw new FileChangedError(path);
+    if (await changedSince(file)) throw new FileChangedError(path);
     verified = await confirm(client, id, path, sha256, file.size, outcome, options);
   } catch (err) {
     // The hashing thread reads the file too: it stops before the file may be closed.

@@ -3,7 +3,7 @@
 // left an empty share no record named; a file moved over the path mid-upload was only caught by
 // the server's digest. The built binary against a real `fshare serve`, through a small proxy.
 import { randomBytes } from 'node:crypto';
-import { mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, open, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -217,6 +217,47 @@ describe('fshare upload: its record and its file', () => {
     // Every chunk came from the one file read: the server took them all, digest included.
     expect(proxy.state.seen.filter((s) => s.url.endsWith('/content')).map((s) => s.status)).toEqual(
       [200, 200, 200, 200, 200, 200, 200, 201],
+    );
+    expect(await sharesNamed(name)).toEqual([]);
+    expect(await recordsOf(cli)).toEqual([]);
+  });
+
+  // Property: a file written to in place while it uploads (same file, same size) is said to have
+  // changed, like one moved over the path. Found from outside: the hashing thread had read the
+  // file ahead of the chunks, so the server's sha256 of the bytes sent refused them, and the
+  // line was the server's "The uploaded bytes have sha256 …, not the … that dzsha256
+  // announced" with exit 7, as if the network had damaged them.
+  it('a file written to in place mid-upload: "changed while it was uploading", exit 1, no share left', async () => {
+    const name = `written-${Date.now()}.bin`;
+    const path = join(work, name);
+    await writeFile(path, randomBytes(1024 * 1024));
+    proxy.state.seen.length = 0;
+    proxy.state.delayMs = 100;
+    let res;
+    try {
+      const child = background([path, '--chunk-size', '128k', '--parallel', '1']);
+      for (
+        let i = 0;
+        i < 600 && !proxy.state.seen.some((s) => s.url.endsWith('/content') && s.status === 200);
+        i++
+      )
+        await sleep(20);
+      // The last chunk's bytes, long hashed by now and not yet sent.
+      const handle = await open(path, 'r+');
+      await handle.write(randomBytes(1000), 0, 1000, 1024 * 1024 - 1000);
+      await handle.close();
+      res = await child;
+    } finally {
+      proxy.state.delayMs = 0;
+    }
+    expect(res.stderr.trimEnd().split('\n')).toEqual([
+      `fshare: ${path} changed while it was uploading; run the command again (the share it had created was deleted)`,
+    ]);
+    expect(res.exitCode).toBe(1);
+    // The server took every chunk and refused the last by its sha256: the bytes sent were not
+    // the bytes hashed.
+    expect(proxy.state.seen.filter((s) => s.url.endsWith('/content')).map((s) => s.status)).toEqual(
+      [200, 200, 200, 200, 200, 200, 200, 422],
     );
     expect(await sharesNamed(name)).toEqual([]);
     expect(await recordsOf(cli)).toEqual([]);
