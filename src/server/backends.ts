@@ -16,17 +16,22 @@ import { makeDirs } from '../shared/mkdirs.js';
  * when asked for, so the embedded server never loads their drivers.
  */
 
-/** The metadata store the options name: lowdb in the data directory, or PostgreSQL. */
+/**
+ * The metadata store the options name: lowdb in the data directory, or PostgreSQL. `occupy`:
+ * who opens a PostgreSQL store, held against the other (a server against a copy, a copy against
+ * servers; PostgresStore.open). The data directory's lock does the same for lowdb.
+ */
 export async function openStore(
   options: ServerOptions,
   dataDir: string,
   log: (line: string) => void,
+  occupy?: 'serve' | 'copy',
 ): Promise<{ store: MetadataStore; shared?: PostgresStore }> {
   if (!options.database)
     return { store: await LowdbStore.open(dataDir, { repair: options.repair, log }) };
   // Loaded only when asked for: the embedded server never loads the driver.
   const { PostgresStore } = await import('./store/postgres.js');
-  const store = await PostgresStore.open(options.database, { log });
+  const store = await PostgresStore.open(options.database, { log, occupy });
   return { store, shared: store };
 }
 

@@ -46,7 +46,7 @@ interface Opened {
 async function open(backend: Backend, log: (line: string) => void): Promise<Opened> {
   await prepareDataDir(backend.dataDir);
   const options: ServerOptions = { ...backend };
-  const { store } = await openStore(options, backend.dataDir, log);
+  const { store } = await openStore(options, backend.dataDir, log, 'copy');
   const hasher = new HashWorker();
   try {
     // No reserve: a copy is run by an administrator, with the servers stopped.

@@ -363,7 +363,7 @@ async function openServer(
   ready: (app: Express) => void,
 ): Promise<FshareServer> {
   await prepareDataDir(dataDir);
-  const { store, shared } = await openStore(options, dataDir, log);
+  const { store, shared } = await openStore(options, dataDir, log, 'serve');
   opened.push(() => store.close());
   // Part of a copy (fshare admin import/export cut short) would pass for the whole server: some
   // shares missing, with nothing to say so. Refused before anything reads or sweeps it.

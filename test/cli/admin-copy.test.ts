@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { Client } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCli, tempDir, type Cli } from '../helpers/cli.js';
 import {
@@ -344,6 +345,97 @@ describe('fshare admin import and export', () => {
     // What the killed export stored is gone: one file per share with content, no more.
     expect(await readdir(join(back, 'content'))).toHaveLength(3);
     await expectServed({ dataDir: back }, seeded, 1);
+  });
+
+  // Property: a copy never reads or fills a PostgreSQL database that servers are using, and no
+  // server starts on one being copied. Found from outside: `fshare admin export` beside a running
+  // server copied a moving database without a word (a share made meanwhile would be missed); the
+  // data directory had its lock, PostgreSQL none. Servers hold the database shared, a copy alone.
+  it('refuses to copy a PostgreSQL database a server is using, and copies it once the server stops', async () => {
+    const seeded = await seed();
+    const database = await createDatabase(pg.adminUrl);
+    const storage = await createBucket(s3.endpoint);
+    const imported = await cli.run(
+      ['admin', 'import', seeded.dataDir, ...backendArgs(database, storage)],
+      { env: S3_TEST_ENV },
+    );
+    expect(imported.exitCode, imported.stderr).toBe(0);
+    const back = await tempDir('exported');
+    const exportArgs = ['admin', 'export', back, ...backendArgs(database, storage)];
+    const ts = await startServer(sharedBackends(database, storage));
+    try {
+      const refused = await cli.run(exportArgs, { env: S3_TEST_ENV });
+      expect(refused.exitCode).toBe(1);
+      expect(refused.stderr.trim().split('\n')).toEqual([
+        expect.stringMatching(
+          /^fshare: the PostgreSQL database is in use by 1 running fshare serve \(backend \d+ from 127\.0\.0\.1 since \d{4}-[\d-]+T[\d:.]+Z\): stop them before copying it \(a copy of a database in use would miss what they change meanwhile\); a server that is gone without closing its connection is ended with SELECT pg_terminate_backend\(<backend>\)$/,
+        ),
+      ]);
+      expect(await readdir(back)).not.toContain('db.json');
+      // The server goes on serving meanwhile.
+      const token = await login(ts.url, ADMIN.username, ADMIN.password);
+      expectStatus(await get(ts.url, '/whoami', { token }), 200);
+
+      // Its hold cut (the backend ended, as a restart of PostgreSQL would), the server takes it
+      // again: a copy is still refused.
+      const admin = new Client({ connectionString: pg.adminUrl });
+      await admin.connect();
+      try {
+        const holder = async () =>
+          (
+            await admin.query<{ pid: number }>(
+              `SELECT pid FROM pg_stat_activity WHERE application_name = 'fshare-serve' AND datname = $1`,
+              [new URL(database).pathname.slice(1)],
+            )
+          ).rows.map((r) => r.pid);
+        const [first] = await holder();
+        expect(first).toBeDefined();
+        await admin.query('SELECT pg_terminate_backend($1)', [first]);
+        let again: number[] = [];
+        for (let i = 0; i < 300 && !(again.length === 1 && again[0] !== first); i++) {
+          await new Promise((r) => setTimeout(r, 50));
+          again = await holder();
+        }
+        expect(again).toHaveLength(1);
+        expect(again[0]).not.toBe(first);
+      } finally {
+        await admin.end();
+      }
+      const still = await cli.run(exportArgs, { env: S3_TEST_ENV });
+      expect(still.exitCode).toBe(1);
+      expect(still.stderr).toMatch(/is in use by 1 running fshare serve/);
+    } finally {
+      await ts.close();
+    }
+    const exported = await cli.run(exportArgs, { env: S3_TEST_ENV });
+    expect(exported.exitCode, exported.stderr).toBe(0);
+    await expectServed({ dataDir: back }, seeded, 1);
+  });
+
+  it('starts no server on a PostgreSQL database while a copy into it runs', async () => {
+    const seeded = await seed();
+    const database = await createDatabase(pg.adminUrl);
+    const storage = await createBucket(s3.endpoint);
+    // The import holds at its first share's publish, the database already part filled.
+    const copying = cli.start(
+      ['admin', 'import', seeded.dataDir, ...backendArgs(database, storage)],
+      { env: { ...S3_TEST_ENV, FSHARE_PAUSE: 's3.before-publish' } },
+    );
+    let said = '';
+    copying.stderr!.on('data', (chunk: Buffer) => (said += chunk.toString()));
+    for (let i = 0; i < 600 && !said.includes('fault: paused at'); i++)
+      await new Promise((r) => setTimeout(r, 50));
+    expect(said).toContain('fault: paused at s3.before-publish');
+    try {
+      await expect(startServer(sharedBackends(database, storage))).rejects.toThrow(
+        /^the PostgreSQL database is being copied by fshare admin import or export \(backend \d+ from 127\.0\.0\.1 since .+\): no server starts on it until the copy is done$/,
+      );
+    } finally {
+      copying.kill('SIGUSR2');
+    }
+    const done = await copying;
+    expect(done.exitCode, done.stderr).toBe(0);
+    await expectServed(sharedBackends(database, storage), seeded, 1);
   });
 
   it('needs a backend to copy to, and a data directory to copy from', async () => {

@@ -139,6 +139,12 @@ export interface PostgresStoreOptions {
   poolSize?: number;
   /** Connections that hold share locks (one per lock taken outside any other); default 10. */
   lockPoolSize?: number;
+  /**
+   * Who opens it, when that must be known to the others: a server ('serve') holds the database
+   * shared for its whole life, a copy ('copy') alone (OCCUPIED_LOCK). Unset: neither (`admin
+   * passwd`, which may run beside servers).
+   */
+  occupy?: 'serve' | 'copy';
 }
 
 /** A signed 64-bit advisory-lock key for a string: the first 8 bytes of its sha256. */
@@ -152,6 +158,19 @@ const REVOCATION_LOCK = lockKey('fshare:revocations');
 const ADMIN_LOCK = lockKey('fshare:administrators');
 /** Held while the settings are read and written back with a change. */
 const SETTINGS_LOCK = lockKey('fshare:settings');
+/**
+ * Held shared by every running server, on a connection of its own for its whole life, and alone
+ * by `fshare admin import`/`export` for the whole copy: a copy never reads or fills a database
+ * that servers are changing meanwhile (it would miss what they do), and no server starts on a
+ * database being copied. Found from outside: an export run beside a server copied a moving
+ * database without a word; the data directory has its lock (dirlock.ts), PostgreSQL had none.
+ */
+const OCCUPIED_LOCK = lockKey('fshare:occupied');
+
+/** The database is held by the other side: servers for a copy, a copy for a server. */
+export class StoreOccupiedError extends Error {
+  override readonly name = 'StoreOccupiedError';
+}
 
 /** bigint columns as numbers (every count and size here is far below 2^53). */
 const numberTypes = {
@@ -427,6 +446,9 @@ export class PostgresStore implements MetadataStore {
   private readonly held = new KeyedMutex();
   private readonly sessions = new AsyncLocalStorage<LockSession>();
   private readonly sweeper: NodeJS.Timeout;
+  /** The connection holding OCCUPIED_LOCK (options.occupy), while it is held. */
+  private occupant: Client | null = null;
+  private reoccupy: NodeJS.Timeout | undefined;
 
   private constructor(
     private readonly pool: Pool,
@@ -484,7 +506,103 @@ export class PostgresStore implements MetadataStore {
       application_name: 'fshare-locks',
       max: options.lockPoolSize ?? 10,
     });
-    return new PostgresStore(pool, lockPool, log);
+    const store = new PostgresStore(pool, lockPool, log);
+    if (options.occupy)
+      await store.occupy(config, options.occupy, where).catch(async (err: unknown) => {
+        await store.close();
+        throw err;
+      });
+    return store;
+  }
+
+  /**
+   * Takes OCCUPIED_LOCK on a connection of its own, held until close(): shared for a server,
+   * alone for a copy. StoreOccupiedError when the other side holds it. A server whose connection
+   * fails (PostgreSQL restarted) takes it again, every few seconds until it has it.
+   */
+  private async occupy(config: ClientConfig, mode: 'serve' | 'copy', where: string) {
+    const client = new Client({
+      ...config,
+      application_name: mode === 'copy' ? 'fshare-copy' : 'fshare-serve',
+      connectionTimeoutMillis: 15_000,
+    });
+    client.on('error', () => undefined); // ended below, or by 'end' when lost
+    try {
+      await client.connect();
+    } catch (err) {
+      await client.end().catch(() => undefined);
+      throw new Error(`cannot connect to PostgreSQL at ${where}: ${reason(err)}`);
+    }
+    const take = mode === 'copy' ? 'pg_try_advisory_lock' : 'pg_try_advisory_lock_shared';
+    let taken = false;
+    try {
+      const { rows } = await client.query<{ taken: boolean }>(
+        `SELECT ${take}($1::bigint) AS taken`,
+        [OCCUPIED_LOCK],
+      );
+      taken = rows[0]!.taken;
+      if (!taken) throw new StoreOccupiedError(await this.occupiedText(client, mode));
+    } finally {
+      if (!taken) await client.end().catch(() => undefined);
+    }
+    if (this.closed) {
+      await client.end().catch(() => undefined);
+      return;
+    }
+    this.occupant = client;
+    client.once('end', () => {
+      if (this.occupant !== client || this.closed) return;
+      this.occupant = null;
+      this.log(
+        `metadata: lost the PostgreSQL connection that shows this ${mode === 'copy' ? 'copy' : 'server'} is running; taking it again`,
+      );
+      this.occupyAgain(config, mode, where);
+    });
+  }
+
+  private occupyAgain(config: ClientConfig, mode: 'serve' | 'copy', where: string): void {
+    this.reoccupy = setTimeout(() => {
+      if (this.closed) return;
+      this.occupy(config, mode, where).catch((err: unknown) => {
+        if (err instanceof StoreOccupiedError) this.log(`metadata: ${err.message}`);
+        this.occupyAgain(config, mode, where);
+      });
+    }, 5_000);
+    this.reoccupy.unref();
+  }
+
+  /** Who holds OCCUPIED_LOCK against `mode`, as one sentence with what to do. */
+  private async occupiedText(client: Client, mode: 'serve' | 'copy'): Promise<string> {
+    // An advisory lock on a bigint key shows in pg_locks as its two halves (objsubid 1).
+    const key = BigInt.asUintN(64, BigInt(OCCUPIED_LOCK));
+    const { rows } = await client
+      .query<{ pid: number; app: string | null; addr: string | null; since: Date | null }>(
+        `SELECT l.pid, a.application_name AS app, host(a.client_addr) AS addr,
+                a.backend_start AS since
+           FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+          WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+            AND l.classid = $1 AND l.objid = $2
+          ORDER BY l.pid`,
+        [Number(key >> 32n), Number(key & 0xffffffffn)],
+      )
+      .catch(() => ({ rows: [] }));
+    const holders = rows
+      .map(
+        (r) =>
+          `backend ${r.pid}${r.addr ? ` from ${r.addr}` : ''}${r.since ? ` since ${r.since.toISOString()}` : ''}`,
+      )
+      .join(', ');
+    const seen = holders ? ` (${holders})` : '';
+    if (mode === 'copy')
+      return (
+        `the PostgreSQL database is in use by ${rows.length || 'some'} running fshare serve${rows.length === 1 ? '' : 's'}${seen}: ` +
+        `stop them before copying it (a copy of a database in use would miss what they change meanwhile); ` +
+        `a server that is gone without closing its connection is ended with SELECT pg_terminate_backend(<backend>)`
+      );
+    return (
+      `the PostgreSQL database is being copied by fshare admin import or export${seen}: ` +
+      `no server starts on it until the copy is done`
+    );
   }
 
   /**
@@ -1080,7 +1198,14 @@ export class PostgresStore implements MetadataStore {
     if (this.closed) return;
     this.closed = true;
     clearInterval(this.sweeper);
-    await Promise.all([this.pool.end(), this.lockPool.end()]);
+    clearTimeout(this.reoccupy);
+    const occupant = this.occupant;
+    this.occupant = null;
+    await Promise.all([
+      this.pool.end(),
+      this.lockPool.end(),
+      occupant?.end().catch(() => undefined),
+    ]);
   }
 
   // Plumbing
