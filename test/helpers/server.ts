@@ -312,10 +312,11 @@ export async function loseLockAt<T>(
         );
       }),
     ]);
-    // Only the held task holds advisory locks in this database (all on its one connection).
+    // Only the held task holds advisory locks in this database (all on its one connection),
+    // but for the servers' own, shared, that says they are running (store/postgres.ts).
     const { rows } = await db.query<{ pid: number }>(
       `SELECT DISTINCT pid FROM pg_locks
-        WHERE locktype = 'advisory' AND granted
+        WHERE locktype = 'advisory' AND granted AND mode = 'ExclusiveLock'
           AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
     );
     expect(rows).toHaveLength(1);
