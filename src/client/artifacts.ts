@@ -74,6 +74,7 @@ import type { ApiClient } from './http.js';
 import { createChunkLimiter, createLimiter, type Limiter } from './limit.js';
 import {
   commitPull,
+  CommitError,
   finishInterruptedPulls,
   isPullJournal,
   PULL_LOCK,
@@ -83,8 +84,9 @@ import {
   TEMP,
   TEMP_OLD,
   TEMP_OWNED,
+  type PullCommit,
 } from './pull-commit.js';
-import { replaceFile, uploadFile, type ResumeStore } from './upload.js';
+import { FileChangedError, replaceFile, uploadFile, type ResumeStore } from './upload.js';
 import { makeDirs } from '../shared/mkdirs.js';
 
 export const ARTIFACT_PREFIX = 'fshare-artifact:';
@@ -812,9 +814,12 @@ async function pushLargeFile(run: PushRun, f: LocalFile): Promise<void> {
       signal: options.signal,
       onNotice: (line) => run.notice(line),
     }).catch(async (err: unknown) => {
-      // The server refused bytes that are not the sha256 hashed before (422): a file written
-      // meanwhile says so in the push's words, not in the server's.
-      if (err instanceof ApiError && err.status === 422 && (await changedSinceScan(f)))
+      // The server refused bytes that are not the sha256 hashed before (422), or the upload saw
+      // the file change under it: a file written meanwhile says so in the push's words.
+      if (
+        err instanceof FileChangedError ||
+        (err instanceof ApiError && err.status === 422 && (await changedSinceScan(f)))
+      )
         throw new VerificationError(`${f.path} changed while it was pushed; push again`, {
           cause: err,
         });
@@ -1768,7 +1773,7 @@ async function pullOnce(
     throw err;
   }
   const rel = (abs: string) => relative(root, abs).split(sep).join('/');
-  commitPull(
+  await commitPullOrDiscard(
     root,
     {
       remove: [...plan.inTheWay].map(([abs, isDir]) => ({ path: rel(abs), dir: isDir })),
@@ -1779,6 +1784,7 @@ async function pullOnce(
       emptied: extra.emptied.map(rel),
     },
     settled,
+    staging,
   );
   return {
     name,
@@ -1790,6 +1796,25 @@ async function pullOnce(
     skipped: fetched.skipped,
     deleted: { files: deleted + extra.counted },
   };
+}
+
+/**
+ * The commit (pull-commit.ts). A failure before its first change (too little room for its
+ * directories, the journal refused by a full disk) leaves DIR as it was: the temporary files go
+ * too. One after it (CommitError) leaves them for the next pull, which finishes the commit.
+ */
+async function commitPullOrDiscard(
+  root: string,
+  commit: PullCommit,
+  onRenamed: (temp: string) => void,
+  staging: Staging,
+): Promise<void> {
+  try {
+    commitPull(root, commit, onRenamed);
+  } catch (err) {
+    if (!(err instanceof CommitError)) await staging.discard();
+    throw err;
+  }
 }
 
 /**

@@ -21,6 +21,7 @@ import {
   rmdirSync,
   rmSync,
   chmodSync,
+  statfsSync,
   unlinkSync,
   writeSync,
 } from 'node:fs';
@@ -185,7 +186,17 @@ export function commitPull(
   onRenamed: (temp: string) => void,
 ): void {
   if (isEmpty(commit)) return;
-  const journal = writeJournal(root, commit);
+  checkRoom(root, commit);
+  let journal: string;
+  try {
+    journal = writeJournal(root, commit);
+  } catch (err) {
+    // Its own temporary file is no name of the user's: the line names DIR ("no space left on
+    // the device: DIR"; it said no place at all, a write carrying no path).
+    if (typeof (err as NodeJS.ErrnoException).code === 'string')
+      (err as NodeJS.ErrnoException).path = root;
+    throw err;
+  }
   try {
     applyCommit(root, commit, onRenamed, { killAfter: killAfterRenames() });
   } catch (err) {
@@ -197,6 +208,58 @@ export function commitPull(
     );
   }
   unlinkSync(journal);
+}
+
+/** statfs's f_type of a tmpfs, whose directories take no blocks of its size. */
+const TMPFS_MAGIC = 0x01021994;
+
+/**
+ * The room the commit's new directories take, checked before its first change: a full disk
+ * stopped a commit halfway (mkdir: no space left), DIR part old, part new, where it must be the
+ * old set or the new one (found from outside, on ext4 and on a tmpfs out of inodes). Counted: an
+ * inode and the blocks of each new directory (its entries: the files and directories put in it),
+ * and the journal's inode and blocks. Too little is ENOSPC naming DIR, with nothing changed. The
+ * count errs high, never low: a directory's entry is 8 bytes and its name rounded up to 4, as
+ * ext4 lays them out.
+ */
+function checkRoom(root: string, c: PullCommit): void {
+  const at = (rel: string) => join(root, ...rel.split('/'));
+  const made = new Map<string, number>(); // a directory the commit makes → bytes of its entries
+  const entry = (name: string) => 8 + Math.ceil(Buffer.byteLength(name) / 4) * 4;
+  const need = (dir: string) => {
+    for (let d = dir; d !== root && !made.has(d); d = dirname(d)) {
+      const st = lstatOrNull(d);
+      if (st?.isDirectory()) return;
+      made.set(d, 24); // "." and ".."
+    }
+  };
+  for (const [, target] of c.rename) need(dirname(at(target)));
+  for (const d of c.dirs) need(at(d));
+  if (made.size === 0) return;
+  for (const [, target] of c.rename) {
+    const dir = dirname(at(target));
+    if (made.has(dir)) made.set(dir, made.get(dir)! + entry(basename(target)));
+  }
+  for (const d of made.keys()) {
+    const parent = dirname(d);
+    if (made.has(parent)) made.set(parent, made.get(parent)! + entry(basename(d)));
+  }
+  const fs = statfsSync(root);
+  let blocks = 2; // the journal (a few blocks at most for most sets: counted below) and a margin
+  blocks += Math.ceil(Buffer.byteLength(JSON.stringify(c)) / fs.bsize);
+  if (fs.type !== TMPFS_MAGIC)
+    for (const bytes of made.values()) {
+      const own = Math.ceil(bytes / fs.bsize);
+      blocks += own > 1 ? own + 1 : own; // past one block, ext4 adds an index block
+    }
+  const freeBlocks = process.getuid?.() === 0 ? fs.bfree : fs.bavail;
+  // File systems that count no inodes (btrfs) say 0 of them in all.
+  const inodesShort = fs.files > 0 && fs.ffree < made.size + 1;
+  if (blocks > freeBlocks || inodesShort)
+    throw Object.assign(
+      new Error(`no space left on the device for the set's ${made.size} new directories: ${root}`),
+      { code: 'ENOSPC', syscall: 'mkdir', path: root },
+    );
 }
 
 /** The journal, whole or not at all: written to a temporary name, fsync'd, renamed. */

@@ -3,6 +3,7 @@
 // changes, so a pull that fails or is killed while downloading leaves DIR as it was; only a
 // SIGKILL during the short commit can leave a mix, and the next pull into DIR finishes it.
 // The built binary against a real `fshare serve`.
+import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import {
   chmod,
@@ -21,6 +22,7 @@ import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCli, signIn, startServe, tempDir, type Cli, type Serve } from '../helpers/cli.js';
 import { content, expectStatus, get, until, upload, type ShareJson } from '../helpers/http.js';
+import { mountSmallDisk } from '../helpers/mount.js';
 
 const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
 const MiB = 1024 * 1024;
@@ -416,4 +418,34 @@ describe('fshare pull leaves DIR holding the old set or the new set, never a mix
     expect(res.exitCode, res.stderr).toBe(0);
     expect(await snapshot(out)).toEqual(v2);
   }, 120_000);
+  // Property: a pull whose directories have no room on DIR's disk fails before its commit
+  // changes anything. Found from outside (ext4, and a tmpfs out of inodes): the commit stopped at
+  // a mkdir (no space left), DIR part old, part new, holding a journal for the next pull.
+  it('a pull whose new directories do not fit on the disk: exit 1, one line naming DIR, DIR as it was and nothing left; it stopped in the middle of its commit, DIR a mix', async (ctx) => {
+    const src = await freshDir('no-room-src');
+    for (let d = 0; d < 20; d++)
+      for (let f = 0; f < 10; f++) await put(src, `d${d}/f${f}.txt`, `${d}/${f}\n`);
+    await admin.json(['push', src, '--name', 'no-room']);
+    // Inodes for the 200 downloaded files, not for the 20 directories they go into as well.
+    const disk = await mountSmallDisk(4, 215);
+    if (typeof disk === 'string') return ctx.skip(disk);
+    try {
+      const out = join(disk.dir, 'out');
+      await put(out, 'keep.txt', 'in DIR before the pull\n');
+      const before = await snapshot(out);
+      const res = await admin.run(['pull', 'no-room', out]);
+      expect(res.exitCode).toBe(1);
+      expect(res.stderr.trim().split('\n')).toEqual([
+        `fshare: no space left on the device: ${out}`,
+      ]);
+      expect(await snapshot(out)).toEqual(before);
+
+      // With room, the same pull gives the set whole.
+      execFileSync('mount', ['-o', 'remount,nr_inodes=1000', disk.dir]);
+      await admin.json(['pull', 'no-room', out]);
+      expect(await snapshot(out)).toEqual({ ...(await snapshot(src)), ...before });
+    } finally {
+      await disk.unmount();
+    }
+  });
 });
