@@ -95,21 +95,25 @@ export async function writeFileRange(
   out: Writable,
   start: number,
   end: number,
+  signal?: AbortSignal,
 ): Promise<void> {
   if (end <= start) return;
   const buffers = [takePiece(), takePiece()];
   let writing: Promise<void> | undefined;
-  // A connection that closes may leave a write's callback uncalled: its close ends the wait.
+  // A connection that closes may leave a write's callback uncalled: its close ends the wait, and
+  // so does `signal` (an answer queued behind another on its connection gets no close of its own).
   let cut: ((err: Error) => void) | undefined;
   const onClose = () => cut?.(new Error('the connection closed'));
   out.once('close', onClose);
+  signal?.addEventListener('abort', onClose);
   try {
+    if (signal?.aborted) throw new Error('the connection closed');
     for (let at = start, turn = 0; at < end; turn ^= 1) {
       const buffer = buffers[turn]!;
       const { bytesRead } = await handle.read(buffer, 0, Math.min(PIECE, end - at), at);
       if (bytesRead === 0) throw new ShortFileError(`the file ended at byte ${at} of ${end}`);
       await writing; // the other buffer's write: at most one in flight, and this one is free
-      if (out.destroyed) throw new Error('the connection closed');
+      if (out.destroyed || signal?.aborted) throw new Error('the connection closed');
       const piece = buffer.subarray(0, bytesRead);
       writing = new Promise<void>((resolve, reject) => {
         cut = reject;
@@ -122,5 +126,6 @@ export async function writeFileRange(
     givePieces(...buffers);
   } finally {
     out.off('close', onClose);
+    signal?.removeEventListener('abort', onClose);
   }
 }

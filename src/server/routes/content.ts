@@ -739,17 +739,18 @@ export async function sendContent(
       return;
     }
     streaming = true;
+    const gone = connectionGone(req, res);
     if (reader.writeTo) {
       // A failure here is the client going away (or the disk failing mid-answer): the answer
       // cannot be changed any more, so the connection is cut and the request log says so.
-      reader.writeTo(res, start, end).then(
+      reader.writeTo(res, start, end, gone).then(
         () => res.end(),
         () => res.destroy(),
       );
       return;
     }
     const stream = body!;
-    res.on('close', () => stream.destroy());
+    gone.addEventListener('abort', () => stream.destroy());
     stream.pipe(res);
   } finally {
     if (!streaming) {
@@ -757,6 +758,30 @@ export async function sendContent(
       await reader.close();
     }
   }
+}
+
+/**
+ * Aborts when the answer's connection closes before the answer is done. An answer queued behind
+ * another on its connection (HTTP/1.1 pipelining) gets no 'close' of its own when the connection
+ * goes: found from outside, its writes waited for good, its content file open, one per such
+ * connection, until a garbage collection closed it with a warning (DEP0137).
+ */
+function connectionGone(req: Request, res: Response): AbortSignal {
+  const gone = new AbortController();
+  const socket = req.socket;
+  const abort = () => gone.abort();
+  const done = () => {
+    socket.off('close', abort);
+    res.off('close', abort);
+  };
+  if (socket.destroyed) abort();
+  else {
+    socket.once('close', abort);
+    res.once('close', abort);
+    res.once('finish', done);
+    gone.signal.addEventListener('abort', done);
+  }
+  return gone.signal;
 }
 
 /** Resolves once a content stream has bytes to give (or has ended); rejects if it fails first. */

@@ -1157,10 +1157,10 @@ export class FileStorage implements ContentStorage {
         streaming = true;
         return handle.createReadStream({ start, end, highWaterMark: PIECE, autoClose: true });
       },
-      async writeTo(out, start, end) {
+      async writeTo(out, start, end, signal) {
         streaming = true;
         try {
-          await writeFileRange(handle, out, start, end + 1);
+          await writeFileRange(handle, out, start, end + 1, signal);
         } finally {
           await handle.close();
         }

@@ -138,9 +138,10 @@ export interface ContentReader {
   /**
    * Optional, and preferred when present: writes bytes [start, end] (inclusive) to `out` from a
    * few buffers used again and again (each write awaited), then closes the reader. Rejects when
-   * `out` fails (the client went away); the reader is closed either way.
+   * `out` fails (the client went away) or `signal` aborts (its connection closed); the reader
+   * is closed either way.
    */
-  writeTo?(out: Writable, start: number, end: number): Promise<void>;
+  writeTo?(out: Writable, start: number, end: number, signal?: AbortSignal): Promise<void>;
   close(): Promise<void>;
 }
 
