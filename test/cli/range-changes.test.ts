@@ -6,7 +6,7 @@
 // them), so the cut and the replacement happen at a known byte.
 import { createHash, randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { rm } from 'node:fs/promises';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -189,5 +189,22 @@ describe('a cut download is resumed only from the same content', () => {
     }
     expect(share.requests).toBe(0);
     expect(existsSync(out)).toBe(false);
+  });
+
+  // Found from outside: `get ID -o ""` (a script's `-o "$OUT"` with OUT unset) wrote the whole
+  // content to standard output and left a file named `.part` in the current directory, exit 1.
+  it('an empty -o is exit 2 with one line, writes nothing anywhere, and asks the server nothing', async () => {
+    const { id, share } = addShare(true);
+    const cwd = await mkdtemp(join(work, 'empty-o-'));
+    for (const args of [['-o', ''], ['--output=']]) {
+      const res = await cli.run([...at, 'get', id, ...args], { env, cwd });
+      expect(res.exitCode, res.stderr).toBe(2);
+      expect(res.stderr.trimEnd()).toBe(
+        'fshare: -o needs a path, or - for standard output; it was empty',
+      );
+      expect(res.stdout).toBe('');
+    }
+    expect(share.requests).toBe(0);
+    expect(await readdir(cwd)).toEqual([]);
   });
 });

@@ -463,6 +463,10 @@ const get = (program: Command) =>
         const link = parseLinkRef(ref);
         if (options.passwordStdin && !link)
           throw new UsageError("--password-stdin is for a share link's password");
+        // An empty -o (`-o "$OUT"` with OUT unset) names no file: found from outside, the
+        // content went to standard output and a file named `.part` was left behind.
+        if (options.output === '')
+          throw new UsageError('-o needs a path, or - for standard output; it was empty');
         // -o /dev/stdout (or /dev/fd/1, or any other name of it) is -o -: the bytes are the
         // output, and no other line may go there.
         const toStdout =
