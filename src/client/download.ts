@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { constants as fs } from 'node:fs';
-import { lstat, open, rename, stat, type FileHandle } from 'node:fs/promises';
+import { lstat, open, rename, rm, stat, type FileHandle } from 'node:fs/promises';
 import type { IncomingHttpHeaders } from 'node:http';
 import { basename, dirname, join, resolve } from 'node:path';
 import type { Writable } from 'node:stream';
@@ -802,7 +802,12 @@ async function transfer(
       state.offset = state.resumedFrom = 0;
       continue;
     }
-    if (res.statusCode >= 400) throw await toApiError(res);
+    if (res.statusCode >= 400) {
+      const err = await toApiError(res);
+      if (started && (res.statusCode === 404 || res.statusCode === 410))
+        await partOfGoneShare(state, options, err);
+      throw err;
+    }
     windowStart = await acceptResponse(
       client,
       res,
@@ -1093,6 +1098,25 @@ async function startHash(state: State, part: string): Promise<void> {
   state.hash?.dispose();
   state.hash = fileHasher().create(state.expected);
   if (state.offset > 0) state.hash.updateFromFile(part, 0, state.offset).catch(() => undefined);
+}
+
+/**
+ * The share (or link) went away while its download was being resumed in this run: no download
+ * can finish its `.part` now. One this run began is removed with its record, so the failure
+ * leaves nothing; one it resumed from an earlier run stays, and the line says so. Found from
+ * outside: a share deleted mid-download left a `.part` and its record, unsaid.
+ */
+async function partOfGoneShare(state: State, options: DownloadOptions, err: Error): Promise<void> {
+  if (state.target === undefined || !state.part) return;
+  const part = partPathOf(state.target);
+  if (state.resumedFrom > 0) {
+    err.message += `; the ${state.resumedFrom} bytes downloaded before stay in ${part}, which no download can finish now`;
+    return;
+  }
+  await state.part.close().catch(() => undefined);
+  state.part = undefined;
+  await rm(part, { force: true }).catch(() => undefined);
+  await Promise.resolve(options.validators?.set(part, undefined)).catch(() => undefined);
 }
 
 /** A network failure that leaves data in the .part says how to pick it up again. */

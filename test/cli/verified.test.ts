@@ -139,6 +139,47 @@ describe('verified transfers against fshare serve', () => {
     },
   );
 
+  // Property: a failed download leaves nothing it cannot use. Found from outside: a share
+  // deleted while its download was being resumed in the same run (a cut connection) ended in
+  // the server's 404, exit 4, with NAME.part and its record in the config directory left behind,
+  // unsaid, though no download could ever finish them.
+  it('a share deleted while its download resumes: exit 4, one line, no .part and no record left', async () => {
+    const data = randomBytes(3 * 1024 * 1024);
+    await writeFile(join(work, 'deleted-meanwhile.bin'), data);
+    const [up] = await admin.json<Transfer[]>(['upload', join(work, 'deleted-meanwhile.bin')]);
+    const id = up!.share_id;
+    const proxy = startFaultProxy(serve.url, async (req) => {
+      if (req.method !== 'GET' || !req.url?.endsWith(`/files/${id}/content`)) return 'pass';
+      if (!req.headers.range) return { cutAfter: 1024 * 1024 };
+      // The resume comes after the share was deleted.
+      const removed = await admin.run(['rm', id]);
+      expect(removed.exitCode, removed.stderr).toBe(0);
+      return 'pass';
+    });
+    // The records of unfinished downloads (one file each): none is left for this one.
+    const records = async () =>
+      existsSync(join(admin.configDir, 'partials'))
+        ? (await readdir(join(admin.configDir, 'partials'))).sort()
+        : [];
+    const recordsBefore = await records();
+    try {
+      const out = join(work, 'deleted-meanwhile-out.bin');
+      const res = await admin.run(['--server', await proxy.url, 'get', id, '-o', out], {
+        env: { FSHARE_TOKEN: token },
+      });
+      expect(res.exitCode).toBe(4);
+      expect(res.stderr.trim().split('\n')).toEqual(['fshare: No share with this id (HTTP 404)']);
+      // It was resumed: the second request asked for the rest.
+      const gets = proxy.seen.filter((r) => r.url.endsWith('/content'));
+      expect(gets.map((r) => r.range)).toEqual([undefined, expect.stringMatching(/^bytes=\d+-/)]);
+      expect(existsSync(out)).toBe(false);
+      expect(existsSync(`${out}.part`)).toBe(false);
+      expect(await records()).toEqual(recordsBefore);
+    } finally {
+      await proxy.close();
+    }
+  });
+
   // Property: a download that runs out of disk is a failure, never a short file under the
   // target name: one line naming the .part, exit 1, and once there is room `--continue` finishes
   // it from the bytes already written, verified.
