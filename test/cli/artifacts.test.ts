@@ -1034,6 +1034,20 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     expect(await leftovers(out)).toEqual([]);
   }, 60_000);
 
+  // Property: a line about a name of DIR is one line, whatever the name holds. Found from outside:
+  // a symbolic link named with a newline was said on two lines, and a terminal's escape in a
+  // name reached the terminal.
+  it('a skipped name holding a newline or an escape is said on one line, shown safe', async () => {
+    const src = await freshDir('odd-skipped');
+    await put(src, 'kept.txt', 'kept\n');
+    await symlink('kept.txt', join(src, 'evil\nname\u001b[31m'));
+    const res = await admin.run(['push', src, '--name', 'odd-skipped']);
+    expect(res.exitCode, res.stderr).toBe(0);
+    expect(res.stderr.trimEnd().split('\n')).toEqual([
+      'fshare: evil?name?[31m: a symbolic link, skipped',
+    ]);
+  });
+
   // Property: push says in its own words that a large file changed while it was pushed. Found:
   // a file written after it was hashed got the server's long 422 about dzsha256 instead.
   it('a large file written after it was hashed: exit 7, "changed while it was pushed", the old set whole', async () => {

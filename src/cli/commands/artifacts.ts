@@ -15,7 +15,15 @@ import { formatSize } from '../../shared/size.js';
 import { parsePositiveInt } from '../args.js';
 import { configDir } from '../config.js';
 import { openSession } from '../context.js';
-import { AuthError, examples, printJson, printLine, printTable, warn } from '../output.js';
+import {
+  AuthError,
+  examples,
+  printable,
+  printJson,
+  printLine,
+  printTable,
+  warn,
+} from '../output.js';
 import { createProgress, progressEnabled, type ProgressBar } from '../progress.js';
 import { removingTempsOnSignals } from '../signals.js';
 import { damagedNotice, uploadRecords } from '../uploads.js';
@@ -125,7 +133,8 @@ export function registerArtifacts(program: Command): void {
               hashCache: fileHashCache(join(configDir(session.config), 'push-hashes.json')),
               onStart: display.onStart,
               onProgress: display.onProgress,
-              onNotice: (line) => display.progress.log(`fshare: ${line}`),
+              // A name of DIR may hold a newline or a terminal's escape: one line, shown safe.
+              onNotice: (line) => display.progress.log(`fshare: ${printable(line)}`),
             });
             display.stop();
             if (session.opts.json) printJson(result);
@@ -174,7 +183,8 @@ export function registerArtifacts(program: Command): void {
               parallel,
               onStart: display.onStart,
               onProgress: display.onProgress,
-              onNotice: (line) => display.progress.log(`fshare: ${line}`),
+              // A name of DIR may hold a newline or a terminal's escape: one line, shown safe.
+              onNotice: (line) => display.progress.log(`fshare: ${printable(line)}`),
             });
             display.stop();
             if (session.opts.json) printJson(result);
