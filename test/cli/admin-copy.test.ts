@@ -159,6 +159,21 @@ function backendArgs(database: string, storage: string): string[] {
   ];
 }
 
+/** A seeded server imported into a new database and bucket, and how to export it into `back`. */
+async function importedIntoShared() {
+  const seeded = await seed();
+  const database = await createDatabase(pg.adminUrl);
+  const storage = await createBucket(s3.endpoint);
+  const imported = await cli.run(
+    ['admin', 'import', seeded.dataDir, ...backendArgs(database, storage)],
+    { env: S3_TEST_ENV },
+  );
+  expect(imported.exitCode, imported.stderr).toBe(0);
+  const back = await tempDir('exported');
+  const exportArgs = ['admin', 'export', back, ...backendArgs(database, storage)];
+  return { seeded, database, storage, back, exportArgs };
+}
+
 describe('fshare admin import and export', () => {
   it('moves a data directory into PostgreSQL + S3 and back, every byte checked', async () => {
     const seeded = await seed();
@@ -309,17 +324,7 @@ describe('fshare admin import and export', () => {
   // being stored), into a data directory: the export left there is refused by `fshare serve`
   // and copied from by no one, and the same export run again replaces it whole.
   it('an export killed midway is served by no one, copied by no one, and started over by the same command', async () => {
-    const seeded = await seed();
-    const database = await createDatabase(pg.adminUrl);
-    const storage = await createBucket(s3.endpoint);
-    const imported = await cli.run(
-      ['admin', 'import', seeded.dataDir, ...backendArgs(database, storage)],
-      { env: S3_TEST_ENV },
-    );
-    expect(imported.exitCode, imported.stderr).toBe(0);
-
-    const back = await tempDir('exported');
-    const exportArgs = ['admin', 'export', back, ...backendArgs(database, storage)];
+    const { seeded, storage, back, exportArgs } = await importedIntoShared();
     const killed = await cli.start(exportArgs, {
       env: { ...S3_TEST_ENV, FSHARE_FAULT: 'complete.after-link:2' },
     });
@@ -352,16 +357,7 @@ describe('fshare admin import and export', () => {
   // server copied a moving database without a word (a share made meanwhile would be missed); the
   // data directory had its lock, PostgreSQL none. Servers hold the database shared, a copy alone.
   it('refuses to copy a PostgreSQL database a server is using, and copies it once the server stops', async () => {
-    const seeded = await seed();
-    const database = await createDatabase(pg.adminUrl);
-    const storage = await createBucket(s3.endpoint);
-    const imported = await cli.run(
-      ['admin', 'import', seeded.dataDir, ...backendArgs(database, storage)],
-      { env: S3_TEST_ENV },
-    );
-    expect(imported.exitCode, imported.stderr).toBe(0);
-    const back = await tempDir('exported');
-    const exportArgs = ['admin', 'export', back, ...backendArgs(database, storage)];
+    const { seeded, database, storage, back, exportArgs } = await importedIntoShared();
     const ts = await startServer(sharedBackends(database, storage));
     try {
       const refused = await cli.run(exportArgs, { env: S3_TEST_ENV });

@@ -79,6 +79,31 @@ describe('fshare upload: its record and its file', () => {
       .map((s) => s.share_id);
 
   /**
+   * Uploads a new 1 MiB file in 128 KiB chunks, one at a time and slowed, and runs `change` on
+   * it once the first chunk is stored. Its name, path and the run's result.
+   */
+  const changedMidUpload = async (label: string, change: (path: string) => Promise<void>) => {
+    const name = `${label}-${Date.now()}.bin`;
+    const path = join(work, name);
+    await writeFile(path, randomBytes(1024 * 1024));
+    proxy.state.seen.length = 0;
+    proxy.state.delayMs = 100;
+    try {
+      const child = background([path, '--chunk-size', '128k', '--parallel', '1']);
+      for (
+        let i = 0;
+        i < 600 && !proxy.state.seen.some((s) => s.url.endsWith('/content') && s.status === 200);
+        i++
+      )
+        await sleep(20);
+      await change(path);
+      return { name, path, res: await child };
+    } finally {
+      proxy.state.delayMs = 0;
+    }
+  };
+
+  /**
    * Runs `fshare upload path` and SIGKILLs it once the server has answered 201 to its last chunk,
    * an answer the proxy keeps from it (so it cannot have forgotten its record). Returns the
    * record it left.
@@ -189,27 +214,11 @@ describe('fshare upload: its record and its file', () => {
   // server's digest (exit 7). Now one descriptor reads it all, and the end check sees another
   // file: "changed while it was uploading", exit 1, and the share it created is deleted.
   it('a file moved over the path mid-upload: "changed while it was uploading", exit 1, no share left', async () => {
-    const name = `moved-over-${Date.now()}.bin`;
-    const path = join(work, name);
-    await writeFile(path, randomBytes(1024 * 1024));
-    const other = join(work, `${name}.new`);
-    await writeFile(other, randomBytes(1024 * 1024));
-    proxy.state.seen.length = 0;
-    proxy.state.delayMs = 100;
-    let res;
-    try {
-      const child = background([path, '--chunk-size', '128k', '--parallel', '1']);
-      for (
-        let i = 0;
-        i < 600 && !proxy.state.seen.some((s) => s.url.endsWith('/content') && s.status === 200);
-        i++
-      )
-        await sleep(20);
-      await rename(other, path);
-      res = await child;
-    } finally {
-      proxy.state.delayMs = 0;
-    }
+    const { name, path, res } = await changedMidUpload('moved-over', async (at) => {
+      const other = `${at}.new`;
+      await writeFile(other, randomBytes(1024 * 1024));
+      await rename(other, at);
+    });
     expect(res.stderr.trimEnd().split('\n')).toEqual([
       `fshare: ${path} changed while it was uploading; run the command again (the share it had created was deleted)`,
     ]);
@@ -228,28 +237,12 @@ describe('fshare upload: its record and its file', () => {
   // line was the server's "The uploaded bytes have sha256 …, not the … that dzsha256
   // announced" with exit 7, as if the network had damaged them.
   it('a file written to in place mid-upload: "changed while it was uploading", exit 1, no share left', async () => {
-    const name = `written-${Date.now()}.bin`;
-    const path = join(work, name);
-    await writeFile(path, randomBytes(1024 * 1024));
-    proxy.state.seen.length = 0;
-    proxy.state.delayMs = 100;
-    let res;
-    try {
-      const child = background([path, '--chunk-size', '128k', '--parallel', '1']);
-      for (
-        let i = 0;
-        i < 600 && !proxy.state.seen.some((s) => s.url.endsWith('/content') && s.status === 200);
-        i++
-      )
-        await sleep(20);
+    const { name, path, res } = await changedMidUpload('written', async (at) => {
       // The last chunk's bytes, long hashed by now and not yet sent.
-      const handle = await open(path, 'r+');
+      const handle = await open(at, 'r+');
       await handle.write(randomBytes(1000), 0, 1000, 1024 * 1024 - 1000);
       await handle.close();
-      res = await child;
-    } finally {
-      proxy.state.delayMs = 0;
-    }
+    });
     expect(res.stderr.trimEnd().split('\n')).toEqual([
       `fshare: ${path} changed while it was uploading; run the command again (the share it had created was deleted)`,
     ]);
