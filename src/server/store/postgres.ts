@@ -576,9 +576,8 @@ export class PostgresStore implements MetadataStore {
     // An advisory lock on a bigint key shows in pg_locks as its two halves (objsubid 1).
     const key = BigInt.asUintN(64, BigInt(OCCUPIED_LOCK));
     const { rows } = await client
-      .query<{ pid: number; app: string | null; addr: string | null; since: Date | null }>(
-        `SELECT l.pid, a.application_name AS app, host(a.client_addr) AS addr,
-                a.backend_start AS since
+      .query<{ pid: number; addr: string | null; since: Date | null }>(
+        `SELECT l.pid, host(a.client_addr) AS addr, a.backend_start AS since
            FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
           WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
             AND l.classid = $1 AND l.objid = $2
