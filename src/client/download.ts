@@ -23,6 +23,8 @@ import { filenameFromDisposition, nameTooLong, partPathOf, sanitizeFileName } fr
 import {
   backoffDelay,
   header,
+  noteRetry,
+  seconds,
   send,
   toApiError,
   withoutTokens,
@@ -875,7 +877,14 @@ async function transfer(
       );
       state.offset = state.resumedFrom = 0;
     }
-    await sleep(backoffDelay(client.retry, attempt), undefined, { signal: options.signal });
+    const delay = backoffDelay(client.retry, attempt);
+    // --debug says so, as for every other retry: found from outside, a body cut and resumed
+    // printed nothing.
+    noteRetry(
+      `GET ${state.source.path}: the body broke off after ${state.offset} bytes (${describeTransportError(cut)}); ` +
+        `${state.offset > 0 ? 'resuming' : 'retrying'} in ${seconds(delay)} (attempt ${attempt + 1} of ${client.retry.retries + 1})`,
+    );
+    await sleep(delay, undefined, { signal: options.signal });
   }
 }
 

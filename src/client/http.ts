@@ -258,7 +258,12 @@ export function onRetry(log: (line: string) => void): void {
   retryLog = log;
 }
 
-const seconds = (ms: number) => `${Math.round(ms / 100) / 10} s`;
+/** A retry made outside send() (a download's body cut, resumed from where it broke). */
+export function noteRetry(line: string): void {
+  retryLog?.(line);
+}
+
+export const seconds = (ms: number) => `${Math.round(ms / 100) / 10} s`;
 
 /** Delay before attempt `attempt + 1`: exponential with jitter so parallel chunks spread out. */
 export function backoffDelay(policy: RetryPolicy, attempt: number): number {

@@ -151,6 +151,24 @@ describe('fshare get of a share link, against fshare serve', () => {
     expect(res.stderr + res.stdout).not.toContain(token);
   });
 
+  // Property: --debug says every retry, a body cut and resumed too. Found from outside: a
+  // download whose body broke off and was resumed in the same run printed nothing.
+  it('--debug says a body cut and resumed, the link token hidden', async () => {
+    const { link, url } = await linked();
+    const token = new URL(link.url!).pathname.split('/').pop()!;
+    let downloads = 0;
+    fault = (req) =>
+      req.url?.includes('?download') && ++downloads === 1 ? { cutAfter: 1_000_000 } : 'pass';
+    const res = await owner.run(['get', url, '-o', join(work, 'debug-cut.bin'), '--debug']);
+    expect(res.exitCode, res.stderr).toBe(0);
+    expect(downloads).toBe(2);
+    expect(res.stderr).toMatch(
+      /GET \/l\/\[token\]\?download&sha256=[0-9a-f]{64}: the body broke off after 1000000 bytes \(.+\); resuming in [\d.]+ s \(attempt 2 of 5\)/,
+    );
+    expect(res.stderr + res.stdout).not.toContain(token);
+    expect((await readFile(join(work, 'debug-cut.bin'))).equals(data)).toBe(true);
+  });
+
   // Property: a password link asks for its password and gives nothing without it: no bytes, no
   // count. Without a terminal and without --password-stdin it says how to give it (exit 3); a
   // wrong one is the server's 401 (exit 3); the right one on stdin downloads.
