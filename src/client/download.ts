@@ -1180,7 +1180,12 @@ async function finish(
       if (sha256 !== expected.toLowerCase())
         throw new VerificationError(
           `the downloaded bytes have sha256 ${sha256}, not the server's ${expected}` +
-            (part ? `; they are kept in ${part}` : ''),
+            (part ? `; they are kept in ${part}` : '') +
+            // Its first bytes came from an earlier run, and may be what is wrong: every later
+            // --continue failed the same way, with no word of the way out (found from outside).
+            (part && state.resumedFrom > 0
+              ? ` (the first ${state.resumedFrom} of them from an earlier run: without --continue it downloads whole again)`
+              : ''),
         );
       verified = true;
     } else options.onNotice?.('the download could not be verified: the server gives no sha256');

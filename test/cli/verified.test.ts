@@ -139,6 +139,43 @@ describe('verified transfers against fshare serve', () => {
     },
   );
 
+  // Property: a --continue that fails its sha256 says the way out. Found from outside: a .part
+  // damaged after its download broke off failed every later --continue (exit 7, "they are kept
+  // in NAME.part") without a word that a download without --continue starts afresh.
+  it('a damaged NAME.part: --continue is exit 7 saying how to download it whole, and a plain get does', async () => {
+    const disk = await mountSmallDisk(4);
+    if (typeof disk === 'string') throw new Error(disk); // CI runs as root: a tmpfs always mounts
+    try {
+      const data = randomBytes(6 * 1024 * 1024);
+      await writeFile(join(work, 'damaged-part.bin'), data);
+      const [up] = await admin.json<Transfer[]>(['upload', join(work, 'damaged-part.bin')]);
+      const out = join(disk.dir, 'damaged-part.bin');
+      expect((await admin.run(['get', up!.share_id, '-o', out])).exitCode).toBe(1);
+      const kept = (await readFile(`${out}.part`)).length;
+      expect(kept).toBeGreaterThan(0);
+      const part = await open(`${out}.part`, 'r+');
+      await part.write(Buffer.from([0x55]), 0, 1, 0);
+      await part.close();
+
+      execFileSync('mount', ['-o', 'remount,size=32m', disk.dir]);
+      const res = await admin.run(['get', up!.share_id, '-o', out, '--continue']);
+      expect(res.exitCode).toBe(7);
+      expect(res.stderr.trim().split('\n')).toEqual([
+        expect.stringMatching(
+          new RegExp(
+            `^fshare: the downloaded bytes have sha256 [0-9a-f]{64}, not the server's ${sha256(data)}; they are kept in ${out}\\.part \\(the first ${kept} of them from an earlier run: without --continue it downloads whole again\\)$`,
+          ),
+        ),
+      ]);
+      expect(existsSync(out)).toBe(false);
+      const done = await admin.json<Transfer>(['get', up!.share_id, '-o', out]);
+      expect(done).toMatchObject({ verified: true, sha256: sha256(data), resumed_bytes: 0 });
+      expect((await readFile(out)).equals(data)).toBe(true);
+    } finally {
+      await disk.unmount();
+    }
+  });
+
   // Property: a failed download leaves nothing it cannot use. Found from outside: a share
   // deleted while its download was being resumed in the same run (a cut connection) ended in
   // the server's 404, exit 4, with NAME.part and its record in the config directory left behind,
