@@ -263,12 +263,17 @@ export function examples(lines: string[]): string {
 export async function eachReporting<T>(
   items: T[],
   task: (item: T) => Promise<void>,
+  label?: (item: T) => string,
 ): Promise<number> {
   let code = 0;
   for (const item of items) {
     try {
       await task(item);
     } catch (err) {
+      // Of several, the line names which one failed (`fshare rm A B` said "No share with this
+      // id (HTTP 404)" for either, alike: found from outside).
+      if (label && items.length > 1 && err instanceof Error && !(err instanceof UsageError))
+        err.message = `${printable(label(item))}: ${err.message}`;
       const c = reportError(err);
       code ||= c;
     }

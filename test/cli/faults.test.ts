@@ -182,6 +182,18 @@ describe('transfers survive a flaky network', () => {
     // A share that never existed is still "not found", exit 4: only a repeat counts 404 as done.
     const missing = await cli.run(['rm', '00000000-0000-4000-8000-000000000000']);
     expect(missing.exitCode).toBe(4);
+    expect(missing.stderr.trim()).toBe('fshare: No share with this id (HTTP 404)');
+    // Of several, the line names the one that failed (found from outside: the lines were alike).
+    const several = await cli.run([
+      'rm',
+      '00000000-0000-4000-8000-000000000001',
+      '00000000-0000-4000-8000-000000000002',
+    ]);
+    expect(several.exitCode).toBe(4);
+    expect(several.stderr.trim().split('\n')).toEqual([
+      'fshare: 00000000-0000-4000-8000-000000000001: No share with this id (HTTP 404)',
+      'fshare: 00000000-0000-4000-8000-000000000002: No share with this id (HTTP 404)',
+    ]);
   });
 
   // The last chunk's 201 lost on the way: the chunk was sent again, the server refused the copy

@@ -161,14 +161,18 @@ export function registerFiles(program: Command): void {
       const done: { share_id: string; deleted: true }[] = [];
       const records = uploadRecords(configDir(session.config));
       const unfinished = await records.list();
-      process.exitCode = await eachReporting(targets, async ({ client, id }) => {
-        await deleteFile(client, id);
-        // An unfinished upload into that share has nothing left to resume.
-        for (const r of unfinished)
-          if (r.share_id === id && r.server === client.server) await records.remove(r);
-        done.push({ share_id: id, deleted: true });
-        if (!session.opts.json) printLine(`Deleted ${id}`);
-      });
+      process.exitCode = await eachReporting(
+        targets,
+        async ({ client, id }) => {
+          await deleteFile(client, id);
+          // An unfinished upload into that share has nothing left to resume.
+          for (const r of unfinished)
+            if (r.share_id === id && r.server === client.server) await records.remove(r);
+          done.push({ share_id: id, deleted: true });
+          if (!session.opts.json) printLine(`Deleted ${id}`);
+        },
+        ({ id }) => id,
+      );
       if (session.opts.json) printJson(done);
     });
 

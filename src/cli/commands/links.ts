@@ -127,18 +127,22 @@ export function registerLinks(program: Command): void {
       const client = await session.client();
       const done: { id: string; revoked: true }[] = [];
       // Every id is tried: a typo in one must not leave the others working.
-      process.exitCode = await eachReporting(ids, async (linkId) => {
-        // In a URL these name another path: "" and "." DELETE /links/ (405), ".." DELETE / (a
-        // 404 that read as a server without links).
-        if (/^\.{0,2}$/.test(linkId)) throw new UsageError(`not a link id: "${linkId}"`);
-        await deleteLink(client, linkId).catch((err: unknown) => {
-          if (err instanceof ApiError && err.status === 404 && /No route/i.test(err.message))
-            throw linkUnsupported(err, client.server);
-          throw err;
-        });
-        done.push({ id: linkId, revoked: true });
-        if (!session.opts.json) printLine(`Revoked link ${linkId}`);
-      });
+      process.exitCode = await eachReporting(
+        ids,
+        async (linkId) => {
+          // In a URL these name another path: "" and "." DELETE /links/ (405), ".." DELETE / (a
+          // 404 that read as a server without links).
+          if (/^\.{0,2}$/.test(linkId)) throw new UsageError(`not a link id: "${linkId}"`);
+          await deleteLink(client, linkId).catch((err: unknown) => {
+            if (err instanceof ApiError && err.status === 404 && /No route/i.test(err.message))
+              throw linkUnsupported(err, client.server);
+            throw err;
+          });
+          done.push({ id: linkId, revoked: true });
+          if (!session.opts.json) printLine(`Revoked link ${linkId}`);
+        },
+        (linkId) => linkId,
+      );
       if (session.opts.json) printJson(done);
     });
 
