@@ -14,7 +14,7 @@ import { naming } from '../shared/syserr.js';
 import { identify, Tokens } from './auth.js';
 import { createHttpServer, sendContinue } from './connections.js';
 import type { Context } from './context.js';
-import { Errors, errorHandler, notFound } from './errors.js';
+import { Errors, errorHandler, HttpError, notFound } from './errors.js';
 import { ShareExpiry } from './expiry.js';
 import { endFormerUploads } from './handover.js';
 import { HashWorker } from '../shared/hasher.js';
@@ -97,6 +97,25 @@ function hostProblem(req: Request): string | undefined {
   return undefined;
 }
 
+/**
+ * RFC 9112 §6.1: Node decodes the chunked transfer coding alone, and would pass a body sent as
+ * `Transfer-Encoding: gzip, chunked` on still compressed (a JSON body unparsable, a chunk's bytes
+ * stored as sent). Any other coding is a 501, before a byte of the body is read.
+ */
+function transferCodingProblem(req: Request): HttpError | undefined {
+  const header = req.headers['transfer-encoding'];
+  if (header === undefined) return undefined;
+  const others = header
+    .split(',')
+    .map((c) => c.trim().toLowerCase())
+    .filter((c) => c !== '' && c !== 'chunked');
+  if (others.length === 0) return undefined;
+  return new HttpError(
+    501,
+    `The server decodes no Transfer-Encoding but chunked (this request has ${JSON.stringify(header.slice(0, 100))}); send the body with chunked alone or with a Content-Length`,
+  );
+}
+
 /** A chunk upload (POST or PUT of /files/<id>/content, multipart): its route sends 100 Continue. */
 function isChunkUpload(req: Request): boolean {
   return (
@@ -156,6 +175,11 @@ const cors: RequestHandler = (req, res, next) => {
   const badHost = hostProblem(req);
   if (badHost) {
     next(Errors.badRequest(badHost));
+    return;
+  }
+  const badCoding = transferCodingProblem(req);
+  if (badCoding) {
+    next(badCoding);
     return;
   }
   if (req.method === 'OPTIONS') {
@@ -502,7 +526,8 @@ async function openServer(
   // Expect: 100-continue is answered at once, but for a chunk upload, whose route sends it once
   // the checks its headers allow have passed (API.md "Conventions").
   app.use((req, res, next) => {
-    if (!isChunkUpload(req)) sendContinue(res);
+    // Nor for a body that is refused unread (cors, below).
+    if (!isChunkUpload(req) && !transferCodingProblem(req)) sendContinue(res);
     next();
   });
   app.use(cors);

@@ -425,6 +425,90 @@ describe('chunk encodings', () => {
   });
 });
 
+describe('transfer codings', () => {
+  /** One raw request, its body sent in the given transfer codings (chunked framing last). */
+  const rawCoded = (path: string, codings: string, contentType: string, body: Buffer) =>
+    new Promise<{ status: number; body: any }>((resolve, reject) => {
+      const { hostname, port } = new URL(srv.direct);
+      const socket = net.connect(Number(port), hostname);
+      let answer = '';
+      socket.on('data', (d) => (answer += d.toString('latin1')));
+      socket.on('error', reject);
+      socket.on('close', () => {
+        const status = Number(/^HTTP\/1\.1 (\d+)/.exec(answer)?.[1] ?? 0);
+        const text = answer.slice(answer.indexOf('\r\n\r\n') + 4);
+        let parsed: unknown = text;
+        try {
+          parsed = JSON.parse(text);
+        } catch {
+          // left as text: the assertion shows it
+        }
+        resolve({ status, body: parsed });
+      });
+      socket.end(
+        Buffer.concat([
+          Buffer.from(
+            `POST ${path} HTTP/1.1\r\nHost: ${hostname}\r\nAuthorization: Bearer ${alice.token}\r\n` +
+              `Content-Type: ${contentType}\r\nTransfer-Encoding: ${codings}\r\nConnection: close\r\n\r\n` +
+              `${body.length.toString(16)}\r\n`,
+          ),
+          body,
+          Buffer.from('\r\n0\r\n\r\n'),
+        ]),
+      );
+    });
+
+  // Node decodes chunked alone: a body sent as "gzip, chunked" reached the routes still
+  // compressed (a JSON body read as unparsable, a chunk's bytes as a broken form, and a form that
+  // happened to parse would have been stored compressed). Any coding but chunked is now a 501
+  // JSON before the body is read, and nothing is made or stored.
+  it('refuses a body in a transfer coding other than chunked with a 501 JSON, changing nothing', async () => {
+    const before = (await allShares(srv.url, alice.token)).length;
+    for (const codings of [
+      'gzip, chunked',
+      'deflate, chunked',
+      'x-custom, chunked',
+      'GZIP ,chunked',
+    ]) {
+      const res = await rawCoded(
+        '/files',
+        codings,
+        'application/json',
+        gzipSync(JSON.stringify({ file_name: unique('te') })),
+      );
+      expect({ codings, res }).toEqual({
+        codings,
+        res: { status: 501, body: { status: 'fail', message: expect.stringMatching(/chunked/) } },
+      });
+    }
+    expect((await allShares(srv.url, alice.token)).length).toBe(before);
+
+    const id = await createShare(srv.url, alice.token, unique('te'));
+    const dzuuid = unique('u');
+    const { body, contentType } = multipart([
+      { name: 'dzuuid', value: dzuuid },
+      { name: 'dzchunkindex', value: '0' },
+      { name: 'dztotalchunks', value: '1' },
+      { name: 'upload', filename: 'blob', data: Buffer.from('hello') },
+    ]);
+    const res = await rawCoded(
+      `/files/${id}/content`,
+      'gzip, chunked',
+      contentType,
+      gzipSync(body),
+    );
+    expect(res).toEqual({ status: 501, body: { status: 'fail', message: expect.any(String) } });
+    expect((await get(srv.url, `/files/${id}`, { token: alice.token })).body.initialized).toBe(
+      false,
+    );
+    expectFail(await get(srv.url, `/files/${id}/uploads/${dzuuid}`, { token: alice.token }), 404);
+    // chunked alone is a transfer coding the server decodes.
+    const plain = await rawCoded(`/files/${id}/content`, 'chunked', contentType, body);
+    expect(plain.status).toBe(201);
+    expect((await get(srv.url, `/files/${id}/content`, { token: alice.token })).text).toBe('hello');
+  });
+});
+
 describe('file names', () => {
   // Names could be stored with NUL, CR/LF and bidi overrides and reached clients in
   // Content-Disposition (`nul%00.txt`, `x%0D%0ASet-Cookie…`, `%E2%80%AEtxt.exe`): create, rename
