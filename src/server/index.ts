@@ -499,7 +499,10 @@ async function openServer(
     storage,
     tokens,
     passwords,
-    throttle: new LoginThrottle((prefix, w) => limiter(prefix, w.points, w.seconds)),
+    throttle: new LoginThrottle(
+      (prefix, w) => limiter(prefix, w.points, w.seconds),
+      shared !== undefined,
+    ),
     limits,
     limiter,
     clock,

@@ -35,6 +35,8 @@ export class LoginThrottle {
   constructor(
     make: (prefix: string, window: Window) => RateLimiterAbstract = (keyPrefix, w) =>
       new RateLimiterMemory({ keyPrefix, points: w.points, duration: w.seconds }),
+    /** The counts are shared with other servers, whose attempts in flight this one cannot see. */
+    private readonly shared = false,
   ) {
     this.pair = make('login-pair', LIMITS.loginFailuresPerAccountAndAddress);
     this.account = make('login-account', LIMITS.loginFailuresPerAccount);
@@ -49,15 +51,80 @@ export class LoginThrottle {
     ];
   }
 
+  /** This process's attempts between their counting and their outcome, per limiter key. */
+  private readonly checking = new Map<string, number>();
+  /** Resolved, and replaced, each time one of those attempts has its outcome. */
+  private settled = pulse();
+  private waiting = 0;
+
   /**
    * Counts a sign-in attempt before its password is checked; throws ThrottledError, counting
-   * nothing, while any of its counts is used up. Counting first means attempts sent together
-   * cannot all pass a count that only some of them may (30 at once used to be 30 guesses).
+   * nothing, while any of its counts is used up by failures. Counting first means attempts sent
+   * together cannot all pass a count that only some of them may (30 at once used to be 30
+   * guesses). A count used up only with the help of attempts still being checked here is not
+   * yet a refusal: the attempt waits for their outcomes (a right password gives its point back),
+   * so sign-ins sent together with the right password all get in (a CI matrix signing in at
+   * once used to get 429 for all but 10).
    */
-  async attempt(username: string, address: string): Promise<void> {
+  async attempt(username: string, address: string): Promise<Attempt> {
+    const keys = this.limiters(username, address);
+    const since = Date.now();
+    for (;;) {
+      try {
+        await this.take(keys);
+        break;
+      } catch (err) {
+        if (!(err instanceof ThrottledError) || this.waiting >= MAX_WAITING) throw err;
+        const here = keys.some(([, key], i) => (this.checking.get(`${i}\0${key}`) ?? 0) > 0);
+        // Another server's attempts may be what fills the count: it is asked again for a while.
+        const elsewhere = this.shared && Date.now() - since < SHARED_WAIT_MS;
+        if (!here && !elsewhere) throw err;
+        this.waiting++;
+        try {
+          if (here) await this.settled.promise;
+          else await new Promise((resolve) => setTimeout(resolve, SHARED_POLL_MS));
+        } finally {
+          this.waiting--;
+        }
+      }
+    }
+    const names = keys.map(([, key], i) => `${i}\0${key}`);
+    for (const name of names) this.checking.set(name, (this.checking.get(name) ?? 0) + 1);
+    let open = true;
+    const settle = () => {
+      if (!open) return;
+      open = false;
+      for (const name of names) {
+        const left = (this.checking.get(name) ?? 1) - 1;
+        if (left > 0) this.checking.set(name, left);
+        else this.checking.delete(name);
+      }
+      const { resolve } = this.settled;
+      this.settled = pulse();
+      resolve();
+    };
+    return {
+      // The password was right: the attempt is not a failure, and the caller's count is cleared.
+      succeeded: async () => {
+        await this.pair.delete(`${username}\0${address}`).catch(() => undefined);
+        await this.account.reward(username, 1).catch(() => undefined);
+        await this.address.reward(address, 1).catch(() => undefined);
+        settle();
+      },
+      failed: settle,
+      // The password was never checked (the server too busy): nothing was learnt, nothing counts.
+      unchecked: async () => {
+        for (const [limiter, key] of keys) await limiter.reward(key, 1).catch(() => undefined);
+        settle();
+      },
+    };
+  }
+
+  /** Takes a point of each count, or none (ThrottledError) while one of them is used up. */
+  private async take(keys: [RateLimiterAbstract, string][]): Promise<void> {
     const taken: [RateLimiterAbstract, string][] = [];
     try {
-      for (const [limiter, key] of this.limiters(username, address)) {
+      for (const [limiter, key] of keys) {
         const wait = await countAttempt(limiter, key);
         if (wait > 0) throw new ThrottledError(Math.ceil(wait / 1000));
         taken.push([limiter, key]);
@@ -67,13 +134,29 @@ export class LoginThrottle {
       throw err;
     }
   }
+}
 
-  /** The password was right: the attempt is not a failure, and the caller's count is cleared. */
-  async succeeded(username: string, address: string): Promise<void> {
-    await this.pair.delete(`${username}\0${address}`).catch(() => undefined);
-    await this.account.reward(username, 1).catch(() => undefined);
-    await this.address.reward(address, 1).catch(() => undefined);
-  }
+/** A counted sign-in attempt, told its outcome exactly once. */
+export interface Attempt {
+  succeeded(): Promise<void>;
+  failed(): void;
+  unchecked(): Promise<void>;
+}
+
+/**
+ * Attempts that wait for others' outcomes (LoginThrottle.attempt); past this many, a refused
+ * count is a 429 at once.
+ */
+const MAX_WAITING = 64;
+/** With counts shared by several servers: how long, and how often, a refused count is asked again. */
+const SHARED_WAIT_MS = 5000;
+const SHARED_POLL_MS = 150;
+
+/** A promise and its resolve (Promise.withResolvers is Node 22's). */
+function pulse(): { promise: Promise<void>; resolve: () => void } {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => (resolve = r));
+  return { promise, resolve };
 }
 
 /**

@@ -42,10 +42,17 @@ export function authRoutes({ store, tokens, passwords, throttle }: Context): Rou
     stored?: string,
   ) => {
     const address = clientAddress(req);
-    await throttle.attempt(username, address);
-    // Same work for an unknown user as for a wrong password.
-    const ok = await passwords.verify(password, stored);
-    if (ok) await throttle.succeeded(username, address);
+    const attempt = await throttle.attempt(username, address);
+    let ok: boolean;
+    try {
+      // Same work for an unknown user as for a wrong password.
+      ok = await passwords.verify(password, stored);
+    } catch (err) {
+      await attempt.unchecked();
+      throw err;
+    }
+    if (ok) await attempt.succeeded();
+    else attempt.failed();
     return ok;
   };
 
