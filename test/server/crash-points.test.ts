@@ -14,6 +14,7 @@ import {
   expectStatus,
   getShare,
   post,
+  request,
   sendParts,
   sha256hex,
   verifyAllContent,
@@ -149,6 +150,12 @@ describe('chunks', () => {
     });
     const running = await serve(dir);
     try {
+      // Chunk 0 was never acknowledged: its upload has no chunk, and is not kept (it would
+      // count against the bounds on unfinished uploads).
+      expectFail(
+        await request(running.url, 'GET', `/files/${id}/uploads/${dzuuid}`, { token }),
+        404,
+      );
       // Chunk 0 was never acknowledged and is not counted: chunk 1 alone does not complete.
       expectStatus(await placed(running.url, token, id, dzuuid, data, 1), 200);
       expectStatus(await placed(running.url, token, id, dzuuid, data, 0), 201);

@@ -179,6 +179,55 @@ describe.skipIf(typeof disk === 'string')('a full disk', () => {
     }
   });
 
+  // Found from outside: with room for a first chunk's bytes and not for its log line, the 507
+  // left the upload's folder with the whole chunk in it, for good (a restart kept it), and an
+  // upload of no chunk that counted against the share's 8 unfinished uploads: after 8 such
+  // refusals the share took no upload for a day (429), with the disk empty again.
+  it('a first chunk whose record the disk cannot hold: 507, its upload leaves nothing, and the share takes uploads again', async () => {
+    const dir = join((disk as SmallDisk).dir, 'first-record');
+    const filler = join((disk as SmallDisk).dir, 'filler-first');
+    let srv = await startServer({ dataDir: dir, minFreeBytes: 0 });
+    try {
+      let token = await login(srv.url, ADMIN.username, ADMIN.password);
+      const id = await createShare(srv.url, token, 'first.bin');
+      const data = randomBytes(1_000_000); // 245 pages of the tmpfs
+      const pages = Math.ceil(data.length / 4096);
+      /** Leaves the chunk's pages and `extra` more free. */
+      const leave = async (extra: number) => {
+        await rm(filler, { force: true });
+        const { bavail, bsize } = await statfs(dir);
+        await writeFile(filler, Buffer.alloc((bavail - pages - extra) * bsize));
+        expect((await statfs(dir)).bavail).toBe(pages + extra);
+      };
+      // Room for the chunk and its upload's meta, not for its log: then not for meta either.
+      for (let round = 0; round < 10; round++) {
+        const extra = round === 0 ? 0 : 1;
+        await leave(extra);
+        const dzuuid = randomUUID();
+        const res = await sendChunk(srv.url, token, id, { dzuuid, index: 0, total: 2, data });
+        expect({ round, status: res.status }).toEqual({ round, status: 507 });
+        expectFail(await get(srv.url, `/files/${id}/uploads/${dzuuid}`, { token }), 404);
+        expect(await leftovers(dir)).toEqual([]);
+      }
+      await rm(filler);
+      // Space is back: ten refusals took none of the share's 8 unfinished uploads.
+      const dzuuid = randomUUID();
+      const send = (index: number) =>
+        sendChunk(srv.url, token, id, { dzuuid, index, total: 2, data });
+      expectStatus(await send(0), 200);
+      expectStatus(await send(1), 201);
+      expect((await content(srv.url, token, id)).equals(Buffer.concat([data, data]))).toBe(true);
+      expect(await leftovers(dir)).toEqual([]);
+      await srv.close(false);
+      srv = await startServer({ dataDir: dir, minFreeBytes: 0 });
+      token = await login(srv.url, ADMIN.username, ADMIN.password);
+      expect(await leftovers(dir)).toEqual([]);
+    } finally {
+      await rm(filler, { force: true });
+      await srv.close();
+    }
+  });
+
   it('a share-link download whose count a full disk refuses gets 507 and no byte, and counts nothing', async () => {
     const dir = join((disk as SmallDisk).dir, 'links');
     const filler = join((disk as SmallDisk).dir, 'filler-links');

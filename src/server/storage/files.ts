@@ -793,38 +793,74 @@ export class FileStorage implements ContentStorage {
         `Chunk ${index} must have ${region.length} bytes (dzchunksize and dztotalfilesize), not ${tooLong ? 'more' : received.bytes}`,
       );
     if (!region) this.checkJoinedOffset(upload, fields, received.bytes);
+    try {
+      await this.recordChecked(upload, fields, received, region);
+    } catch (err) {
+      // A chunk that fails here (a full disk) is not committed, and an upload none of whose
+      // chunks is committed leaves nothing once its requests are over (dropIfUnused): found
+      // from outside, a first chunk refused with 507 left its folder and its bytes, counted
+      // against the bounds on unfinished uploads for a day.
+      if (upload.committed.size === 0) upload.persisted = false;
+      throw err;
+    }
+  }
+
+  /** The writes of `record`, its checks passed. */
+  private async recordChecked(
+    upload: Upload,
+    fields: ChunkFields,
+    received: Received,
+    region: { start: number; length: number } | null,
+  ): Promise<void> {
+    const { index } = fields;
     if (!upload.persisted) {
       await writeMeta(upload.dir, upload.meta);
       await fsyncDir(this.uploadsDir);
       upload.persisted = true;
     }
-    const sha256Line = async () => {
-      if (!fields.sha256 || upload.sha256) return;
-      await this.appendLog(upload, `h ${fields.sha256}\n`, false);
-      upload.sha256 = fields.sha256;
+    // The dzsha256 line goes in the same write as the chunk's own line: a chunk that fails
+    // leaves neither (a dzsha256 left behind would refuse the right one when it is sent again).
+    const lines = (line: string) =>
+      fields.sha256 && !upload.sha256 ? `h ${fields.sha256}\n${line}` : line;
+    const logged = () => {
+      if (fields.sha256) upload.sha256 ??= fields.sha256;
     };
     if (region) {
       const { start, length } = region;
       if (received.kind !== 'inplace')
         await this.copyIntoPlace(upload, index, received, start, length);
       await fault('chunk.before-record');
-      await sha256Line();
-      await this.appendLog(upload, `c ${index} ${length} -\n`, false);
+      await this.appendLog(upload, lines(`c ${index} ${length} -\n`), false);
+      logged();
       upload.committed.set(index, { length });
       if (received.kind === 'inplace') upload.writers.delete(index);
       return;
     }
     const target = join(upload.dir, String(index));
-    if (upload.committed.has(index) && index < upload.hash.next) {
-      const same = await sameBytes(target, 0, received.path, 0, received.bytes);
-      if (!same) upload.hash.invalidate();
-    }
+    const before = upload.committed.get(index);
+    // A copy of a committed chunk with the same bytes changes nothing, whatever happens below.
+    const same =
+      before !== undefined &&
+      before.length === received.bytes &&
+      (await sameBytes(target, 0, received.path, 0, received.bytes));
+    if (before && !same && index < upload.hash.next) upload.hash.invalidate();
     await rename(received.path, target);
-    await fsyncDir(upload.dir);
-    await fault('chunk.before-record');
-    await sha256Line();
-    const offset = fields.offset ?? '-';
-    await this.appendLog(upload, `c ${index} ${received.bytes} ${offset}\n`, false);
+    try {
+      await fsyncDir(upload.dir);
+      await fault('chunk.before-record');
+      const offset = fields.offset ?? '-';
+      await this.appendLog(upload, lines(`c ${index} ${received.bytes} ${offset}\n`), false);
+    } catch (err) {
+      // The copy is in the chunk's place without its line: unless it holds the committed
+      // bytes, neither it nor the copy it replaced counts (a start reads the file's size
+      // against the old line and drops it too).
+      if (!same) {
+        upload.committed.delete(index);
+        await rm(target, { force: true }).catch(() => undefined);
+      }
+      throw err;
+    }
+    logged();
     upload.committed.set(index, { length: received.bytes, offset: fields.offset });
   }
 
@@ -1132,6 +1168,12 @@ export class FileStorage implements ContentStorage {
       }
     }
     if (published) await this.finishOrDrop(upload);
+    else if (upload.committed.size === 0) {
+      // No chunk of it was ever acknowledged (a crash or a full disk before the first one's
+      // line): it leaves nothing, and counts against no bound on unfinished uploads.
+      await rm(dir, { recursive: true, force: true });
+      return null;
+    }
     return upload;
   }
 
