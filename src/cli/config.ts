@@ -237,6 +237,10 @@ export function writeWholeSync(path: string, text: string): void {
     renameSync(tmp, path);
   } catch (err) {
     rmSync(tmp, { force: true });
+    // A directory out of inodes refuses the temporary file by its name, which is not the file
+    // being written.
+    const failed = err as { path?: string };
+    if (failed.path === tmp) failed.path = path;
     throw naming(err, path);
   }
 }

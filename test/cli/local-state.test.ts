@@ -473,6 +473,18 @@ describe('a directory that cannot be made is named with the real cause', () => {
       expect(fshareLines(login.stderr)).toEqual([
         `fshare: no space left on the device: ${join(disk.dir, 'config')}`,
       ]);
+      // The directory there, no inode for config.json's temporary file: the line named that
+      // file (config.json.<pid>-<host>-….tmp), not config.json.
+      await rm(join(disk.dir, '0'));
+      await mkdir(join(disk.dir, 'config'));
+      const again = await cli.run(
+        ['--server', serve.url, 'login', '-u', ADMIN.username, '--password-stdin'],
+        { input: `${ADMIN.password}\n` },
+      );
+      expect(again.exitCode).toBe(1);
+      expect(fshareLines(again.stderr)).toEqual([
+        `fshare: no space left on the device: ${join(disk.dir, 'config', 'config.json')}`,
+      ]);
     } finally {
       await disk.unmount();
     }
@@ -577,6 +589,72 @@ describe('a login on a full disk', () => {
       const again = await login(cli, ADMIN);
       expect(again.exitCode, again.stderr).toBe(0);
       expect((await cli.run(['whoami'])).stdout).toMatch(/^admin on /);
+    } finally {
+      await disk.unmount();
+    }
+  });
+
+  /** The tokens the server has revoked (its journal and its compacted state). */
+  async function revokedTokens(): Promise<Set<string>> {
+    const jtis = new Set<string>();
+    const journal = await readFile(join(serve.dataDir, 'db.journal'), 'utf8').catch(() => '');
+    for (const m of journal.matchAll(/"op":"revoke","jti":"([^"]+)"/g)) jtis.add(m[1]!);
+    const state = JSON.parse(await readFile(join(serve.dataDir, 'db.json'), 'utf8')) as {
+      revoked?: Record<string, unknown>;
+    };
+    for (const jti of Object.keys(state.revoked ?? {})) jtis.add(jti);
+    return jtis;
+  }
+
+  // Found from outside: `token extend` on a full disk said "no space left" (exit 1) and kept the
+  // old token, as it should, but the new token it could not keep stayed valid on the server for
+  // its whole lifetime, held by nobody; `passwd` said the same error line although the password
+  // had been changed. Property: a new token that cannot be kept is revoked; what changed on the
+  // server is said.
+  it('token extend and passwd that cannot keep the new token: it is revoked, the old one goes on', async (ctx) => {
+    const disk = await mountSmallDisk(1);
+    if (typeof disk === 'string') return ctx.skip(disk);
+    const carol = { username: 'carol-fulldisk', password: 'carol-password-1' };
+    const admin = await signedIn();
+    const added = await admin.run(
+      ['users', 'add', carol.username, '--perms', 'LIST', '--password-stdin'],
+      { input: `${carol.password}\n` },
+    );
+    expect(added.exitCode, added.stderr).toBe(0);
+    try {
+      const dir = join(disk.dir, 'config');
+      const cli = await createCli(dir);
+      expect((await login(cli, carol)).exitCode).toBe(0);
+      const tokensBefore = await readFile(join(dir, 'credentials.json'), 'utf8');
+      await leaveFree(disk.dir, 0);
+
+      let revoked = await revokedTokens();
+      const extend = await cli.run(['token', 'extend']);
+      expect(extend.exitCode).toBe(1);
+      expect(fshareLines(extend.stderr)).toEqual([
+        `fshare: no space left on the device: ${join(dir, 'credentials.json')}`,
+      ]);
+      expect(await readFile(join(dir, 'credentials.json'), 'utf8')).toBe(tokensBefore);
+      expect((await cli.run(['whoami'])).stdout).toMatch(new RegExp(`^${carol.username} on `));
+      const afterExtend = await revokedTokens();
+      expect(afterExtend.size).toBe(revoked.size + 1);
+
+      revoked = afterExtend;
+      const newPassword = 'carol-password-2';
+      const passwd = await cli.run(['passwd', '--password-stdin'], {
+        input: `${carol.password}\n${newPassword}\n`,
+      });
+      expect(passwd.exitCode, passwd.stderr).toBe(0);
+      expect(passwd.stdout.trim()).toBe('Password changed; every other session was signed out');
+      expect(fshareLines(passwd.stderr)).toEqual([
+        `fshare: the new token could not be kept (no space left on the device: ${join(dir, 'credentials.json')}): the token kept before goes on`,
+      ]);
+      expect(await readFile(join(dir, 'credentials.json'), 'utf8')).toBe(tokensBefore);
+      expect((await cli.run(['whoami'])).stdout).toMatch(new RegExp(`^${carol.username} on `));
+      expect((await revokedTokens()).size).toBe(revoked.size + 1);
+      // The password did change.
+      await rm(join(disk.dir, 'filler'));
+      expect((await login(cli, { ...carol, password: newPassword })).exitCode).toBe(0);
     } finally {
       await disk.unmount();
     }

@@ -6,7 +6,15 @@ import type { LoginResponse } from '../../shared/types.js';
 import { openSession, type Session } from '../context.js';
 import { envToken, TokenNotRemovedError } from '../credentials.js';
 import { promptHidden, promptLine, readStdinLines } from '../input.js';
-import { AuthError, UsageError, examples, printJson, printLine, warn } from '../output.js';
+import {
+  AuthError,
+  UsageError,
+  errorLine,
+  examples,
+  printJson,
+  printLine,
+  warn,
+} from '../output.js';
 
 const STORED = { keychain: 'the OS keychain', file: 'the config directory' } as const;
 
@@ -24,8 +32,23 @@ async function remember(
 ): Promise<'keychain' | 'file'> {
   const { server, credentials } = session;
   if (replaces === undefined) return rememberLogin(session, res);
-  const where = await credentials.saveToken(server, res.username, res.auth_token);
-  session.config.assign({ server, username: res.username });
+  // A new token that cannot be kept is revoked: the one it was to replace still works, and a
+  // token nothing on this machine holds is not left valid until it expires (a full disk).
+  let where: 'keychain' | 'file';
+  try {
+    where = await credentials.saveToken(server, res.username, res.auth_token);
+  } catch (err) {
+    await revokeNew(server, res);
+    throw err;
+  }
+  try {
+    session.config.assign({ server, username: res.username });
+  } catch (err) {
+    // Only a user renamed meanwhile changes config.json: its new name's token goes again.
+    await credentials.deleteToken(server, res.username, res.auth_token).catch(() => undefined);
+    await revokeNew(server, res);
+    throw err;
+  }
   if (replaces.username !== res.username)
     await credentials
       .deleteToken(server, replaces.username, replaces.token)
@@ -47,8 +70,7 @@ async function remember(
  */
 async function rememberLogin(session: Session, res: LoginResponse): Promise<'keychain' | 'file'> {
   const { server, credentials } = session;
-  const revoke = () =>
-    logout(createClient({ server, token: res.auth_token })).catch(() => undefined);
+  const revoke = () => revokeNew(server, res);
   let before: { server?: string; username?: string };
   try {
     before = session.config.assign({ server, username: res.username });
@@ -68,6 +90,11 @@ async function rememberLogin(session: Session, res: LoginResponse): Promise<'key
     await revoke();
     throw err;
   }
+}
+
+/** Revokes a token just issued that this machine could not keep (best effort). */
+async function revokeNew(server: string, res: LoginResponse): Promise<void> {
+  await logout(createClient({ server, token: res.auth_token })).catch(() => undefined);
 }
 
 /** The stored account whose token `client` carries (undefined for FSHARE_TOKEN). */
@@ -336,12 +363,24 @@ export function registerAuth(program: Command): void {
       const res = await changePassword(client, oldPassword, newPassword);
       // fshare serve ended every other token and sent a new one: keep it.
       let stored: 'keychain' | 'file' | undefined;
+      /** Why the new token could not be kept, the password being changed all the same. */
+      let notKept: unknown;
       if (res.auth_token && res.username && envToken() === undefined) {
-        stored = await remember(session, res as LoginResponse, account);
+        try {
+          stored = await remember(session, res as LoginResponse, account);
+        } catch (err) {
+          notKept = err;
+        }
         // The token it replaces still works (the server keeps the caller's): nothing on this
         // machine holds it any more, so it is revoked rather than left valid until it expires.
         // A server that ended it already refuses this, which changes nothing.
-        await logout(client).catch(() => undefined);
+        if (stored) await logout(client).catch(() => undefined);
+        // The new one was revoked (remember): a server that ended the caller's token too leaves
+        // this machine signed out, which is said as the command's failure.
+        else if (!(await stillWorks(client)))
+          throw new AuthError(
+            `the password was changed, but the new token could not be kept (${errorLine(notKept).replace(/^fshare: /, '')}) and the old one was ended: run fshare login`,
+          );
       }
       // The variable's token goes on on a server that keeps the caller's token (fshare serve
       // since 0.2, the reference server); an older fshare serve ended it too, and the new one is
@@ -356,6 +395,10 @@ export function registerAuth(program: Command): void {
           res.auth_token && !envEnded
             ? `Password changed; every other session was signed out${stored ? ` (new token kept in ${STORED[stored]})` : ''}`
             : 'Password changed',
+        );
+      if (notKept !== undefined)
+        warn(
+          `the new token could not be kept (${errorLine(notKept).replace(/^fshare: /, '')}): the token kept before goes on`,
         );
       if (envEnded)
         warn(
