@@ -494,6 +494,8 @@ describe.skipIf(typeof disk === 'string')('a full disk in the middle of an uploa
       await fillDisk(filler, 7 * MiB);
       const refused = await send(3);
       expectFail(refused, 507);
+      // Not "nothing was changed": the chunk is recorded, and sending it again completes.
+      expect(refused.body.message).toMatch(/its chunks are kept: send the last one again/);
       const joins = (await walkFiles(join(dir, 'uploads'))).filter((f) => /\/j\.[^/]*$/.test(f));
       expect(joins).toEqual([]);
       expect(await getShare(srv.url, token, id)).toMatchObject({ initialized: false });

@@ -24,6 +24,7 @@ import { KeyedMutex } from '../mutex.js';
 import { OutcomeUnknownError } from '../store/index.js';
 import {
   ChunkRefusedError,
+  InsufficientStorageError,
   type ChunkFields,
   type ContentReader,
   type ContentStorage,
@@ -766,7 +767,14 @@ export class FileStorage implements ContentStorage {
           stored = upload;
           return 'stored';
         }
-        return this.complete(shareId, upload, publish);
+        return this.complete(shareId, upload, publish).catch((err: unknown) => {
+          // The chunk is recorded, and so is every other: "nothing was changed" would be wrong.
+          if (isOutOfSpace(err))
+            throw new InsufficientStorageError(
+              'The server is out of storage space to finish this upload; its chunks are kept: send the last one again once there is room',
+            );
+          throw err;
+        });
       });
       // Its log line is made durable before the chunk is acknowledged, outside the lock, so the
       // chunks of an upload that arrive together share the fsync.
