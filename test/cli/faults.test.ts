@@ -96,6 +96,21 @@ describe('transfers survive a flaky network', () => {
     expect(chunkRequests).toBe(1);
   });
 
+  // Found from outside: an interrupted `replace` said its error twice, the first time with the
+  // way on appended, the second alone. One error line, then the way on, as `upload` says them.
+  it('an interrupted replace says its error once, then how to resume', async () => {
+    const first = await cli.json<{ share_id: string }[]>(['upload', join(work, 'data.bin')]);
+    const id = first[0]!.share_id;
+    fault = (req) => (req.method === 'PUT' && isContent(req) ? 'http507' : 'pass');
+    const file = join(work, 'data.bin');
+    const res = await cli.run(['replace', id, file, '--chunk-size', '64k']);
+    expect(res.exitCode).toBe(1);
+    expect(res.stderr.trimEnd().split('\n')).toEqual([
+      'fshare: injected 507 (HTTP 507)',
+      `fshare: to resume: fshare replace ${id} ${file}`,
+    ]);
+  });
+
   it('does not retry a 4xx', async () => {
     const first = await cli.json<{ share_id: string }[]>([
       'upload',

@@ -43,6 +43,7 @@ import {
   printable,
   printLine,
   printTable,
+  reportError,
   treatOutputAsContent,
   warn,
 } from '../output.js';
@@ -396,12 +397,15 @@ const replace = (program: Command) =>
             );
         } catch (err) {
           progress.stop();
-          if (interrupted(err))
-            warn(
-              `${errorLine(err).replace(/^fshare: /, '')}; to resume: fshare replace ${ref} ${file}`,
-            );
+          if (interrupted(err)) {
+            // The error line, then what to do, as `upload` says it (the error used to be said
+            // twice, the second time without the way on).
+            process.exitCode = reportError(err);
+            warn(`to resume: fshare replace ${ref} ${file}`);
+            return;
+          }
           // Locked on the way: the chunks stored stay on the server, and so does the record.
-          else if (err instanceof ApiError && err.status === 423 && leftToResume(err))
+          if (err instanceof ApiError && err.status === 423 && leftToResume(err))
             warn(`to finish once the share is unlocked: fshare replace ${ref} ${file}`);
           throw err;
         } finally {
