@@ -95,7 +95,10 @@ describe.skipIf(typeof disk === 'string')('a full disk', () => {
       // 48 MiB with 16 MiB kept free: a few fit, then the reserve refuses, before ENOSPC.
       expect(stored.length).toBeGreaterThanOrEqual(2);
       expectFail(refused!, 507);
-      expect(refused!.body.message).toMatch(/free space/);
+      // With the figures, as for a file declared whole (it said only the reserve, in bytes).
+      expect(refused!.body.message).toMatch(
+        /^The server has too little free space for this chunk: it needs 8\.0 MiB, has [\d.]+ MiB free and keeps 16\.0 MiB free$/,
+      );
       expect(await leftovers(dir)).toEqual([]);
       // Metadata still has room: creates go on.
       await createShare(srv.url, token, 'small.txt');

@@ -19,8 +19,10 @@ export class SpaceReserve {
     const fs = await statfs(this.dir);
     const free = fs.bavail * fs.bsize - this.reserved;
     if (free - bytes < this.minFreeBytes) {
+      // With the same figures as check(): what this body needs, what is free once the bodies
+      // already arriving have theirs, and the reserve.
       throw new InsufficientStorageError(
-        `The server has too little free space for this upload (it keeps ${this.minFreeBytes} bytes free)`,
+        `The server has too little free space for this chunk: it needs ${formatSize(bytes)}, has ${formatSize(Math.max(0, free))} free${this.reserved > 0 ? ' beside the chunks arriving now' : ''} and keeps ${formatSize(this.minFreeBytes)} free`,
       );
     }
     this.reserved += bytes;
