@@ -117,7 +117,8 @@ describe('users rm stopped by a failure', () => {
     const res = await admin.run(['--json', 'users', 'rm', 'gone1', 'nosuchuser', 'kept1']);
     expect(res.exitCode).toBe(4);
     expect(JSON.parse(res.stdout)).toEqual([{ username: 'gone1', deleted: true }]);
-    expect(res.stderr.trim()).toBe('fshare: No user with this name (HTTP 404)');
+    // Of several names, the line says which one failed.
+    expect(res.stderr.trim()).toBe('fshare: nosuchuser: No user with this name (HTTP 404)');
     const left = await admin.json<{ users: { username: string }[] }>(['users', 'ls', '--all']);
     const names = left.users.map((u) => u.username);
     expect(names).not.toContain('gone1');
@@ -126,6 +127,7 @@ describe('users rm stopped by a failure', () => {
     const none = await admin.run(['--json', 'users', 'rm', 'nosuchuser']);
     expect(none.exitCode).toBe(4);
     expect(JSON.parse(none.stdout)).toEqual([]);
+    expect(none.stderr.trim()).toBe('fshare: No user with this name (HTTP 404)');
   }, 180_000);
 });
 

@@ -212,7 +212,11 @@ export function registerUsers(program: Command): void {
       const done: { username: string; deleted: true }[] = [];
       try {
         for (const name of order) {
-          await deleteUser(client, name);
+          await deleteUser(client, name).catch((err: unknown) => {
+            // Of several, the line names the one that failed (as `rm` does).
+            if (order.length > 1 && err instanceof Error) err.message = `${name}: ${err.message}`;
+            throw err;
+          });
           done.push({ username: name, deleted: true });
           if (!session.opts.json) printLine(`Deleted user ${name}`);
         }
