@@ -20,6 +20,7 @@ const EMBEDDED_ONLY = [
   'test/server/s3-crash.test.ts',
   'test/server/handover-crash.test.ts',
   'test/server/backend-down.test.ts',
+  'test/server/restore.test.ts',
 ];
 
 /** Test files of the server suite that only mean something on PostgreSQL and S3. */

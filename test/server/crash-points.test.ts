@@ -3,6 +3,7 @@
 // content serves exactly `size` bytes with the recorded sha256, no file is left that nothing
 // refers to, and an upload cut by the crash can be finished by sending what was not acknowledged.
 import { randomBytes, randomUUID } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -272,6 +273,8 @@ describe('completing an upload', () => {
     try {
       expect((await content(running.url, token, id)).equals(old)).toBe(true);
       await checkIntact(running, dir, token);
+      // Its link in content/ went: the upload keeps its bytes, and nothing is set aside.
+      expect(existsSync(join(dir, 'orphans'))).toBe(false);
       // The client never got its 201: it sends the last chunk again, and the upload completes.
       expectStatus(await placed(running.url, token, id, dzuuid, fresh, 2, 'PUT'), 201);
       expect((await content(running.url, token, id)).equals(fresh)).toBe(true);

@@ -48,6 +48,8 @@ const PIECE = 1024 * 1024;
  * peak 3–8 MB higher with four chunks in flight, for the same writes (bench/README.md).
  */
 const BODY_PIECE = WRITE_MAX;
+/** Content that no share names is kept this long in orphans/ (setAside). */
+const ORPHANS_KEEP_DAYS = 30;
 /** Records of finished uploads are kept this long, so that late chunks of them are refused. */
 const FINISHED_KEEP_MS = 48 * 3600 * 1000;
 
@@ -399,13 +401,70 @@ export class FileStorage implements ContentStorage {
     for (const e of await readdir(this.incomingDir, { withFileTypes: true }))
       if (e.isFile() && /^[0-9a-f]{16}$/.test(e.name))
         await rm(join(this.incomingDir, e.name), { force: true });
-    if (mayRemove)
-      for (const name of unnamed) await rm(join(this.contentDir, name), { force: true });
+    if (mayRemove) await this.setAside(unnamed);
+    await this.dropOldOrphans();
     // Every upload read back once: what requests cut by a crash left is removed, records that
     // cannot be read count as absent, completions that were published are closed.
     for (const name of await this.uploadDirs()) {
       const upload = await this.load(name);
       if (upload?.state === 'open') this.uploads.set(name, upload);
+    }
+  }
+
+  /**
+   * Content that no share names, at a start. A link of an upload's file is a completion a crash
+   * cut short before its record (the client never had its 201; its upload keeps the bytes, and
+   * load() reads the link count): it goes. Any other file is moved to orphans/<time>/ and said
+   * in the log, kept for ORPHANS_KEEP_MS: the content of a replacement or a removal the crash
+   * cut short, or of shares the metadata does not have. Found from outside: an older db.json
+   * restored from a backup made the start remove, silently, the content of every share
+   * uploaded since (and of every share replaced since, whose record names older bytes).
+   */
+  private async setAside(unnamed: string[]): Promise<void> {
+    let dir: string | undefined;
+    let moved = 0;
+    for (const name of unnamed) {
+      const path = join(this.contentDir, name);
+      const info = await stat(path).catch(() => null);
+      if (!info) continue;
+      if (info.nlink > 1) {
+        await rm(path, { force: true });
+        continue;
+      }
+      try {
+        if (!dir) {
+          const stamp = new Date().toISOString().replace(/[:.]/g, '-');
+          dir = join(this.dataDir, 'orphans', stamp);
+          await makeDirs(dir);
+        }
+        await rename(path, join(dir, name));
+        moved++;
+      } catch (err) {
+        // No room for the folder (a full disk): the files stay where they are, and the next
+        // start tries again.
+        this.log(
+          `could not move ${unnamed.length - moved} stored file(s) that no share names out of ${this.contentDir} (${String(err)}); they stay there`,
+        );
+        break;
+      }
+    }
+    if (!dir || moved === 0) return;
+    await fsyncDir(dir);
+    await fsyncDir(this.contentDir);
+    this.log(
+      `moved ${moved} stored file${moved === 1 ? '' : 's'} that no share names to ${dir}: what a crash left, or the content of shares the metadata does not have (an older db.json restored?); kept ${ORPHANS_KEEP_DAYS} days (docs/CLI.md, fshare serve, "Content that no share names")`,
+    );
+  }
+
+  /** What setAside moved, once kept ORPHANS_KEEP_DAYS. */
+  private async dropOldOrphans(): Promise<void> {
+    const root = join(this.dataDir, 'orphans');
+    const entries = await readdir(root, { withFileTypes: true }).catch(() => []);
+    for (const e of entries) {
+      if (!e.isDirectory() || !/^\d{4}-\d\d-\d\dT[\d-]+Z$/.test(e.name)) continue;
+      const { mtimeMs } = await stat(join(root, e.name));
+      if (Date.now() - mtimeMs > ORPHANS_KEEP_DAYS * 24 * 3600 * 1000)
+        await rm(join(root, e.name), { recursive: true, force: true });
     }
   }
 
