@@ -347,8 +347,10 @@ describe('fshare admin import and export', () => {
 
     const again = await cli.run(exportArgs, { env: S3_TEST_ENV });
     expect(again.exitCode, again.stderr).toBe(0);
-    // What the killed export stored is gone: one file per share with content, no more.
+    // What the killed export stored is gone: one file per share with content, no more, and
+    // nothing set aside (a start's orphans/: a copy's target has no server).
     expect(await readdir(join(back, 'content'))).toHaveLength(3);
+    expect(await readdir(back)).not.toContain('orphans');
     await expectServed({ dataDir: back }, seeded, 1);
   });
 

@@ -401,7 +401,10 @@ export class FileStorage implements ContentStorage {
     for (const e of await readdir(this.incomingDir, { withFileTypes: true }))
       if (e.isFile() && /^[0-9a-f]{16}$/.test(e.name))
         await rm(join(this.incomingDir, e.name), { force: true });
-    if (mayRemove) await this.setAside(unnamed);
+    // A copy's target (no server runs on it): what an earlier, unfinished copy stored goes.
+    if (mayRemove && owner?.alone)
+      for (const name of unnamed) await rm(join(this.contentDir, name), { force: true });
+    else if (mayRemove) await this.setAside(unnamed);
     await this.dropOldOrphans();
     // Every upload read back once: what requests cut by a crash left is removed, records that
     // cannot be read count as absent, completions that were published are closed.
