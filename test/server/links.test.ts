@@ -537,6 +537,21 @@ describe('the public side /l/<token>', () => {
     expect((await linkOf(base, alice.token, link.id)).downloads).toBe(1);
   });
 
+  // Found from outside: `?download&sha256=%ff` (no sha256 at all) was a 412 saying the file had
+  // been replaced after its page was shown. A malformed sha256 is a 400, counting nothing.
+  it('a sha256 that is not 64 hex digits is a 400 that counts nothing', async () => {
+    const link = await makeLink(base, alice.token, shareId, { max_downloads: 5 });
+    for (const bad of ['%ff', 'abc', `${SHA}0`, SHA.slice(1), `${SHA.slice(1)}g`, '']) {
+      const res = await get(base, `${link.path}?download&sha256=${bad}`);
+      expect({ bad, status: res.status, message: res.body.message }).toEqual({
+        bad,
+        status: 400,
+        message: 'sha256 must be 64 hexadecimal digits',
+      });
+    }
+    expect((await linkOf(base, alice.token, link.id)).downloads).toBe(0);
+  });
+
   it('Accept: application/json gives exactly {file_name, size, sha256, expires, downloads_left}', async () => {
     const res = await get(base, made.path, { headers: JSON_ONLY });
     expectStatus(res, 200);

@@ -415,6 +415,10 @@ export function linkRoutes(ctx: Context): { manage: Router; pages: Router } {
     const { sha256 } = req.query;
     if (sha256 !== undefined && typeof sha256 !== 'string')
       throw Errors.badRequest('sha256 may be given only once');
+    // One that is no sha256 at all (`%ff`, a cut copy) is the request's mistake, not a replaced
+    // file: it was a 412 saying the file had been replaced.
+    if (sha256 !== undefined && !/^[0-9a-f]{64}$/i.test(sha256))
+      throw Errors.badRequest('sha256 must be 64 hexadecimal digits');
     res.set('Referrer-Policy', 'no-referrer');
     try {
       await sendContent(req, res, share, storage, store, {
