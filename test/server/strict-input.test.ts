@@ -33,6 +33,32 @@ beforeAll(async () => {
 });
 afterAll(() => srv.close());
 
+/**
+ * Sends one raw request to `base` (the server itself, not a balancer in front) and reads the
+ * answer until the connection closes; the body parsed as JSON when it is JSON.
+ */
+function rawExchange(base: string, request: string | Buffer) {
+  return new Promise<{ status: number; body: any }>((resolve, reject) => {
+    const { hostname, port } = new URL(base);
+    const socket = net.connect(Number(port), hostname);
+    let answer = '';
+    socket.on('data', (d) => (answer += d.toString('latin1')));
+    socket.on('error', reject);
+    socket.on('close', () => {
+      const status = Number(/^HTTP\/1\.1 (\d+)/.exec(answer)?.[1] ?? 0);
+      const text = answer.slice(answer.indexOf('\r\n\r\n') + 4);
+      let body: unknown;
+      try {
+        body = JSON.parse(text);
+      } catch {
+        body = text;
+      }
+      resolve({ status, body });
+    });
+    socket.end(request);
+  });
+}
+
 describe('JSON bodies', () => {
   // POST /files took any body that was not application/json as no body at all and made a share
   // named after its id (text/plain, no Content-Type, forms, +json, a malformed Content-Type): it
@@ -428,35 +454,18 @@ describe('chunk encodings', () => {
 describe('transfer codings', () => {
   /** One raw request, its body sent in the given transfer codings (chunked framing last). */
   const rawCoded = (path: string, codings: string, contentType: string, body: Buffer) =>
-    new Promise<{ status: number; body: any }>((resolve, reject) => {
-      const { hostname, port } = new URL(srv.direct);
-      const socket = net.connect(Number(port), hostname);
-      let answer = '';
-      socket.on('data', (d) => (answer += d.toString('latin1')));
-      socket.on('error', reject);
-      socket.on('close', () => {
-        const status = Number(/^HTTP\/1\.1 (\d+)/.exec(answer)?.[1] ?? 0);
-        const text = answer.slice(answer.indexOf('\r\n\r\n') + 4);
-        let parsed: unknown = text;
-        try {
-          parsed = JSON.parse(text);
-        } catch {
-          // left as text: the assertion shows it
-        }
-        resolve({ status, body: parsed });
-      });
-      socket.end(
-        Buffer.concat([
-          Buffer.from(
-            `POST ${path} HTTP/1.1\r\nHost: ${hostname}\r\nAuthorization: Bearer ${alice.token}\r\n` +
-              `Content-Type: ${contentType}\r\nTransfer-Encoding: ${codings}\r\nConnection: close\r\n\r\n` +
-              `${body.length.toString(16)}\r\n`,
-          ),
-          body,
-          Buffer.from('\r\n0\r\n\r\n'),
-        ]),
-      );
-    });
+    rawExchange(
+      srv.direct,
+      Buffer.concat([
+        Buffer.from(
+          `POST ${path} HTTP/1.1\r\nHost: ${new URL(srv.direct).hostname}\r\nAuthorization: Bearer ${alice.token}\r\n` +
+            `Content-Type: ${contentType}\r\nTransfer-Encoding: ${codings}\r\nConnection: close\r\n\r\n` +
+            `${body.length.toString(16)}\r\n`,
+        ),
+        body,
+        Buffer.from('\r\n0\r\n\r\n'),
+      ]),
+    );
 
   // Node decodes chunked alone: a body sent as "gzip, chunked" reached the routes still
   // compressed (a JSON body read as unparsable, a chunk's bytes as a broken form, and a form that
@@ -611,30 +620,13 @@ describe('links to expired shares', () => {
 describe('Host', () => {
   /** One raw request to the server itself (no balancer), with the Host lines given. */
   const rawLink = (base: string, id: string, hosts: string[]) =>
-    new Promise<{ status: number; body: any }>((resolve, reject) => {
-      const { hostname, port } = new URL(base);
-      const socket = net.connect(Number(port), hostname);
-      let answer = '';
-      socket.on('data', (d) => (answer += d.toString('latin1')));
-      socket.on('error', reject);
-      socket.on('close', () => {
-        const status = Number(/^HTTP\/1\.1 (\d+)/.exec(answer)?.[1] ?? 0);
-        const text = answer.slice(answer.indexOf('\r\n\r\n') + 4);
-        let body: unknown;
-        try {
-          body = JSON.parse(text);
-        } catch {
-          body = text;
-        }
-        resolve({ status, body });
-      });
-      socket.end(
-        `POST /files/${id}/links HTTP/1.1\r\n` +
-          hosts.map((h) => `Host: ${h}\r\n`).join('') +
-          `Authorization: Bearer ${alice.token}\r\nContent-Type: application/json\r\n` +
-          'Content-Length: 2\r\nConnection: close\r\n\r\n{}',
-      );
-    });
+    rawExchange(
+      base,
+      `POST /files/${id}/links HTTP/1.1\r\n` +
+        hosts.map((h) => `Host: ${h}\r\n`).join('') +
+        `Authorization: Bearer ${alice.token}\r\nContent-Type: application/json\r\n` +
+        'Content-Length: 2\r\nConnection: close\r\n\r\n{}',
+    );
 
   // Link URLs were built from any Host: "evil.example/path?x=" gave
   // http://evil.example/path?x=/l/<token>, and `a"b`, an empty Host and `user@evil` were taken
