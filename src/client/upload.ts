@@ -211,7 +211,8 @@ interface OpenFile extends LocalFile {
 function localFileError(err: unknown, path: string): unknown {
   if (err instanceof ClientInputError) return err;
   const code = (err as { code?: string }).code;
-  if (code === 'ENOENT') return new ClientInputError(`no such file: ${path}`);
+  // An empty argument (`upload "$UNSET"`) is shown, not left as nothing after the colon.
+  if (code === 'ENOENT') return new ClientInputError(`no such file: ${path || '""'}`);
   if (code === 'EACCES') return new ClientInputError(`permission denied: ${path}`);
   return err;
 }

@@ -58,6 +58,10 @@ describe('bad input gives one clear line and the right exit code', () => {
     expect(res.exitCode).toBe(2);
     expectOneLine(res.stderr, /no such file: .*missing\.bin/);
     expect(res.stdout).toBe('');
+    // An empty argument (a variable not set) is named as one, not as nothing after the colon.
+    const empty = await cli.run(['upload', '']);
+    expect(empty.exitCode).toBe(2);
+    expectOneLine(empty.stderr, /^fshare: no such file: ""$/);
     const list = await cli.json<{ shares: unknown[] }>(['ls']);
     expect(list.shares).toHaveLength(0);
   });
