@@ -3,7 +3,7 @@ import { makeDirs } from '../shared/mkdirs.js';
 
 /** What a data directory holds (of any fshare version): one of them makes a directory one. */
 const DATA_DIR_NAMES =
-  /^(db\.json|db\.journal|lock|secret|content-owner|content|uploads|incoming|orphans|reserve|admin-password)(\.|$)/;
+  /^(db\.json|db\.journal|lock|secret|content-owner|content|uploads|incoming|orphans|removing|reserve|admin-password)(\.|$)/;
 
 /**
  * Found from outside: `fshare serve --data-dir ~` (or `.` in a project) made the directory

@@ -60,6 +60,7 @@ export class ShareExpiry {
       const current = await this.store.getShare(share.share_id);
       // Its expiry may have been moved meanwhile.
       if (!current || !isExpired(current, this.clock())) return undefined;
+      if (current.initialized) await this.storage.releasing?.(blobOf(current));
       await this.store.deleteShare(share.share_id);
       return current;
     });

@@ -3,7 +3,8 @@
  * SIGKILL the n-th time (default the first) execution reaches `point`, after running the
  * optional `partial` step (a half-done write, say). Unset, every call is a no-op.
  *
- * Points: journal.mid-write, journal.before-fsync, compact.after-rename, chunk.mid-body,
+ * Points: journal.mid-write, journal.before-fsync, compact.after-rename, delete.after-record (a
+ * share's removal recorded, before its bytes and uploads go), chunk.mid-body,
  * chunk.before-record, chunk.after-record, complete.after-link, complete.after-publish,
  * complete.after-tombstone, link.after-count (a share-link download counted durably, before any
  * header of its answer), handover.after-record (a share's new owner recorded with its mark,

@@ -415,6 +415,15 @@ async function openServer(
     shares,
     name: storeName(options, dataDir),
   });
+  // Uploads of shares that are gone (a removal a crash cut short after its record): they end
+  // now, not after a day idle, holding their chunks' bytes.
+  // A failure here only leaves them to that sweep.
+  await (async () => {
+    for (const shareId of (await storage.unfinished()).keys())
+      if (!(await store.getShare(shareId))) await storage.removeUploads(shareId);
+  })().catch((err: unknown) =>
+    log(`the uploads of removed shares could not be ended now (${String(err)}); the sweep will`),
+  );
   // Handovers a crash cut short: the old owner's uploads end before any request could use them.
   // Until then they count for no one; a failure here is retried by the next request for the share.
   for (const [shareId, mark] of handedOver)

@@ -209,6 +209,46 @@ describe('chunks', () => {
   });
 });
 
+describe('removing a share', () => {
+  // Found from outside (a fuzzer killing the server at random): a DELETE killed after its record
+  // and before its bytes left the share's unfinished uploads in uploads/ for a day, with their
+  // chunks, and its content was then set aside in orphans/ for 30 days as content no share
+  // names. Property: what a removal let go goes at the next start, all of it.
+  it('killed after the removal was recorded: the next start removes its bytes and its uploads', async () => {
+    const { dir, token } = await freshDir('delete');
+    const seed = await serve(dir);
+    const id = await createShareWithContent(seed.url, token, 'gone.bin', randomBytes(5000));
+    const kept = await createShareWithContent(seed.url, token, 'kept.bin', randomBytes(3000));
+    const data = randomBytes(3 * CHUNK);
+    for (const dzuuid of ['u1', 'u2'])
+      expectStatus(await placed(seed.url, token, id, dzuuid, data, 0, 'PUT'), 200);
+    const open = async () =>
+      (await walkFiles(join(dir, 'uploads'))).filter(
+        (f) => f.includes(`/${id}.`) && f.endsWith('/meta'),
+      );
+    expect(await open()).toHaveLength(2);
+    await stop(seed);
+    await crashAt(dir, 'delete.after-record', (url) =>
+      request(url, 'DELETE', `/files/${id}`, { token }),
+    );
+    expect((await readdir(join(dir, 'content'))).some((n) => n.startsWith(id))).toBe(true);
+    const running = await serve(dir);
+    try {
+      expectFail(await request(running.url, 'GET', `/files/${id}`, { token }), 404);
+      const shares = await checkIntact(running, dir, token);
+      expect([...shares.keys()]).toEqual([kept]);
+      expect(existsSync(join(dir, 'orphans'))).toBe(false);
+      // Its uploads ended: a record each that refuses late chunks, no chunk bytes.
+      const left = (await walkFiles(join(dir, 'uploads'))).filter((f) => f.includes(`/${id}.`));
+      expect(left.every((f) => f.endsWith('/done'))).toBe(true);
+      expect(await open()).toEqual([]);
+      expect(await readdir(join(dir, 'removing'))).toEqual([]);
+    } finally {
+      await stop(running);
+    }
+  });
+});
+
 describe('starting', () => {
   // Property: whatever a killed start leaves, the next start goes on. A start that was the first
   // (no share yet, no content-owner mark) killed while its hard-link probe was linked into
@@ -301,6 +341,8 @@ describe('completing an upload', () => {
       try {
         expect((await content(running.url, token, id)).equals(fresh)).toBe(true);
         await checkIntact(running, dir, token);
+        // The old bytes were let go before the record changed: removed, not set aside.
+        expect(existsSync(join(dir, 'orphans'))).toBe(false);
         // The upload is over: a late copy of its last chunk is refused.
         expectFail(await placed(running.url, token, id, dzuuid, fresh, 2, 'PUT'), 409);
         expect((await content(running.url, token, id)).equals(fresh)).toBe(true);

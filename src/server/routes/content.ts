@@ -430,6 +430,7 @@ export function contentRoutes(ctx: Context): Router {
         allowed(current);
         // Read before the update, which changes the record in place.
         const replaced = current.initialized ? blobOf(current) : undefined;
+        if (replaced && replaced !== content.blob) await storage.releasing?.(replaced);
         await pausePoint('publish.before-record');
         await store.updateShare(share.share_id, {
           initialized: true,

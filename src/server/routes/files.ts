@@ -234,7 +234,9 @@ export function fileRoutes(ctx: Context): Router {
         if (!current) throw Errors.shareNotFound();
         if (current.locked) throw Errors.locked();
         noJsonBody(req);
+        if (current.initialized) await storage.releasing?.(blobOf(current));
         await store.deleteShare(share.share_id);
+        await fault('delete.after-record');
         return current;
       });
       if (gone.initialized) await storage.removeContent(blobOf(gone));

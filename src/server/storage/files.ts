@@ -11,6 +11,7 @@ import {
   stat,
   truncate,
   unlink,
+  writeFile,
   type FileHandle,
 } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -335,6 +336,8 @@ export class FileStorage implements ContentStorage {
   private readonly contentDir: string;
   private readonly uploadsDir: string;
   private readonly incomingDir: string;
+  /** Marks of content being let go (releasing): removed once the content is. */
+  private readonly removingDir: string;
   private readonly uploads = new Map<string, Upload>();
   /** Chunks stored so far by this process: the order in which copies began and were stored. */
   private stored = 0;
@@ -350,6 +353,7 @@ export class FileStorage implements ContentStorage {
     this.contentDir = join(dataDir, 'content');
     this.uploadsDir = join(dataDir, 'uploads');
     this.incomingDir = join(dataDir, 'incoming');
+    this.removingDir = join(dataDir, 'removing');
     this.hasher = options.hasher;
     this.log = options.log ?? ((line) => process.stderr.write(`${line}\n`));
     this.space = new SpaceReserve(dataDir, options.minFreeBytes);
@@ -363,13 +367,26 @@ export class FileStorage implements ContentStorage {
           throw new Error(`${dir} is not a directory`);
         throw err;
       });
+    // Without it (no inode left) removals still work; what they leave is then set aside.
+    await makeDirs(this.removingDir).catch(() => undefined);
     await this.checkOneFileSystem();
+    // Content let go by a removal or a replacement whose bytes a crash kept from going (marked
+    // by `releasing`): removed below. A mark of content still named is of a change that never
+    // happened: it goes.
+    const released: string[] = [];
+    for (const e of await readdir(this.removingDir, { withFileTypes: true }).catch(() => [])) {
+      if (!e.isFile() || !isContentName(e.name)) continue;
+      if (referenced(e.name)) await rm(join(this.removingDir, e.name), { force: true });
+      else released.push(e.name);
+    }
+    const letGo = new Set(released);
     // Content that no share names: written by a completion that crashed before it was recorded,
     // or left by a removal that crashed. Removed only if this store owns the content (owner.ts).
     // Only files fshare names as content: a directory there (lost+found) stopped the start.
     const unnamed: string[] = [];
     for (const e of await readdir(this.contentDir, { withFileTypes: true })) {
-      if (!e.isFile() || !isContentName(e.name) || referenced(e.name)) continue;
+      if (!e.isFile() || !isContentName(e.name) || referenced(e.name) || letGo.has(e.name))
+        continue;
       // A start's own probe that a kill left (checkOneFileSystem): never anyone's content, and
       // never counted as content at stake.
       if (e.name.startsWith(`${PROBE_SHARE}.`))
@@ -401,6 +418,7 @@ export class FileStorage implements ContentStorage {
     for (const e of await readdir(this.incomingDir, { withFileTypes: true }))
       if (e.isFile() && /^[0-9a-f]{16}$/.test(e.name))
         await rm(join(this.incomingDir, e.name), { force: true });
+    for (const name of released) await this.removeContent(name);
     // A copy's target (no server runs on it): what an earlier, unfinished copy stored goes.
     if (mayRemove && owner?.alone)
       for (const name of unnamed) await rm(join(this.contentDir, name), { force: true });
@@ -1291,8 +1309,15 @@ export class FileStorage implements ContentStorage {
     return hash.digest();
   }
 
+  async releasing(blob: string): Promise<void> {
+    if (!isContentName(blob)) return;
+    // Not synced: a mark a crash loses leaves the content set aside, never removed wrongly.
+    await writeFile(join(this.removingDir, blob), '', { mode: 0o600 }).catch(() => undefined);
+  }
+
   async removeContent(blob: string): Promise<void> {
     await rm(join(this.contentDir, blob), { force: true });
+    if (isContentName(blob)) await rm(join(this.removingDir, blob), { force: true });
   }
 
   async removeUploads(shareId: string): Promise<void> {

@@ -83,6 +83,14 @@ export interface ContentStorage {
   /** The sha256 of stored content (for shares stored before digests were kept). */
   digest(blob: string): Promise<string>;
 
+  /**
+   * Called before a record stops naming `blob` (a removal, a replacement, an expiry), so that a
+   * start that finds it named by no share (a crash before removeContent) knows it was let go and
+   * removes it, rather than setting it aside as content it cannot account for. Never throws (a
+   * removal works on a full disk); without it such content is set aside.
+   */
+  releasing?(blob: string): Promise<void>;
+
   /** Removes content (no error when it is already gone). */
   removeContent(blob: string): Promise<void>;
 
