@@ -299,6 +299,56 @@ describe('a db.json that is not a snapshot fshare wrote', () => {
     );
   });
 
+  // Found from outside: db.json restored from a backup older than the last fold, beside the
+  // journal of now, started with the backup's shares plus the journal's, and the changes in
+  // between silently undone (a share made then was gone, its content removed). Property: a
+  // journal that does not continue its snapshot stops the start, saying how to go on.
+  it('a db.json older than its journal (changes in neither file) stops the start; each way out works', async () => {
+    const srv = await startServer();
+    servers.push(srv);
+    const dir = srv.dataDir;
+    let token = await login(srv.url, ADMIN.username, ADMIN.password);
+    const a = await createShare(srv.url, token, 'a');
+    await srv.server.close(); // folds the journal into db.json
+    const backup = await readFile(join(dir, 'db.json'));
+    let again = await startServer({ dataDir: dir });
+    token = await login(again.url, ADMIN.username, ADMIN.password);
+    await createShare(again.url, token, 'b');
+    await again.server.close();
+    again = await startServer({ dataDir: dir });
+    token = await login(again.url, ADMIN.username, ADMIN.password);
+    const c = await createShare(again.url, token, 'c');
+    const image = await crashImage(dir); // c is in the journal only
+    await again.server.close();
+    await writeFile(join(image, 'db.json'), backup);
+
+    const error = await createServer({ dataDir: image }).catch((err: unknown) => err);
+    expect(error).toBeInstanceOf(DamagedMetadataError);
+    expect((error as Error).message).toMatch(
+      /db\.journal line \d+ is change \d+, and .*db\.json holds the changes up to \d+: changes \d+ to \d+ are in neither .*Restore .*db\.journal from the same backup as .*db\.json, or, to go on from .*db\.json alone, move .*db\.journal aside\.$/,
+    );
+    // --repair goes on with what is there, and says so; the next start is normal.
+    const repaired = await crashImage(image);
+    const notices: string[] = [];
+    const fixed = await startServer({
+      dataDir: repaired,
+      repair: true,
+      notice: (line) => notices.push(line),
+    });
+    servers.push(fixed);
+    expect(notices.some((n) => /changes \d+ to \d+ are in neither/.test(n))).toBe(true);
+    expect((await listIds(fixed.url, token)).sort()).toEqual([a, c].sort());
+    await fixed.server.close();
+    const next = await startServer({ dataDir: repaired });
+    servers.push(next);
+    expect((await listIds(next.url, token)).sort()).toEqual([a, c].sort());
+    // The journal moved aside: the backup's state alone.
+    await rm(join(image, 'db.journal'));
+    const alone = await startServer({ dataDir: image });
+    servers.push(alone);
+    expect(await listIds(alone.url, token)).toEqual([a]);
+  });
+
   it('the binary prints one line and exits 1; the stored content is still served after a restore', async () => {
     const srv = await startServer();
     const token = await login(srv.url, ADMIN.username, ADMIN.password);

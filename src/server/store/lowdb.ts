@@ -144,6 +144,7 @@ function load(
     );
   }
   const seqOf = () => (old ? old.seq : data.seq);
+  let gapRepaired = false;
   const first = contents.lines[0]?.entry.seq;
   if (snapshotText === null && first !== undefined && first > 1)
     throw new DamagedMetadataError(
@@ -152,6 +153,23 @@ function load(
     );
   for (const { line, entry } of contents.lines) {
     if (entry.seq <= seqOf()) continue; // already in the snapshot
+    // Changes between what the snapshot holds and this entry are in neither file. Found from
+    // outside: a db.json restored from a backup older than the last fold, beside the journal of
+    // now, started with the backup's state plus the journal's later changes, and the changes in
+    // between (a share, a removal, a revoked token, a new password) silently undone.
+    if (!old && entry.seq > seqOf() + 1) {
+      const gap =
+        `${files.journal} line ${line} is change ${entry.seq}, and ${files.snapshot} holds the ` +
+        `changes up to ${seqOf()}: changes ${seqOf() + 1} to ${entry.seq - 1} are in neither ` +
+        `(${files.snapshot} restored from a backup older than its journal?)`;
+      if (!repair)
+        throw new DamagedMetadataError(
+          `${gap}. Restore ${files.journal} from the same backup as ${files.snapshot}, or, to go ` +
+            `on from ${files.snapshot} alone, move ${files.journal} aside.`,
+        );
+      notices.push(`repair: ${gap}; the later changes were applied`);
+      gapRepaired = true;
+    }
     try {
       if (old) applyLegacy(old, entry as unknown as Parameters<typeof applyLegacy>[1]);
       else state.apply(entry as unknown as Op, true);
@@ -184,7 +202,7 @@ function load(
     goodBytes: contents.goodBytes,
     journalBytes: journal.length,
     notices,
-    repaired: skipped.length > 0,
+    repaired: skipped.length > 0 || gapRepaired,
     migrated: legacy && (snapshotText !== null || contents.lines.length > 0),
     idMade,
   };
