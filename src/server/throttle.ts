@@ -31,13 +31,18 @@ export class LoginThrottle {
   private readonly pair: RateLimiterAbstract;
   private readonly account: RateLimiterAbstract;
   private readonly address: RateLimiterAbstract;
+  private readonly checking: Checking;
+  /** The password checks of share links (counted in routes/links.ts), waited for the same way. */
+  readonly linkChecks: Checking;
 
   constructor(
     make: (prefix: string, window: Window) => RateLimiterAbstract = (keyPrefix, w) =>
       new RateLimiterMemory({ keyPrefix, points: w.points, duration: w.seconds }),
     /** The counts are shared with other servers, whose attempts in flight this one cannot see. */
-    private readonly shared = false,
+    shared = false,
   ) {
+    this.checking = new Checking(shared);
+    this.linkChecks = new Checking(shared);
     this.pair = make('login-pair', LIMITS.loginFailuresPerAccountAndAddress);
     this.account = make('login-account', LIMITS.loginFailuresPerAccount);
     this.address = make('login-address', LIMITS.loginFailuresPerAddress);
@@ -51,59 +56,20 @@ export class LoginThrottle {
     ];
   }
 
-  /** This process's attempts between their counting and their outcome, per limiter key. */
-  private readonly checking = new Map<string, number>();
-  /** Resolved, and replaced, each time one of those attempts has its outcome. */
-  private settled = pulse();
-  private waiting = 0;
-
   /**
    * Counts a sign-in attempt before its password is checked; throws ThrottledError, counting
    * nothing, while any of its counts is used up by failures. Counting first means attempts sent
    * together cannot all pass a count that only some of them may (30 at once used to be 30
-   * guesses). A count used up only with the help of attempts still being checked here is not
-   * yet a refusal: the attempt waits for their outcomes (a right password gives its point back),
-   * so sign-ins sent together with the right password all get in (a CI matrix signing in at
-   * once used to get 429 for all but 10).
+   * guesses). A count used up only with the help of attempts still being checked is not yet a
+   * refusal: the attempt waits for their outcomes (Checking), so sign-ins sent together with the
+   * right password all get in (a CI matrix signing in at once used to get 429 for all but 10).
    */
   async attempt(username: string, address: string): Promise<Attempt> {
     const keys = this.limiters(username, address);
-    // A monotonic clock: the windows' own clock (Date) may be set, as the tests do.
-    const since = performance.now();
-    for (;;) {
-      try {
-        await this.take(keys);
-        break;
-      } catch (err) {
-        if (!(err instanceof ThrottledError) || this.waiting >= MAX_WAITING) throw err;
-        const here = keys.some(([, key], i) => (this.checking.get(`${i}\0${key}`) ?? 0) > 0);
-        // Another server's attempts may be what fills the count: it is asked again for a while.
-        const elsewhere = this.shared && performance.now() - since < SHARED_WAIT_MS;
-        if (!here && !elsewhere) throw err;
-        this.waiting++;
-        try {
-          if (here) await this.settled.promise;
-          else await new Promise((resolve) => setTimeout(resolve, SHARED_POLL_MS));
-        } finally {
-          this.waiting--;
-        }
-      }
-    }
-    const names = keys.map(([, key], i) => `${i}\0${key}`);
-    for (const name of names) this.checking.set(name, (this.checking.get(name) ?? 0) + 1);
-    let open = true;
-    const settle = () => {
-      if (!open) return;
-      open = false;
-      for (const name of names) {
-        const left = (this.checking.get(name) ?? 1) - 1;
-        if (left > 0) this.checking.set(name, left);
-        else this.checking.delete(name);
-      }
-      const { resolve } = this.settled;
-      this.settled = pulse();
-      resolve();
-    };
+    const settle = await this.checking.admit(
+      keys.map(([, key], i) => `${i}\0${key}`),
+      () => this.take(keys),
+    );
     return {
       // The password was right: the attempt is not a failure, and the caller's count is cleared.
       succeeded: async () => {
@@ -134,6 +100,65 @@ export class LoginThrottle {
       for (const [limiter, key] of taken) await limiter.reward(key, 1).catch(() => undefined);
       throw err;
     }
+  }
+}
+
+/**
+ * Password checks between their counting and their outcome, per count key, in this process. An
+ * attempt that finds a count full (ThrottledError) while checks on one of its keys are under way
+ * is not refused yet: it waits for one of their outcomes and asks again, since a right password
+ * gives its point back. With counts shared by several servers, whose checks this one cannot see,
+ * a full count is asked again for up to SHARED_WAIT_MS. At most MAX_WAITING attempts wait; past
+ * that, and once nothing is under way, a full count is the refusal.
+ */
+export class Checking {
+  private readonly under = new Map<string, number>();
+  /** Resolved, and replaced, each time a check has its outcome. */
+  private settled = pulse();
+  private waiting = 0;
+
+  constructor(private readonly shared: boolean) {}
+
+  /**
+   * Runs `take` (which counts the attempt, or throws ThrottledError counting nothing) until it
+   * counts; resolves to the function that says the check is over (call it exactly once).
+   */
+  async admit(keys: string[], take: () => Promise<void>): Promise<() => void> {
+    // A monotonic clock: the windows' own clock (Date) may be set, as the tests do.
+    const since = performance.now();
+    for (;;) {
+      try {
+        await take();
+        break;
+      } catch (err) {
+        if (!(err instanceof ThrottledError) || this.waiting >= MAX_WAITING) throw err;
+        const here = keys.some((key) => (this.under.get(key) ?? 0) > 0);
+        // Another server's checks may be what fills the count: it is asked again for a while.
+        const elsewhere = this.shared && performance.now() - since < SHARED_WAIT_MS;
+        if (!here && !elsewhere) throw err;
+        this.waiting++;
+        try {
+          if (here) await this.settled.promise;
+          else await new Promise((resolve) => setTimeout(resolve, SHARED_POLL_MS));
+        } finally {
+          this.waiting--;
+        }
+      }
+    }
+    for (const key of keys) this.under.set(key, (this.under.get(key) ?? 0) + 1);
+    let open = true;
+    return () => {
+      if (!open) return;
+      open = false;
+      for (const key of keys) {
+        const left = (this.under.get(key) ?? 1) - 1;
+        if (left > 0) this.under.set(key, left);
+        else this.under.delete(key);
+      }
+      const { resolve } = this.settled;
+      this.settled = pulse();
+      resolve();
+    };
   }
 }
 

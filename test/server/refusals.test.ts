@@ -379,4 +379,28 @@ describe('checks that count other requests hold when requests race', () => {
     expect(counts(401) + counts(429) + counts(503)).toBe(30);
     expect(counts(429)).toBeGreaterThan(0);
   });
+
+  // The same counting turned right link passwords sent at once (an office behind one address
+  // opening the link) away with 429 for all but ten. They wait for the checks under way now.
+  it('thirty right link passwords sent at once all get in; wrong ones after them are still counted', async () => {
+    const id = await createShareWithContent(srv.url, admin, 'office.bin', randomBytes(100));
+    const made = await post(srv.url, `/files/${id}/links`, {
+      token: admin,
+      json: { password: 'link-secret-2' },
+    });
+    expectStatus(made, 201);
+    const path = new URL(made.body.url as string).pathname;
+    const send = (password: string) =>
+      post(srv.url, path, {
+        body: `password=${password}`,
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      });
+    const right = await Promise.all(Array.from({ length: 30 }, () => send('link-secret-2')));
+    expect(right.map((a) => a.status)).toEqual(Array(30).fill(303));
+    const wrong = await Promise.all(Array.from({ length: 15 }, () => send('wrong')));
+    const counts = (status: number) => wrong.filter((a) => a.status === status).length;
+    expect(counts(401)).toBeLessThanOrEqual(10);
+    expect(counts(401) + counts(429)).toBe(15);
+    expect(counts(429)).toBeGreaterThan(0);
+  });
 });
