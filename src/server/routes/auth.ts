@@ -42,7 +42,7 @@ export function authRoutes({ store, tokens, passwords, throttle }: Context): Rou
     stored?: string,
   ) => {
     const address = clientAddress(req);
-    const attempt = await throttle.attempt(username, address);
+    const attempt = await throttle.attempt(username, address, req.socket);
     let ok: boolean;
     try {
       // Same work for an unknown user as for a wrong password.

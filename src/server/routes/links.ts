@@ -28,7 +28,7 @@ import { clientAddress } from './auth.js';
 import { sendContent, shownName } from './content.js';
 import { findShare, isAdmin, refuseOrphan } from './shares.js';
 import { isUuid } from '../../shared/ids.js';
-import { countAttempt, ThrottledError } from '../throttle.js';
+import { giveBack, takePoint, ThrottledError } from '../throttle.js';
 
 /** Resume windows are kept as seconds after this (2023-11-14), so they fit a 32-bit count. */
 const WINDOW_EPOCH_S = 1_700_000_000;
@@ -506,9 +506,9 @@ export function linkRoutes(ctx: Context): { manage: Router; pages: Router } {
         // that finds the count full only with checks under way waits for them (throttle.ts), so
         // right passwords sent at once (an office opening the link) all get in.
         const checked = await ctx.throttle.linkChecks
-          .admit([key], async () => {
-            const wait = await countAttempt(guesses, key);
-            if (wait > 0) throw new ThrottledError(Math.ceil(wait / 1000));
+          .admit([key], () => takePoint(guesses, key, key), {
+            address: clientAddress(req),
+            socket: req.socket,
           })
           .catch((err: unknown) => {
             if (!(err instanceof ThrottledError)) throw err;
@@ -523,7 +523,7 @@ export function linkRoutes(ctx: Context): { manage: Router; pages: Router } {
           right = await passwords.verify(password, link.password_hash);
         } catch (err) {
           // Never checked (the server busy): nothing was learnt, nothing counts.
-          await guesses.reward(key, 1).catch(() => undefined);
+          await giveBack(guesses, key);
           checked();
           throw err;
         }
@@ -532,7 +532,7 @@ export function linkRoutes(ctx: Context): { manage: Router; pages: Router } {
           needPassword(req, res, true);
           return;
         }
-        await guesses.reward(key, 1).catch(() => undefined);
+        await giveBack(guesses, key);
         checked();
         grant(req, res, link, token);
       }
