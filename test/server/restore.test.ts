@@ -1,7 +1,7 @@
 // Restoring the embedded store's metadata (db.json and its journal) from a backup, on the same
 // data directory: what the start does with the content the restored records do not name.
 import { randomBytes } from 'node:crypto';
-import { cp, mkdir, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import { cp, link, mkdir, mkdtemp, readdir, readFile, rm, symlink } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -41,6 +41,9 @@ describe('an older db.json restored from a backup', () => {
     const laterId = await createShareWithContent(srv.url, token, 'later.bin', later);
     const [laterBlob] = (await readdir(join(dir, 'content'))).filter((n) => n.startsWith(laterId));
     expect(laterBlob).toBeDefined();
+    // An operator's snapshot of the data directory made of hard links (`cp -al`): a second link
+    // is no sign of a completion cut short, whose link a start removes (it removed this one).
+    await link(join(dir, 'content', laterBlob!), `${dir}-snapshot-of-later`);
     await srv.close(false);
 
     for (const f of ['db.json', 'db.journal']) await cp(join(backup, f), join(dir, f));
@@ -66,5 +69,25 @@ describe('an older db.json restored from a backup', () => {
     await srv.close(false);
     expect(notices.filter((l) => /orphans/.test(l))).toEqual([]);
     expect(await readdir(join(dir, 'orphans'))).toHaveLength(1);
+  });
+
+  // Found from outside: removing/ made a link to content/ had every live share's content read
+  // as marks of content let go, and removed. Marks are read only from a directory of its own.
+  it('a removing/ that is a link to content/ removes nothing that a share names', async () => {
+    const dir = await dataDir();
+    let srv = await startServer({ dataDir: dir });
+    let token = await login(srv.url, ADMIN.username, ADMIN.password);
+    const data = randomBytes(20_000);
+    const id = await createShareWithContent(srv.url, token, 'live.bin', data);
+    await srv.close(false);
+    await rm(join(dir, 'removing'), { recursive: true, force: true });
+    await symlink('content', join(dir, 'removing'));
+    srv = await startServer({ dataDir: dir });
+    try {
+      token = await login(srv.url, ADMIN.username, ADMIN.password);
+      expect((await content(srv.url, token, id)).equals(data)).toBe(true);
+    } finally {
+      await srv.close(false);
+    }
   });
 });

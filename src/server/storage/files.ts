@@ -2,6 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
 import {
   link,
+  lstat,
   mkdir,
   open,
   readdir,
@@ -374,7 +375,12 @@ export class FileStorage implements ContentStorage {
     // by `releasing`): removed below. A mark of content still named is of a change that never
     // happened: it goes.
     const released: string[] = [];
-    for (const e of await readdir(this.removingDir, { withFileTypes: true }).catch(() => [])) {
+    // Only a directory of its own: through a link to content/, every file there would read as
+    // a mark.
+    const marks = (await lstat(this.removingDir).catch(() => null))?.isDirectory()
+      ? await readdir(this.removingDir, { withFileTypes: true }).catch(() => [])
+      : [];
+    for (const e of marks) {
       if (!e.isFile() || !isContentName(e.name)) continue;
       if (referenced(e.name)) await rm(join(this.removingDir, e.name), { force: true });
       else released.push(e.name);
@@ -444,11 +450,21 @@ export class FileStorage implements ContentStorage {
   private async setAside(unnamed: string[]): Promise<void> {
     let dir: string | undefined;
     let moved = 0;
+    // The files a completion links into content/: a link of one of them is that completion's.
+    // (Another link, such as an operator's `cp -al` snapshot, is no reason to remove the file.)
+    const completing = new Set<string>();
+    if (unnamed.length > 0)
+      for (const upload of await this.uploadDirs())
+        for (const entry of await readdir(join(this.uploadsDir, upload)).catch(() => [])) {
+          if (entry !== 'data' && entry !== '0' && !entry.startsWith('j.')) continue;
+          const info = await stat(join(this.uploadsDir, upload, entry)).catch(() => null);
+          if (info) completing.add(`${info.dev}:${info.ino}`);
+        }
     for (const name of unnamed) {
       const path = join(this.contentDir, name);
       const info = await stat(path).catch(() => null);
       if (!info) continue;
-      if (info.nlink > 1) {
+      if (info.nlink > 1 && completing.has(`${info.dev}:${info.ino}`)) {
         await rm(path, { force: true });
         continue;
       }

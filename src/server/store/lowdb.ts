@@ -160,7 +160,7 @@ function load(
     if (!old && entry.seq > seqOf() + 1) {
       const gap =
         `${files.journal} line ${line} is change ${entry.seq}, and ${files.snapshot} holds the ` +
-        `changes up to ${seqOf()}: changes ${seqOf() + 1} to ${entry.seq - 1} are in neither ` +
+        `changes up to ${seqOf()}: ${entry.seq - 1 === seqOf() + 1 ? `change ${entry.seq - 1} is` : `changes ${seqOf() + 1} to ${entry.seq - 1} are`} in neither ` +
         `(${files.snapshot} restored from a backup older than its journal?)`;
       if (!repair)
         throw new DamagedMetadataError(
