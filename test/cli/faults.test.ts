@@ -102,12 +102,14 @@ describe('transfers survive a flaky network', () => {
     const first = await cli.json<{ share_id: string }[]>(['upload', join(work, 'data.bin')]);
     const id = first[0]!.share_id;
     fault = (req) => (req.method === 'PUT' && isContent(req) ? 'http507' : 'pass');
-    const file = join(work, 'data.bin');
+    // A name with a space and a quote: the line is a command that runs as printed.
+    const file = join(work, "it's my data.bin");
+    await writeFile(file, original);
     const res = await cli.run(['replace', id, file, '--chunk-size', '64k']);
     expect(res.exitCode).toBe(1);
     expect(res.stderr.trimEnd().split('\n')).toEqual([
       'fshare: injected 507 (HTTP 507)',
-      `fshare: to resume: fshare replace ${id} ${file}`,
+      `fshare: to resume: fshare replace ${id} '${file.replace("'", "'\\''")}'`,
     ]);
   });
 

@@ -44,6 +44,7 @@ import {
   printLine,
   printTable,
   reportError,
+  shellWord,
   treatOutputAsContent,
   warn,
 } from '../output.js';
@@ -330,7 +331,7 @@ const upload = (program: Command) =>
                   progress.log(
                     spool
                       ? await stdinLeftovers(resume, spool.file)
-                      : `fshare: to resume: fshare upload ${file}; to give up: fshare uploads clean`,
+                      : `fshare: to resume: fshare upload ${shellWord(file)}; to give up: fshare uploads clean`,
                   );
               }
             }),
@@ -401,12 +402,14 @@ const replace = (program: Command) =>
             // The error line, then what to do, as `upload` says it (the error used to be said
             // twice, the second time without the way on).
             process.exitCode = reportError(err);
-            warn(`to resume: fshare replace ${ref} ${file}`);
+            warn(`to resume: fshare replace ${shellWord(ref)} ${shellWord(file)}`);
             return;
           }
           // Locked on the way: the chunks stored stay on the server, and so does the record.
           if (err instanceof ApiError && err.status === 423 && leftToResume(err))
-            warn(`to finish once the share is unlocked: fshare replace ${ref} ${file}`);
+            warn(
+              `to finish once the share is unlocked: fshare replace ${shellWord(ref)} ${shellWord(file)}`,
+            );
           throw err;
         } finally {
           stop.done();
