@@ -5,6 +5,7 @@ import { BusyError } from './passwords.js';
 import {
   ChunkRefusedError,
   DamagedContentError,
+  MissingContentError,
   InsufficientStorageError,
   StorageUnavailableError,
 } from './storage/index.js';
@@ -101,6 +102,13 @@ export function asHttpError(err: unknown): unknown {
   const code = (err as { code?: unknown } | null)?.code;
   if (code === 'EMFILE' || code === 'ENFILE')
     return Errors.overloaded('The server has too many open files right now; try again', 5);
+  // Not "not answering; try again": no retry brings it back (found from outside, after an older
+  // db.json was restored).
+  if (err instanceof MissingContentError)
+    return new HttpError(
+      503,
+      "The stored content of this share is missing (its record names a file the storage does not hold); the server's administrator must restore it from a backup",
+    );
   if (err instanceof DamagedContentError)
     return new HttpError(
       503,

@@ -14,6 +14,7 @@ import { parseRange } from '../ranges.js';
 import { parseHttpDate } from '../dates.js';
 import {
   DamagedContentError,
+  MissingContentError,
   StorageUnavailableError,
   type ChunkFields,
   type ContentStorage,
@@ -623,7 +624,7 @@ export async function sendContent(
       // The record names content the storage cannot find (a data directory moved away, a lost
       // mount): the server's fault, said as such (503 and a log line), not "no content yet".
       if (!reader)
-        throw new StorageUnavailableError(
+        throw new MissingContentError(
           `the content of share ${share.share_id} is missing from the storage (${blobOf(share)})`,
         );
     }

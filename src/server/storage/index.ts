@@ -177,3 +177,9 @@ export class StorageUnavailableError extends Error {}
  * on the disk or in the bucket, which no retry mends. 503 without Retry-After, and a log line.
  */
 export class DamagedContentError extends StorageUnavailableError {}
+
+/**
+ * Content its record names that the storage does not hold (a data directory moved away, a lost
+ * mount, an older db.json restored): no retry brings it back.
+ */
+export class MissingContentError extends StorageUnavailableError {}
