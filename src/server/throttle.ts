@@ -117,8 +117,9 @@ export class LoginThrottle {
  * attempt that finds a count full (ThrottledError) is not refused yet when checks of that count
  * are under way: it waits for one of their outcomes and asks again, since a right password gives
  * its point back (a wrong one keeps it, and the count stays full). A count full with no check of
- * it under way is the refusal at once. With counts shared by several servers, whose checks this one cannot see, a
- * full count is asked again for up to SHARED_WAIT_MS. At most MAX_WAITING_PER_ADDRESS attempts
+ * it under way is the refusal at once. With counts shared by several servers, whose checks this
+ * one cannot see, a full count is asked again for up to SHARED_WAIT_MS. At most
+ * MAX_WAITING_PER_ADDRESS attempts
  * of one client address wait, MAX_WAITING in all, and none whose client went away (found from
  * outside: 64 attempts held waiting by one address, on checks of their own, made every other
  * account's sign-ins sent at once get 429 again).
@@ -147,6 +148,7 @@ export class Checking {
     const gone = () => socket?.destroyed === true;
     // A monotonic clock: the windows' own clock (Date) may be set, as the tests do.
     const since = performance.now();
+    let askedAgain = 0;
     for (;;) {
       const before = this.outcomes;
       try {
@@ -155,7 +157,7 @@ export class Checking {
       } catch (err) {
         if (!(err instanceof ThrottledError) || gone()) throw err;
         // A check ended while the count was asked: ask again, now that it may have room.
-        if (this.outcomes !== before) continue;
+        if (this.outcomes !== before && askedAgain++ < ASK_AGAIN_MAX) continue;
         if (this.waiting >= MAX_WAITING) throw err;
         if ((this.waitingBy.get(address) ?? 0) >= MAX_WAITING_PER_ADDRESS) throw err;
         // Checks under way of the count that was full (not of the attempt's other counts, which
@@ -225,6 +227,8 @@ export interface Attempt {
  * these, a full count is a 429 at once.
  */
 const MAX_WAITING = 1024;
+/** How often an attempt asks a full count again at once because a check ended meanwhile. */
+const ASK_AGAIN_MAX = 16;
 const MAX_WAITING_PER_ADDRESS = 32;
 /** With counts shared by several servers: how long, and how often, a refused count is asked again. */
 const SHARED_WAIT_MS = 2000;
