@@ -442,8 +442,8 @@ export class FileStorage implements ContentStorage {
    * Content that no share names, at a start. A link of an upload's file is a completion a crash
    * cut short before its record (the client never had its 201; its upload keeps the bytes, and
    * load() reads the link count): it goes. Any other file is moved to orphans/<time>/ and said
-   * in the log, kept for ORPHANS_KEEP_MS: the content of a replacement or a removal the crash
-   * cut short, or of shares the metadata does not have. Found from outside: an older db.json
+   * in the log, kept ORPHANS_KEEP_DAYS: the content of shares the metadata does not have, or of
+   * a removal whose mark (releasing) a crash lost. Found from outside: an older db.json
    * restored from a backup made the start remove, silently, the content of every share
    * uploaded since (and of every share replaced since, whose record names older bytes).
    */
@@ -499,7 +499,7 @@ export class FileStorage implements ContentStorage {
     const entries = await readdir(root, { withFileTypes: true }).catch(() => []);
     for (const e of entries) {
       if (!e.isDirectory() || !/^\d{4}-\d\d-\d\dT[\d-]+Z$/.test(e.name)) continue;
-      const { mtimeMs } = await stat(join(root, e.name));
+      const mtimeMs = (await stat(join(root, e.name)).catch(() => null))?.mtimeMs ?? Date.now();
       if (Date.now() - mtimeMs > ORPHANS_KEEP_DAYS * 24 * 3600 * 1000)
         await rm(join(root, e.name), { recursive: true, force: true });
     }
