@@ -1,7 +1,18 @@
 // Restoring the embedded store's metadata (db.json and its journal) from a backup, on the same
 // data directory: what the start does with the content the restored records do not name.
 import { randomBytes } from 'node:crypto';
-import { cp, link, mkdir, mkdtemp, readdir, readFile, rm, symlink } from 'node:fs/promises';
+import {
+  cp,
+  link,
+  mkdir,
+  mkdtemp,
+  readdir,
+  readFile,
+  rm,
+  symlink,
+  utimes,
+  writeFile,
+} from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -124,5 +135,23 @@ describe('an older db.json restored from a backup', () => {
     } finally {
       await srv.close(false);
     }
+  });
+
+  it('a start removes what it set aside once it is 30 days old, and keeps the rest', async () => {
+    const dir = await dataDir();
+    const srv = await startServer({ dataDir: dir });
+    await srv.close(false);
+    const old = join(dir, 'orphans', '2026-01-01T00-00-00-000Z');
+    const recent = join(dir, 'orphans', '2026-11-01T00-00-00-000Z');
+    for (const folder of [old, recent]) {
+      await mkdir(folder, { recursive: true });
+      await writeFile(join(folder, 'x'), 'bytes');
+    }
+    const days = (n: number) => new Date(Date.now() - n * 24 * 3600 * 1000);
+    await utimes(old, days(31), days(31));
+    await utimes(recent, days(29), days(29));
+    const again = await startServer({ dataDir: dir });
+    await again.close(false);
+    expect(await readdir(join(dir, 'orphans'))).toEqual(['2026-11-01T00-00-00-000Z']);
   });
 });
