@@ -254,16 +254,6 @@ export function printDetails(pairs: [string, string][]): void {
   for (const [key, value] of pairs) printLine(`${`${key}:`.padEnd(width)} ${value}`);
 }
 
-/**
- * A word a POSIX shell reads back as `text`: as it is when it holds nothing the shell would read
- * otherwise, else in single quotes. For the commands fshare prints to run next (found from
- * outside: `to resume: fshare replace ID my big file` pasted as printed was "too many arguments").
- */
-export function shellWord(text: string): string {
-  if (/^[A-Za-z0-9_@%+=:,./-]+$/.test(text)) return text;
-  return `'${text.replace(/'/g, `'\\''`)}'`;
-}
-
 /** Adds an Examples section to a command's --help. */
 export function examples(lines: string[]): string {
   return `\nExamples:\n${lines.map((l) => `  ${l}`).join('\n')}\n`;

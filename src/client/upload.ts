@@ -29,6 +29,7 @@ import { createChunkLimiter, type Limiter } from './limit.js';
 import { sharePath, shareUrl } from './refs.js';
 import { ShortFileError, writeFileRange } from '../shared/copy.js';
 import { systemErrorText } from '../shared/syserr.js';
+import { shellWord } from '../shared/shell.js';
 
 export const DEFAULT_CHUNK_SIZE = 8 * 1024 * 1024;
 export const DEFAULT_PARALLEL = 4;
@@ -170,11 +171,6 @@ async function refuseSizeless(path: string): Promise<void> {
     throw new ClientInputError(
       `${path} is a kernel file, whose size is not known until it is read; upload it from standard input: fshare upload - -n ${shellWord(basename(path))} < ${shellWord(path)}`,
     );
-}
-
-/** A word a POSIX shell reads back as `word`. */
-function shellWord(word: string): string {
-  return /^[\w./:@%+=,-]+$/.test(word) ? word : `'${word.replace(/'/g, `'\\''`)}'`;
 }
 
 /** Size of a local regular file, with a clear error for a missing path or a directory. */

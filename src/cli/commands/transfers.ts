@@ -44,7 +44,6 @@ import {
   printLine,
   printTable,
   reportError,
-  shellWord,
   treatOutputAsContent,
   warn,
 } from '../output.js';
@@ -57,6 +56,7 @@ import {
   type DamagedRecord,
   type UploadRecordStore,
 } from '../uploads.js';
+import { shellWord } from '../../shared/shell.js';
 
 interface Spool {
   file: string;
