@@ -621,8 +621,9 @@ export async function sendContent(
     if (again.initialized) {
       share = again;
       reader = await storage.open(blobOf(share));
-      // The record names content the storage cannot find (a data directory moved away, a lost
-      // mount): the server's fault, said as such (503 and a log line), not "no content yet".
+      // The record names content the storage does not hold (an older db.json restored; a lost
+      // mount is StorageUnavailableError from open): the server's fault, said as such (503 and
+      // a log line), not "no content yet".
       if (!reader)
         throw new MissingContentError(
           `the content of share ${share.share_id} is missing from the storage (${blobOf(share)})`,

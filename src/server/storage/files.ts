@@ -27,6 +27,7 @@ import { OutcomeUnknownError } from '../store/index.js';
 import {
   ChunkRefusedError,
   InsufficientStorageError,
+  StorageUnavailableError,
   type ChunkFields,
   type ContentReader,
   type ContentStorage,
@@ -1288,8 +1289,14 @@ export class FileStorage implements ContentStorage {
     try {
       handle = await open(join(this.contentDir, blob), 'r');
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
-      throw err;
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      // content/ itself gone (a lost mount, the data directory moved away) may come back: the
+      // storage is unavailable, not this content missing.
+      if (!(await stat(this.contentDir).catch(() => null)))
+        throw new StorageUnavailableError(
+          `${this.contentDir} is not there (${(err as Error).message})`,
+        );
+      return null;
     }
     const info = await handle.stat().catch(async (err: unknown) => {
       await handle.close();

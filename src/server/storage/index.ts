@@ -179,7 +179,7 @@ export class StorageUnavailableError extends Error {}
 export class DamagedContentError extends StorageUnavailableError {}
 
 /**
- * Content its record names that the storage does not hold (a data directory moved away, a lost
- * mount, an older db.json restored): no retry brings it back.
+ * Content its record names that the storage does not hold, the storage itself there (an older
+ * db.json restored): no retry brings it back.
  */
 export class MissingContentError extends StorageUnavailableError {}
