@@ -106,6 +106,12 @@ describe('a start keeps content its store cannot account for', () => {
     await expect(startServer(lost)).rejects.toThrow(
       /holds 2 stored files that no share names, and .* holds no share at all/,
     );
+    // It says what a start does with them: a data directory sets them aside, S3 removes them.
+    await expect(startServer(lost)).rejects.toThrow(
+      embedded
+        ? /Starting would move those files to \S+\/orphans\/ \(kept 30 days\)\./
+        : /Starting would remove those files\./,
+    );
     // A second try stops the same way (the first wrote a new, empty store).
     await expect(startServer(lost)).rejects.toThrow(/holds 2 stored files/);
     expect(await stored(srv)).toEqual(before);
@@ -137,6 +143,11 @@ describe('a start keeps content its store cannot account for', () => {
     }
     await expect(startServer(wrong)).rejects.toThrow(
       /belongs to another metadata store .* holds 2 stored files that no share of this one names/,
+    );
+    await expect(startServer(wrong)).rejects.toThrow(
+      embedded
+        ? /would move them to \S+\/orphans\/ \(kept 30 days\)\..* \(the next start would then move its files that no share names to /
+        : /would remove them\..* \(the next start would then remove its files that no share names\)/,
     );
     expect(await stored(srv)).toEqual(before);
     if (embedded)

@@ -415,6 +415,8 @@ export class FileStorage implements ContentStorage {
         content: this.contentDir,
         mark: markFile,
         afresh: `move ${this.contentDir} aside`,
+        unnamed: (files) =>
+          `move ${files} to ${join(this.dataDir, 'orphans')}/ (kept ${ORPHANS_KEEP_DAYS} days)`,
       },
       owner,
       unnamed.length,

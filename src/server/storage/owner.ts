@@ -33,6 +33,11 @@ export interface OwnerMark {
   mark: string;
   /** How to start afresh without that content. */
   afresh: string;
+  /**
+   * What a start does with `files` that no share names, as a verb phrase ("remove those
+   * files"): a data directory sets them aside, S3 removes them.
+   */
+  unnamed(files: string): string;
 }
 
 /** A UUID as fshare makes them: share ids (randomUUID, or an Idempotency-Key's) and store ids. */
@@ -106,7 +111,7 @@ export async function mayRemoveUnnamed(
     throw new ForeignContentError(
       `${mark.content} holds ${files} that no share names, and ${owner.name} holds no share ` +
         `at all: its records are gone (emptied, deleted or replaced), or it is not the store ` +
-        `that content belongs to. Starting would remove those files. Restore the metadata ` +
+        `that content belongs to. Starting would ${mark.unnamed('those files')}. Restore the metadata ` +
         `from a backup, or point fshare at the store they belong to; to start afresh without ` +
         `them, ${mark.afresh}.`,
       mark.content,
@@ -117,8 +122,9 @@ export async function mayRemoveUnnamed(
   throw new ForeignContentError(
     `${mark.content} belongs to another metadata store (${mark.mark} names ${recorded}; ` +
       `${owner.name} is ${id}) and holds ${files} that no share of this one names. Starting ` +
-      `would remove them. Point fshare at the store they belong to; to give the content to ` +
-      `this store anyway, remove ${mark.mark} (its files that no share names are then removed).`,
+      `would ${mark.unnamed('them')}. Point fshare at the store they belong to; to give the content ` +
+      `to this store anyway, remove ${mark.mark} (the next start would then ` +
+      `${mark.unnamed('its files that no share names')}).`,
     mark.content,
     unnamed,
   );

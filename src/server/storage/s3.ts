@@ -312,6 +312,7 @@ export class S3Storage implements ContentStorage {
         content: this.describe(under),
         mark: this.describe(markKey),
         afresh: `remove the objects under ${this.describe(under)}, or use another prefix`,
+        unnamed: (files) => `remove ${files}`,
       },
       owner,
       unnamed,
