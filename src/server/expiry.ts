@@ -1,5 +1,6 @@
 import type { ContentStorage } from './storage/index.js';
-import { blobOf, type MetadataStore, type ShareRecord } from './store/index.js';
+import { removeShare } from './remove-share.js';
+import type { MetadataStore, ShareRecord } from './store/index.js';
 
 /** Checked at least this often, so that a clock moved by tests (or NTP) is noticed. */
 const RECHECK_MS = 60_000;
@@ -56,17 +57,13 @@ export class ShareExpiry {
   }
 
   private async expire(share: ShareRecord): Promise<void> {
-    const gone = await this.store.withShareLock(share.share_id, async () => {
-      const current = await this.store.getShare(share.share_id);
-      // Its expiry may have been moved meanwhile.
-      if (!current || !isExpired(current, this.clock())) return undefined;
-      if (current.initialized) await this.storage.releasing?.(blobOf(current));
-      await this.store.deleteShare(share.share_id);
-      return current;
-    });
-    if (!gone) return;
-    if (gone.initialized) await this.storage.removeContent(blobOf(gone));
-    await this.storage.removeUploads(gone.share_id);
+    // Its expiry may have been moved meanwhile.
+    await removeShare(
+      this.store,
+      this.storage,
+      share.share_id,
+      (current) => !!current && isExpired(current, this.clock()),
+    );
   }
 
   /** Sets the timer for the next expiry; call after any change of an expiry. */

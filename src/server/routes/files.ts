@@ -7,7 +7,8 @@ import { Errors, HttpError } from '../errors.js';
 import { fault } from '../faults.js';
 import { endFormerUploads, unfinishedOf } from '../handover.js';
 import { paginate, route, shareJson, success } from '../http.js';
-import { blobOf, type NewShare, type ShareChanges, type ShareRecord } from '../store/index.js';
+import { removeShare } from '../remove-share.js';
+import type { NewShare, ShareChanges, ShareRecord } from '../store/index.js';
 import {
   expiryField,
   fileNameField,
@@ -227,20 +228,12 @@ export function fileRoutes(ctx: Context): Router {
     put: update(true),
     delete: async (req, res) => {
       const share = await findShare(req, ctx, 'DELETE');
-      // The record goes first and durably; only then the bytes (a failure in between leaves
-      // unreferenced files, which the next start removes, never a share without content).
-      const gone = await store.withShareLock(share.share_id, async () => {
-        const current = await store.getShare(share.share_id);
+      await removeShare(store, storage, share.share_id, (current) => {
         if (!current) throw Errors.shareNotFound();
         if (current.locked) throw Errors.locked();
         noJsonBody(req);
-        if (current.initialized) await storage.releasing?.(blobOf(current));
-        await store.deleteShare(share.share_id);
-        await fault('delete.after-record');
-        return current;
+        return true;
       });
-      if (gone.initialized) await storage.removeContent(blobOf(gone));
-      await storage.removeUploads(gone.share_id);
       success(res, 'Share deleted');
     },
   });
