@@ -371,3 +371,47 @@ describe('passwd with FSHARE_TOKEN', () => {
     }
   });
 });
+
+// Found from outside: `FSHARE_TOKEN=<another server's token> fshare logout` said "Signed out",
+// exit 0, with a warning that the variable's token "is revoked", and its --json named the user
+// stored for the command's server, who was not signed out. The token still worked on its own
+// server. Nothing was revoked, and the command now says so: exit 3.
+describe('logout of a token the server does not accept', () => {
+  it('another server’s token in FSHARE_TOKEN: exit 3, nothing claimed, and it still works there', async () => {
+    const other = await startServe();
+    const elsewhere = await createCli();
+    try {
+      await signIn(elsewhere, other.url);
+      const token = (await elsewhere.run(['--server', other.url, 'token'])).stdout.trim();
+      expect(token.length).toBeGreaterThan(20);
+      for (const args of [['logout'], ['logout', '--everywhere'], ['--json', 'logout']]) {
+        const res = await cli.run(['--server', serve.url, ...args], {
+          env: { FSHARE_TOKEN: token },
+        });
+        expect(res.exitCode, res.stderr).toBe(3);
+        expect(res.stdout).toBe('');
+        expect(res.stderr.trim()).toBe(
+          `fshare: ${serve.url} does not accept the token in FSHARE_TOKEN (HTTP 401), so nothing was revoked: it had ended already, or it is another server's (then it still works there: \`fshare --server URL logout\` with that server's URL revokes it)`,
+        );
+      }
+      // Still valid on its own server, and the stored login here is untouched.
+      const there = await elsewhere.run(['--server', other.url, 'whoami', '--json']);
+      expect(JSON.parse(there.stdout).username).toBe(ADMIN.username);
+      const here = await cli.run(['--server', serve.url, 'whoami', '--json']);
+      expect(JSON.parse(here.stdout).username).toBe(ADMIN.username);
+      // Revoked where it came from, the variable's logout names no stored user.
+      const out = await elsewhere.run(['--server', other.url, '--json', 'logout'], {
+        env: { FSHARE_TOKEN: token },
+      });
+      expect(out.exitCode, out.stderr).toBe(0);
+      expect(JSON.parse(out.stdout)).toEqual({ server: other.url, username: null, revoked: true });
+      const after = await elsewhere.run(['--server', other.url, 'whoami'], {
+        env: { FSHARE_TOKEN: token },
+      });
+      expect(after.exitCode).toBe(3);
+    } finally {
+      await other.stop();
+      await rm(elsewhere.configDir, { recursive: true, force: true });
+    }
+  });
+});

@@ -207,14 +207,16 @@ export function registerAuth(program: Command): void {
       if (!client.token) throw new AuthError(`not signed in to ${session.server}`);
       // The account whose copy goes: the last login's user here, else the server's only one.
       const lastUser = session.usernameFor(session.server);
-      const username = fromEnv
-        ? lastUser
+      // FSHARE_TOKEN's user is not known from what is stored here (only --everywhere asks).
+      let username = fromEnv
+        ? undefined
         : await session.credentials.storedUser(session.server, lastUser);
       let serverError: unknown;
       try {
         if (options.everywhere) {
           const me = await whoami(client);
           if (!me.username) throw new AuthError(`not signed in to ${session.server}`);
+          if (fromEnv) username = me.username;
           await revokeTokens(client, me.username).catch((err: unknown) => {
             // A 404 or 405 for the caller, who exists: the server has no such route (the
             // reference server). Nothing was revoked, so nothing is signed out here either.
@@ -244,6 +246,12 @@ export function registerAuth(program: Command): void {
       const copy =
         kept && `its local copy could not be removed from ${kept.where} (${kept.reason})`;
       const gone = serverError instanceof ApiError && [400, 401].includes(serverError.status);
+      // Found from outside: a token of another server (or a mistyped one) in FSHARE_TOKEN was
+      // said to be revoked, exit 0, while it still worked where it came from.
+      if (gone && fromEnv)
+        throw new AuthError(
+          `${session.server} does not accept the token in FSHARE_TOKEN (HTTP ${(serverError as ApiError).status}), so nothing was revoked: it had ended already, or it is another server's (then it still works there: \`fshare --server URL logout\` with that server's URL revokes it)`,
+        );
       if (serverError && !gone) {
         if (serverError instanceof Error && !fromEnv)
           serverError.message = copy
