@@ -4,7 +4,7 @@
 // administrator's change made in between, and both were told 200: the server had no way to say
 // "this user changed since you read it".
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createUser, expectFail, expectStatus, get, patch, put } from '../helpers/http.js';
+import { createUser, del, expectFail, expectStatus, get, patch, put } from '../helpers/http.js';
 import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
 
 let srv: TestServer;
@@ -110,6 +110,47 @@ describe('If-Match on PATCH and PUT /users/<name>', () => {
       // no order may CREATE be left over a change it never saw.
       expect((await read(dave.username)).permissions).toEqual(['LIST']);
     }
+  });
+
+  // Found from outside: the tag stood for the name, permissions and quota only, so a user deleted
+  // and made again under the same name (or two users who swapped names) had the tag of the one
+  // read, and an If-Match meant for the old account gave the new one ADMIN.
+  it('a tag read from one account never applies to another of the same name', async () => {
+    const ivan = await createUser(srv.url, admin, ['READ']);
+    const { tag } = await read(ivan.username);
+    expectStatus(await del(srv.url, `/users/${ivan.username}`, { token: admin }), 200);
+    await createUser(srv.url, admin, ['READ'], ivan.username, 'other-person-pw');
+    const again = await read(ivan.username);
+    expect(again.tag).not.toBe(tag);
+    const meant = await patch(srv.url, `/users/${ivan.username}`, {
+      token: admin,
+      json: { permissions: ['ADMIN', 'READ'] },
+      headers: { 'if-match': tag },
+    });
+    expectFail(meant, 412);
+    expect((await read(ivan.username)).permissions).toEqual(['READ']);
+
+    // Names swapped: the tag read from gina does not reach hank, who is called gina now.
+    const gina = await createUser(srv.url, admin, ['READ']);
+    const hank = await createUser(srv.url, admin, ['READ']);
+    const ginas = await read(gina.username);
+    const aside = `${gina.username}-old`;
+    for (const [from, to] of [
+      [gina.username, aside],
+      [hank.username, gina.username],
+    ])
+      expectStatus(
+        await patch(srv.url, `/users/${from}`, { token: admin, json: { username: to } }),
+        200,
+      );
+    const swapped = await patch(srv.url, `/users/${gina.username}`, {
+      token: admin,
+      json: { quota: 1 },
+      headers: { 'if-match': ginas.tag },
+    });
+    expectFail(swapped, 412);
+    const now = await get(srv.url, `/users/${gina.username}`, { token: admin });
+    expect(now.body.quota ?? null).toBeNull();
   });
 
   it('the checks of API.md come first: 401/403 for the caller, 404 for an unknown user', async () => {

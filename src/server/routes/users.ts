@@ -28,9 +28,14 @@ const FIELDS = ['username', 'password', 'permissions'] as const;
 const EXTRA = ['quota'] as const;
 const READ_ONLY = ['register_date', 'used'];
 
-/** A user's ETag (additive): stands for its name, permissions and quota (not `used`). */
-function userTag(user: UserState): string {
-  const state = JSON.stringify([user.username, user.permissions, user.quota ?? null]);
+/**
+ * A user's ETag (additive): stands for the account (its id) and its name, permissions and quota
+ * (not `used`). Found from outside: without the id, a user deleted and made again under the same
+ * name, or two users who swapped names, had the same tag, and an If-Match read from one applied
+ * its change (ADMIN) to the other.
+ */
+function userTag(user: UserState & { id: string }): string {
+  const state = JSON.stringify([user.id, user.username, user.permissions, user.quota ?? null]);
   return `"${createHash('sha256').update(state).digest('base64url').slice(0, 22)}"`;
 }
 
@@ -38,7 +43,7 @@ function userTag(user: UserState): string {
  * Whether the request has an If-Match to hold the change to (RFC 9110 §13.1.1): none, false; one
  * that does not match the user as it is now, 412 (ChangedMeanwhileError) before anything else.
  */
-function matchesIfMatch(req: Request, user: UserState): boolean {
+function matchesIfMatch(req: Request, user: UserState & { id: string }): boolean {
   const header = req.get('if-match');
   if (header === undefined) return false;
   const tags = header.split(',').map((t) => t.trim());
