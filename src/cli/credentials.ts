@@ -293,6 +293,11 @@ export function createCredentialStore(
     for (const [account, token] of Object.entries(await readFileTokens())) {
       if (account.endsWith(suffix) && !found.has(account)) found.set(account, token);
     }
+    // An account of a server whose URL ends in `@<this server>` (a path such as
+    // `/x@http://host`) ends with the same suffix: its "user name" holds a URL, which no user
+    // name does. Found from outside: that server's token went to this one.
+    for (const account of found.keys())
+      if (account.slice(0, -suffix.length).includes('://')) found.delete(account);
     if (found.size !== 1) return undefined;
     const [account, token] = [...found][0]!;
     return { username: account.slice(0, -suffix.length), token };

@@ -114,6 +114,24 @@ describe('FSHARE_TOKEN goes to the command server only', () => {
       await rm(both.configDir, { recursive: true, force: true });
     }
   });
+  // Found from outside: accounts are stored as `USER@SERVER`, and a server's only account was
+  // found by its ending; the account of a server at `http://a/x@<spy>` ends like the spy's own.
+  it('a server whose URL ends in @<another server> lends that server no token', async () => {
+    const both = await createCli();
+    try {
+      await writeFile(
+        join(both.configDir, 'credentials.json'),
+        `${JSON.stringify({ [`admin@${serve.url}/x@${spyUrl}`]: 'token-of-the-other-server' })}\n`,
+        { mode: 0o600 },
+      );
+      seen.length = 0;
+      const res = await both.run(['--server', spyUrl, 'info', ID]);
+      expect(res.exitCode).toBe(4);
+      expect(seen).toEqual(['']);
+    } finally {
+      await rm(both.configDir, { recursive: true, force: true });
+    }
+  });
 });
 
 describe('the account renamed under the client', () => {
