@@ -183,7 +183,11 @@ export async function copyServerData(
       const users = await from.store.listUsers(offset, page);
       for (const user of users) {
         // A new generation (and no token kept from the old one): no token of the source works.
-        await to.store.addUser({ ...user, token_gen: user.token_gen + 1, kept_token: null });
+        await to.store.addUser(
+          { ...user, token_gen: user.token_gen + 1, kept_token: null },
+          // Names that differ only in case stay as the source kept them.
+          { copied: true },
+        );
         report.users++;
       }
       if (users.length < page) break;

@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Client } from 'pg';
@@ -20,6 +20,7 @@ import { createDatabase, startPostgres, type PgCluster } from '../helpers/postgr
 import { contentKeys, createBucket, S3_TEST_ENV, startS3, type S3Server } from '../helpers/s3.js';
 import { ADMIN, login, startServer } from '../helpers/server.js';
 import type { ServerOptions } from '../../src/server/options.js';
+import { encodeLine } from '../../src/server/store/journal.js';
 
 /**
  * `fshare admin import` / `admin export` (the built binary) move a whole server between a data
@@ -247,6 +248,61 @@ describe('fshare admin import and export', () => {
     expect(exported.exitCode).toBe(2);
     expect(exported.stderr).toMatch(/is not empty/);
     expect(await readdir(notEmpty)).toEqual(['keep.txt']);
+  });
+
+  // Found from outside: a data directory holding two users whose names differ only in case (made
+  // before that rule, and served as they are) could not be imported: "A user with this name
+  // already exists", with the target left marked and "run it again" as the way on. Such a pair
+  // is copied as it is, both ways, and the rule still holds for every new name there.
+  it('copies users whose names differ only in case, and the rule holds on for new names', async () => {
+    const source = await tempDir('case-pair');
+    const first = await startServer({ dataDir: source });
+    await first.close(false);
+    const db = JSON.parse(await readFile(join(source, 'db.json'), 'utf8'));
+    const journal = await readFile(join(source, 'db.journal'), 'utf8').catch(() => '');
+    const seq = db.seq + journal.split('\n').filter(Boolean).length;
+    const lines = ['pair', 'PAIR'].map((username, i) =>
+      encodeLine({
+        seq: seq + 1 + i,
+        op: 'addUser',
+        user: { ...db.users[0], id: randomUUID(), username, permissions: ['READ'] },
+      }),
+    );
+    await writeFile(join(source, 'db.journal'), journal + lines.join(''));
+
+    const database = await createDatabase(pg.adminUrl);
+    const storage = await createBucket(s3.endpoint);
+    const imported = await cli.run(
+      ['admin', 'import', source, ...backendArgs(database, storage), '--json'],
+      { env: S3_TEST_ENV },
+    );
+    expect(imported.exitCode, imported.stderr).toBe(0);
+    expect(JSON.parse(imported.stdout)).toMatchObject({ users: 3 });
+    const back = await tempDir('case-pair-back');
+    const exported = await cli.run(['admin', 'export', back, ...backendArgs(database, storage)], {
+      env: S3_TEST_ENV,
+    });
+    expect(exported.exitCode, exported.stderr).toBe(0);
+
+    for (const backends of [sharedBackends(database, storage), { dataDir: back }]) {
+      const ts = await startServer(backends);
+      try {
+        const token = await login(ts.url, ADMIN.username, ADMIN.password);
+        const users = await get(ts.url, '/users?per_page=100', { token });
+        const names = (users.body.data as { username: string }[]).map((u) => u.username);
+        expect(names.sort()).toEqual([ADMIN.username, 'PAIR', 'pair'].sort());
+        for (const username of ['Pair', ADMIN.username.toUpperCase()])
+          expectFail(
+            await post(ts.url, '/users', {
+              token,
+              json: { username, password: 'pw-123456', permissions: [] },
+            }),
+            409,
+          );
+      } finally {
+        await ts.close();
+      }
+    }
   });
 
   it('stops at damaged content in the source, naming the share', async () => {

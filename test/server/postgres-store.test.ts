@@ -178,6 +178,32 @@ describe('start-up', () => {
     const upgraded = await openStore(old);
     expect((await upgraded.getUser('pair'))?.id).toBe(pair[0]!.id);
     expect((await upgraded.getUser('PAIR'))?.id).toBe(pair[1]!.id);
+
+    // Found from outside: with the pair kept (and so no index), every other case twin was taken:
+    // a new "ERIN" beside "erin", a rename to "eriN", an "Admin". Still refused, and between
+    // servers at once too; renaming a user to its own name in another case is no twin.
+    const other = await openStore(old);
+    const erin = user('erin');
+    await upgraded.addUser(erin);
+    await expect(upgraded.addUser(user('ERIN'))).rejects.toBeInstanceOf(DuplicateUserError);
+    await expect(upgraded.addUser(user('Pair'))).rejects.toBeInstanceOf(DuplicateUserError);
+    const frank = user('frank');
+    await upgraded.addUser(frank);
+    await expect(upgraded.updateUser(frank.id, { username: 'eriN' })).rejects.toBeInstanceOf(
+      DuplicateUserError,
+    );
+    await upgraded.updateUser(frank.id, { username: 'Frank' });
+    expect((await upgraded.getUser('Frank'))?.id).toBe(frank.id);
+    for (let round = 0; round < 5; round++) {
+      const racing = await Promise.allSettled([
+        upgraded.addUser(user(`Twin${round}`)),
+        other.addUser(user(`tWIN${round}`)),
+      ]);
+      expect(racing.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
+    }
+    expect((await upgraded.getUser('erin'))?.id).toBe(erin.id);
+    expect(await upgraded.getUser('ERIN')).toBeUndefined();
+    expect(await upgraded.getUser('eriN')).toBeUndefined();
   });
 
   it('refuses a database whose schema is newer than this fshare', async () => {

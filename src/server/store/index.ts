@@ -14,8 +14,12 @@ export interface MetadataStore {
   getUserById(id: string): Promise<UserRecord | undefined>;
   userCount(): Promise<number>;
   listUsers(offset: number, limit: number): Promise<UserRecord[]>;
-  /** Refuses (DuplicateUserError) a name that is taken, at the moment of writing. */
-  addUser(user: UserRecord): Promise<void>;
+  /**
+   * Refuses (DuplicateUserError) a name that is taken, in any case, at the moment of writing.
+   * `copied`: a user copied as it is from another store (admin import/export), whose name may
+   * differ only in case from another's there (a pair made before that rule): kept, as there.
+   */
+  addUser(user: UserRecord, options?: { copied?: boolean }): Promise<void>;
   /**
    * Changes a user; a new name must be free (DuplicateUserError), and the last user with ADMIN
    * keeps it (LastAdminError). Resolves to the user's token generation after the change. With

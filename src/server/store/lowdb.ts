@@ -491,8 +491,12 @@ export class LowdbStore implements MetadataStore {
 
   // Changes
 
-  addUser(user: UserRecord) {
-    return this.change({ op: 'addUser', user: { ...user } });
+  addUser(user: UserRecord, options?: { copied?: boolean }) {
+    return this.change({
+      op: 'addUser',
+      user: { ...user },
+      ...(options?.copied ? { copied: true as const } : {}),
+    });
   }
 
   async updateUser(

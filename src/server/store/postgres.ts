@@ -841,23 +841,31 @@ export class PostgresStore implements MetadataStore {
   // Changes: one statement, or one transaction; PostgreSQL's constraints and row locks keep
   // the rules between servers.
 
-  async addUser(user: UserRecord) {
+  async addUser(user: UserRecord, options?: { copied?: boolean }) {
     try {
-      await this.query(
-        `INSERT INTO fshare_users (${USER_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
-        [
-          user.id,
-          user.username,
-          [...user.permissions],
-          user.register_date,
-          user.password_hash,
-          user.token_gen,
-          user.quota ?? null,
-          user.legacy_tokens ?? null,
-          user.kept_token?.jti ?? null,
-          user.kept_token?.gen ?? null,
-        ],
-      );
+      await this.transaction(async (client) => {
+        if (!options?.copied) await refuseCaseTwin(client, user.username, user.id);
+        else if (await hasCaseTwin(client, user.username, user.id))
+          // A pair the source kept (made before the rule): kept here too, so the index that
+          // would refuse it goes, and refuseCaseTwin guards every later name, as on a database
+          // that held such a pair when the index came.
+          await client.query('DROP INDEX IF EXISTS fshare_users_username_lower');
+        await client.query(
+          `INSERT INTO fshare_users (${USER_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+          [
+            user.id,
+            user.username,
+            [...user.permissions],
+            user.register_date,
+            user.password_hash,
+            user.token_gen,
+            user.quota ?? null,
+            user.legacy_tokens ?? null,
+            user.kept_token?.jti ?? null,
+            user.kept_token?.gen ?? null,
+          ],
+        );
+      });
     } catch (err) {
       if (nameTaken(err)) throw new DuplicateUserError();
       if (isViolation(err, '23505', 'fshare_users_pkey')) {
@@ -908,10 +916,12 @@ export class PostgresStore implements MetadataStore {
       a.sets.push(`legacy_tokens = ${legacy}`);
     }
     try {
-      if (changes.permissions !== undefined && !changes.permissions.includes('ADMIN')) {
+      const demoting = changes.permissions !== undefined && !changes.permissions.includes('ADMIN');
+      if (demoting || changes.username !== undefined) {
         if (id.includes('\0')) throw new MissingRecordError('user'); // see byKey
         return await this.transaction(async (client) => {
-          await keepAnAdmin(client, id);
+          if (changes.username !== undefined) await refuseCaseTwin(client, changes.username, id);
+          if (demoting) await keepAnAdmin(client, id);
           const { rows } = await client.query<{ token_gen: number }>(
             `UPDATE fshare_users SET ${a.sets.join(', ')} WHERE ${where} RETURNING token_gen`,
             a.values,
@@ -1284,6 +1294,31 @@ export class PostgresStore implements MetadataStore {
       client.release(broken);
     }
   }
+}
+
+/**
+ * In a transaction: refuses (DuplicateUserError) `name` for user `id` when another user's name
+ * differs from it only in case. The unique index on lower(username) refuses such a name too, but
+ * a database that held such a pair when the index came has none (the migration keeps the pair);
+ * found from outside: there every case twin ("ERIN" beside "erin", "Admin") was taken. The lock,
+ * per lowered name and held to the end of the transaction, orders two servers making such names
+ * at once.
+ */
+async function refuseCaseTwin(client: PoolClient, name: string, id: string): Promise<void> {
+  await client.query(
+    "SELECT pg_advisory_xact_lock(hashtext('fshare_users'), hashtext(lower($1)))",
+    [name],
+  );
+  if (await hasCaseTwin(client, name, id)) throw new DuplicateUserError();
+}
+
+/** Whether a user other than `id` has `name` in some case. */
+async function hasCaseTwin(client: PoolClient, name: string, id: string): Promise<boolean> {
+  const { rows } = await client.query(
+    'SELECT 1 FROM fshare_users WHERE lower(username) = lower($1) AND id <> $2 LIMIT 1',
+    [name, id],
+  );
+  return rows.length > 0;
 }
 
 /**

@@ -41,7 +41,7 @@ export interface DbData {
 
 /** One change to the metadata: what the journal records and what replay applies. */
 export type Op =
-  | { op: 'addUser'; user: UserRecord }
+  | { op: 'addUser'; user: UserRecord; copied?: true }
   | { op: 'updateUser'; id: string; changes: UserChanges }
   | { op: 'deleteUser'; id: string }
   | { op: 'addShare'; share: NewShare }
@@ -157,7 +157,8 @@ export class State {
     switch (op.op) {
       case 'addUser':
         if (this.usersByName.has(op.user.username)) throw new DuplicateUserError();
-        if (!replay && this.nameTakenInAnyCase(op.user.username)) throw new DuplicateUserError();
+        if (!replay && !op.copied && this.nameTakenInAnyCase(op.user.username))
+          throw new DuplicateUserError();
         if (this.usersById.has(op.user.id)) throw new Error('user id already in use');
         data.users.push(op.user);
         this.usersByName.set(op.user.username, op.user);
