@@ -218,3 +218,112 @@ describe("Dropzone's own field names", () => {
     expect((await getShare(srv.url, token, id)).size).toBe(data.length);
   });
 });
+
+// Found from outside: dztotalfilesize or dzchunksize sent without the rest of the layout was
+// ignored, so an upload that said it was 500 bytes (then 300) published 200, and a 50-byte
+// chunk 0 of a declared 100-byte chunk size was taken. Each is what its sender says of the
+// upload: a chunk that contradicts it is a 400 that stores nothing, and an upload that ends
+// short of its declared size is a 422 and discarded (it can never complete), as for dzsha256.
+describe('sizes declared without the rest of the layout', () => {
+  const send = (
+    id: string,
+    dzuuid: string,
+    index: number,
+    total: number,
+    data: Buffer,
+    extra: Record<string, string>,
+  ) =>
+    sendParts(srv.url, token, id, [
+      { name: 'dzuuid', value: dzuuid },
+      { name: 'dzchunkindex', value: String(index) },
+      { name: 'dztotalchunks', value: String(total) },
+      ...Object.entries(extra).map(([name, value]) => ({ name, value })),
+      { name: 'upload', filename: 'blob', data },
+    ]);
+
+  it('dztotalfilesize alone: the chunks must add up to it, and every chunk says the same', async () => {
+    const id = await createShare(srv.url, token, 'declared.bin');
+    const dzuuid = randomUUID();
+    const [a, b, c] = [randomBytes(100), randomBytes(100), randomBytes(100)];
+    expectStatus(await send(id, dzuuid, 0, 2, a, { dztotalfilesize: '500' }), 200);
+    const other = await send(id, dzuuid, 1, 2, b, { dztotalfilesize: '300' });
+    expectFail(other, 400);
+    expect(other.body.message).toBe(
+      'dztotalfilesize is 300 but earlier chunks of this upload said 500',
+    );
+    // Without the field, the last chunk still completes against the size declared before.
+    const short = await send(id, dzuuid, 1, 2, b, {});
+    expectFail(short, 422);
+    expect(short.body.message).toBe(
+      'The uploaded chunks hold 200 bytes, not the 500 that dztotalfilesize announced; the upload was discarded',
+    );
+    expect(await getShare(srv.url, token, id)).toMatchObject({ initialized: false, size: null });
+    expect(await storedUploads(srv, id)).toEqual([]);
+
+    // More than declared: refused at the chunk that passes it.
+    const again = randomUUID();
+    expectStatus(await send(id, again, 0, 3, a, { dztotalfilesize: '250' }), 200);
+    expectStatus(await send(id, again, 2, 3, c, {}), 200);
+    const over = await send(id, again, 1, 3, b, {});
+    expectFail(over, 400);
+    expect(over.body.message).toBe(
+      'The chunks of this upload would hold 300 bytes, more than dztotalfilesize (250)',
+    );
+    expect(await getShare(srv.url, token, id)).toMatchObject({ initialized: false });
+    // The right bytes complete it.
+    expectStatus(await send(id, again, 1, 3, b.subarray(0, 50), { dztotalfilesize: '250' }), 201);
+    const whole = Buffer.concat([a, b.subarray(0, 50), c]);
+    expect((await content(srv.url, token, id)).equals(whole)).toBe(true);
+  });
+
+  it('a declared dztotalfilesize outlives a restart of the server', async () => {
+    const first = await startServer();
+    const t = await login(first.url, ADMIN.username, ADMIN.password);
+    const id = await createShare(first.url, t, 'restart.bin');
+    const dzuuid = randomUUID();
+    const chunk = (
+      url: string,
+      tk: string,
+      index: number,
+      extra: { name: string; value: string }[],
+    ) =>
+      sendParts(url, tk, id, [
+        { name: 'dzuuid', value: dzuuid },
+        { name: 'dzchunkindex', value: String(index) },
+        { name: 'dztotalchunks', value: '2' },
+        ...extra,
+        { name: 'upload', filename: 'blob', data: randomBytes(100) },
+      ]);
+    expectStatus(await chunk(first.url, t, 0, [{ name: 'dztotalfilesize', value: '500' }]), 200);
+    await first.close(false);
+    const second = await startServer({ dataDir: first.dataDir });
+    try {
+      const t2 = await login(second.url, ADMIN.username, ADMIN.password);
+      const res = await chunk(second.url, t2, 1, []);
+      expectFail(res, 422);
+      expect(res.body.message).toMatch(/not the 500 that dztotalfilesize announced/);
+      expect(await getShare(second.url, t2, id)).toMatchObject({ initialized: false });
+    } finally {
+      await second.close();
+    }
+  });
+
+  it('dzchunksize alone: every chunk but the last has it, the last at most it', async () => {
+    const id = await createShare(srv.url, token, 'chunksize.bin');
+    const dzuuid = randomUUID();
+    const short = await send(id, dzuuid, 0, 2, randomBytes(50), { dzchunksize: '100' });
+    expectFail(short, 400);
+    expect(short.body.message).toBe(
+      'Chunk 0 has 50 bytes, but dzchunksize says every chunk but the last has 100',
+    );
+    const long = await send(id, dzuuid, 1, 2, randomBytes(300), { dzchunksize: '100' });
+    expectFail(long, 400);
+    expect(long.body.message).toBe('The last chunk has 300 bytes, more than dzchunksize (100)');
+    expect(await storedUploads(srv, id)).toEqual([]);
+    expectFail(await send(id, dzuuid, 0, 2, randomBytes(1), { dzchunksize: '0' }), 400);
+    const [a, b] = [randomBytes(100), randomBytes(30)];
+    expectStatus(await send(id, dzuuid, 1, 2, b, { dzchunksize: '100' }), 200);
+    expectStatus(await send(id, dzuuid, 0, 2, a, { dzchunksize: '100' }), 201);
+    expect((await content(srv.url, token, id)).equals(Buffer.concat([a, b]))).toBe(true);
+  });
+});

@@ -79,6 +79,11 @@ export function chunkFields(fields: Record<string, unknown>, maxChunks: number):
   chunk.offset = int('dzchunkbyteoffset', true);
   const chunkSize = int('dzchunksize', true);
   const fileSize = int('dztotalfilesize', true);
+  if (chunkSize !== undefined) {
+    if (chunkSize < 1) throw Errors.badRequest('"dzchunksize" must be at least 1');
+    chunk.chunkSize = chunkSize;
+  }
+  if (fileSize !== undefined) chunk.fileSize = fileSize;
   if (chunkSize !== undefined && fileSize !== undefined) {
     if (chunkSize < 1 || Math.max(1, Math.ceil(fileSize / chunkSize)) !== total)
       throw Errors.badRequest(

@@ -5,13 +5,25 @@ import { ChunkRefusedError, type ChunkFields, type Layout } from './index.js';
  * same placed layout, and an offset where that layout puts the chunk. Refused as 'invalid'.
  */
 export function checkChunkFields(
-  meta: { total: number; layout: Layout | null },
+  meta: { total: number; layout: Layout | null; size?: number },
   fields: ChunkFields,
 ): void {
   if (fields.total !== meta.total)
     throw new ChunkRefusedError(
       'invalid',
       `dztotalchunks is ${fields.total} but earlier chunks of this upload said ${meta.total}`,
+    );
+  // A dztotalfilesize sent without dzchunksize still says what the whole upload holds.
+  const declared = meta.layout?.fileSize ?? meta.size;
+  if (fields.fileSize !== undefined && declared !== undefined && fields.fileSize !== declared)
+    throw new ChunkRefusedError(
+      'invalid',
+      `dztotalfilesize is ${fields.fileSize} but earlier chunks of this upload said ${declared}`,
+    );
+  if (meta.layout && fields.chunkSize !== undefined && fields.chunkSize !== meta.layout.chunkSize)
+    throw new ChunkRefusedError(
+      'invalid',
+      `dzchunksize is ${fields.chunkSize} but earlier chunks of this upload said ${meta.layout.chunkSize}`,
     );
   if (meta.layout && fields.layout) {
     if (
@@ -74,4 +86,45 @@ export function checkJoinedEnd(
       'invalid',
       `Chunk ${index} ends at byte ${start + bytes}, but chunk ${index + 1} starts at byte ${nextOffset}`,
     );
+}
+
+/**
+ * Joined mode: a chunk's length against the sizes it declares (dzchunksize, dztotalfilesize)
+ * and the size the upload declared (`declared`), with `others` the bytes of the upload's other
+ * committed chunks. Found from outside: these fields sent without the rest of the layout were
+ * ignored, and an upload declared as 500 bytes published 200.
+ */
+export function checkDeclaredLength(
+  fields: ChunkFields,
+  bytes: number,
+  others: number,
+  declared: number | undefined,
+): void {
+  const { index, total, chunkSize } = fields;
+  const last = index === total - 1;
+  if (chunkSize !== undefined && (last ? bytes > chunkSize : bytes !== chunkSize))
+    throw new ChunkRefusedError(
+      'invalid',
+      last
+        ? `The last chunk has ${bytes} bytes, more than dzchunksize (${chunkSize})`
+        : `Chunk ${index} has ${bytes} bytes, but dzchunksize says every chunk but the last has ${chunkSize}`,
+    );
+  const size = fields.fileSize ?? declared;
+  if (size !== undefined && others + bytes > size)
+    throw new ChunkRefusedError(
+      'invalid',
+      `The chunks of this upload would hold ${others + bytes} bytes, more than dztotalfilesize (${size})`,
+    );
+}
+
+/**
+ * Completion in joined mode: the whole upload against the size it declared. Like a dzsha256
+ * that does not match, the upload can never complete: the storage discards it first.
+ */
+export function declaredSizeError(size: number, declared: number | undefined): Error | null {
+  if (declared === undefined || size === declared) return null;
+  return new ChunkRefusedError(
+    'digest',
+    `The uploaded chunks hold ${size} bytes, not the ${declared} that dztotalfilesize announced; the upload was discarded`,
+  );
 }

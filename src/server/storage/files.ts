@@ -35,7 +35,13 @@ import {
   type NewContent,
   type ReceivedChunk,
 } from './index.js';
-import { checkChunkFields, checkJoinedEnd, joinedStart } from './chunks.js';
+import {
+  checkChunkFields,
+  checkDeclaredLength,
+  checkJoinedEnd,
+  declaredSizeError,
+  joinedStart,
+} from './chunks.js';
 import { isContentName, isUploadName, mayRemoveUnnamed, type Owner } from './owner.js';
 import { SpaceReserve } from './space.js';
 import { makeDirs } from '../../shared/mkdirs.js';
@@ -234,6 +240,8 @@ class Upload {
   /** Active in-place writers, at most one per index. */
   readonly writers = new Map<number, Writer>();
   sha256?: string;
+  /** Joined mode: the dztotalfilesize a chunk announced (the `s` line), which the whole must hold. */
+  size?: number;
   lastActivity = Date.now();
   /** Makes the log's appended lines durable, one fsync for every chunk waiting on it. */
   readonly logSync = new GroupSync(async () => {
@@ -899,7 +907,12 @@ export class FileStorage implements ContentStorage {
         'invalid',
         `Chunk ${index} must have ${region.length} bytes (dzchunksize and dztotalfilesize), not ${tooLong ? 'more' : received.bytes}`,
       );
-    if (!region) this.checkJoinedOffset(upload, fields, received.bytes);
+    if (!region) {
+      this.checkJoinedOffset(upload, fields, received.bytes);
+      let others = 0;
+      for (const [i, chunk] of upload.committed) if (i !== index) others += chunk.length;
+      checkDeclaredLength(fields, received.bytes, others, upload.size);
+    }
     try {
       await this.recordChecked(upload, fields, received, region);
     } catch (err) {
@@ -927,10 +940,15 @@ export class FileStorage implements ContentStorage {
     }
     // The dzsha256 line goes in the same write as the chunk's own line: a chunk that fails
     // leaves neither (a dzsha256 left behind would refuse the right one when it is sent again).
+    // So does the dztotalfilesize of a joined upload (placed ones have it in their layout).
+    const size = upload.meta.layout || upload.size !== undefined ? undefined : fields.fileSize;
     const lines = (line: string) =>
-      fields.sha256 && !upload.sha256 ? `h ${fields.sha256}\n${line}` : line;
+      (fields.sha256 && !upload.sha256 ? `h ${fields.sha256}\n` : '') +
+      (size !== undefined ? `s ${size}\n` : '') +
+      line;
     const logged = () => {
       if (fields.sha256) upload.sha256 ??= fields.sha256;
+      if (size !== undefined) upload.size ??= size;
     };
     if (region) {
       const { start, length } = region;
@@ -1035,6 +1053,11 @@ export class FileStorage implements ContentStorage {
       await this.join(upload, source);
     }
     const size = (await stat(source)).size;
+    const short = declaredSizeError(size, upload.size);
+    if (short) {
+      await this.finish(upload);
+      throw short;
+    }
     const { sha256, recomputed } = await upload.hash.finish(total, {
       path: source,
       start: 0,
@@ -1185,7 +1208,7 @@ export class FileStorage implements ContentStorage {
       if (upload.state !== 'open')
         throw new ChunkRefusedError('finished', 'This upload has already finished');
       try {
-        checkChunkFields(upload.meta, fields);
+        checkChunkFields({ ...upload.meta, size: upload.size }, fields);
         return await task(upload);
       } finally {
         await this.dropIfUnused(upload);
@@ -1548,18 +1571,21 @@ async function sameBytes(
   }
 }
 
-const LOG_LINE = /^(?:h ([0-9a-f]{64})|d (\d{1,15})|c (\d{1,15}) (\d{1,15}) (\d{1,15}|-))$/;
+const LOG_LINE =
+  /^(?:h ([0-9a-f]{64})|s (\d{1,15})|d (\d{1,15})|c (\d{1,15}) (\d{1,15}) (\d{1,15}|-))$/;
 
 /**
- * Applies one line of an upload's log: `h SHA256` (the dzsha256 announced), `c INDEX LENGTH
+ * Applies one line of an upload's log: `h SHA256` (the dzsha256 announced), `s SIZE` (the
+ * dztotalfilesize announced, joined mode), `c INDEX LENGTH
  * OFFSET|-` (a committed chunk), `d INDEX` (a chunk withdrawn). Anything else (a line from a
  * damaged log) is skipped: it never records a chunk that was not acknowledged.
  */
 function readLogLine(upload: Upload, line: string): void {
   const m = LOG_LINE.exec(line);
   if (!m) return;
-  const [, sha256, withdrawn, index, length, offset] = m;
+  const [, sha256, size, withdrawn, index, length, offset] = m;
   if (sha256) upload.sha256 = sha256;
+  else if (size !== undefined) upload.size = Number(size);
   else if (withdrawn !== undefined) upload.committed.delete(Number(withdrawn));
   else if (Number(index) < upload.meta.total)
     upload.committed.set(Number(index), {

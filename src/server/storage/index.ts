@@ -121,6 +121,10 @@ export interface ChunkFields {
   offset?: number;
   /** dzchunksize and dztotalfilesize, both given: the chunk can be written in place. */
   layout?: Layout;
+  /** dzchunksize, given with or without dztotalfilesize: every chunk but the last has it. */
+  chunkSize?: number;
+  /** dztotalfilesize, given with or without dzchunksize: what the whole upload must hold. */
+  fileSize?: number;
   /** dzsha256: the whole file's sha256 as the client computed it (lower-case hex). */
   sha256?: string;
 }

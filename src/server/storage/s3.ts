@@ -37,7 +37,13 @@ import {
   StorageUnavailableError,
 } from './index.js';
 import { MAX_OBJECT, MIN_PART, planParts } from './s3-parts.js';
-import { checkChunkFields, checkJoinedEnd, joinedStart } from './chunks.js';
+import {
+  checkChunkFields,
+  checkDeclaredLength,
+  checkJoinedEnd,
+  declaredSizeError,
+  joinedStart,
+} from './chunks.js';
 import { isContentName, isUploadName, mayRemoveUnnamed, type Owner } from './owner.js';
 import { SpaceReserve } from './space.js';
 import { makeDirs } from '../../shared/mkdirs.js';
@@ -98,6 +104,8 @@ interface Meta {
   total: number;
   layout: Layout | null;
   sha256?: string;
+  /** Joined mode: the dztotalfilesize a chunk announced, which the whole must hold. */
+  size?: number;
   created: number;
 }
 
@@ -514,7 +522,7 @@ export class S3Storage implements ContentStorage {
   /**
    * The rules of files.ts: the chunk must agree with the upload's fields (fixed by its first
    * stored chunk) and fit between its neighbours. Returns the upload's fields, `changed` when
-   * they are new (its first chunk) or this chunk brought the first dzsha256.
+   * they are new (its first chunk) or this chunk brought the first dzsha256 or dztotalfilesize.
    */
   private async checkChunk(
     upload: UploadRef,
@@ -541,7 +549,16 @@ export class S3Storage implements ContentStorage {
     if (received.overflow)
       throw new ChunkRefusedError('invalid', `Chunk ${fields.index} has more bytes than allowed`);
     if (meta.layout) checkPlacedLength(meta, fields.index, received.bytes);
-    else await this.checkJoinedOffset(upload, objects, fields, received.bytes);
+    else {
+      await this.checkJoinedOffset(upload, objects, fields, received.bytes);
+      let others = 0;
+      for (const [i, size] of objects.chunks) if (i !== fields.index) others += size;
+      checkDeclaredLength(fields, received.bytes, others, meta.size);
+      if (fields.fileSize !== undefined && meta.size === undefined) {
+        meta.size = fields.fileSize;
+        changed = true;
+      }
+    }
     return { meta, changed };
   }
 
@@ -601,6 +618,11 @@ export class S3Storage implements ContentStorage {
           : { key: objects.copies.get(i)!.key, size: objects.chunks.get(i)! },
       );
     const size = sources.reduce((sum, s) => sum + s.size, 0);
+    const short = meta.layout ? null : declaredSizeError(size, meta.size);
+    if (short) {
+      await this.finish(upload);
+      throw short;
+    }
     if (size > MAX_OBJECT)
       throw new ChunkRefusedError(
         'invalid',
@@ -1571,7 +1593,15 @@ function parseMeta(text: string | null): Meta | null {
         Number.isSafeInteger(meta.layout.chunkSize) &&
         Number.isSafeInteger(meta.layout.fileSize));
     const shaOk = meta.sha256 === undefined || /^[0-9a-f]{64}$/.test(meta.sha256);
-    if (meta.v === 1 && Number.isSafeInteger(meta.total) && meta.total >= 1 && layoutOk && shaOk)
+    const sizeOk = meta.size === undefined || Number.isSafeInteger(meta.size);
+    if (
+      meta.v === 1 &&
+      Number.isSafeInteger(meta.total) &&
+      meta.total >= 1 &&
+      layoutOk &&
+      shaOk &&
+      sizeOk
+    )
       return meta;
   } catch {
     // cut short or not ours: counts as absent
