@@ -143,15 +143,25 @@ export function asHttpError(err: unknown): unknown {
   return err;
 }
 
+/**
+ * The method an error message names: a HEAD is answered with the headers of the GET, so its
+ * Content-Length must be that of the GET's message (RFC 9110 §9.3.2); found from outside, "HEAD"
+ * made it one byte longer.
+ */
+const namedMethod = (req: { method: string }) => (req.method === 'HEAD' ? 'GET' : req.method);
+
 export const notFound: RequestHandler = (req) => {
-  throw new HttpError(404, `No route for ${req.method} ${redactLinkPath(req.path, undefined)}`);
+  throw new HttpError(
+    404,
+    `No route for ${namedMethod(req)} ${redactLinkPath(req.path, undefined)}`,
+  );
 };
 
 /** Answers 405 with an Allow header for a known path with another method. */
 export function methodNotAllowed(allowed: string[]): RequestHandler {
   const allow = allowed.join(', ');
   return (req) => {
-    throw new HttpError(405, `Method ${req.method} is not allowed here (allowed: ${allow})`, {
+    throw new HttpError(405, `Method ${namedMethod(req)} is not allowed here (allowed: ${allow})`, {
       Allow: allow,
     });
   };

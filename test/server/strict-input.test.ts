@@ -695,3 +695,30 @@ describe('Host', () => {
     }
   });
 });
+
+describe('HEAD', () => {
+  // RFC 9110 §9.3.2: a HEAD answer's Content-Length is that of the GET's body. Found from
+  // outside: the 404 and 405 messages named the method, so HEAD's was one byte longer.
+  it('answers 404 and 405 with the Content-Length of the GET', async () => {
+    const id = await createShare(srv.url, admin, 'head.txt');
+    for (const path of ['/no/such/route', `/files/${id}/lock`, `/files/${id}/unlock`]) {
+      const answer = async (method: string) => {
+        const res = await fetch(new URL(path, srv.url), {
+          method,
+          headers: { authorization: `Bearer ${admin}` },
+        });
+        return {
+          status: res.status,
+          length: res.headers.get('content-length'),
+          body: Buffer.from(await res.arrayBuffer()),
+        };
+      };
+      const [getAnswer, headAnswer] = [await answer('GET'), await answer('HEAD')];
+      expect([404, 405]).toContain(getAnswer.status);
+      expect(headAnswer.status).toBe(getAnswer.status);
+      expect(getAnswer.length).toBe(String(getAnswer.body.length));
+      expect(headAnswer.length).toBe(getAnswer.length);
+      expect(headAnswer.body.length).toBe(0);
+    }
+  });
+});
