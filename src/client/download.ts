@@ -926,8 +926,14 @@ async function acceptResponse(
     state.expected = state.offset + (cr.end - cr.start + 1);
     windowStart = windowStart ?? cr.start;
   } else {
-    // 200: the whole content, because no range was asked or If-Range no longer matched.
-    if (headers.range) {
+    // 200: the whole content, because no range was asked or If-Range no longer matched, or
+    // the last bytes of an empty content were asked (RFC 9110 §14.1.1: no 206 states none).
+    const emptyTail =
+      options.range !== undefined &&
+      'suffix' in options.range &&
+      state.offset === 0 &&
+      contentLength(res.headers) === 0;
+    if (headers.range && !emptyTail) {
       if (options.range || toStream) {
         await res.dump();
         throw new Error(

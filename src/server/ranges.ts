@@ -7,9 +7,10 @@ export type RangeResult =
 /**
  * One byte range per RFC 9110 §14.1.2, with API.md's choices: `a-b`, `a-`, `-n`; an end past the
  * last byte is cut to it; a start at or past the size, a start after the end, or an unparsable
- * header is unsatisfiable (416). Several ranges are answered with the whole content (RFC 9110
- * lets a server ignore Range), since fshare serves one range per request, and so is a range in
- * another unit (which RFC 9110 §14.2 says must be ignored).
+ * header is unsatisfiable (416); `-n` of an empty content is that content (200). Several ranges
+ * are answered with the whole content (RFC 9110 lets a server ignore Range), since fshare serves
+ * one range per request, and so is a range in another unit (which RFC 9110 §14.2 says must be
+ * ignored).
  */
 export function parseRange(header: string | undefined, size: number): RangeResult {
   if (header === undefined) return { kind: 'none' };
@@ -30,7 +31,10 @@ export function parseRange(header: string | undefined, size: number): RangeResul
   if (!m || (m[1] === '' && m[2] === '')) return { kind: 'unsatisfiable' };
   if (m[1] === '') {
     const suffix = Number(m[2]);
-    if (suffix === 0 || size === 0) return { kind: 'unsatisfiable' };
+    if (suffix === 0) return { kind: 'unsatisfiable' };
+    // RFC 9110 §14.1.1: on an empty representation a suffix range is the one satisfiable form;
+    // no 206 can state zero bytes, so the answer is the whole (empty) content, a 200.
+    if (size === 0) return { kind: 'none' };
     return { kind: 'range', start: Math.max(0, size - suffix), end: size - 1 };
   }
   const start = Number(m[1]);

@@ -454,12 +454,22 @@ describe('Range', () => {
     });
   }
 
-  it('any range on an empty file → 416 with bytes */0', async () => {
+  it('a range with a start on an empty file → 416 with bytes */0; a suffix → 200, empty', async () => {
     const empty = await createShareWithContent(base, admin, 'empty.txt', Buffer.alloc(0));
     expectUnsatisfiable(await fetchContent({ range: 'bytes=0-' }, 'GET', empty), 0);
+    expectUnsatisfiable(await fetchContent({ range: 'bytes=0-0' }, 'GET', empty), 0);
+    expectUnsatisfiable(await fetchContent({ range: 'bytes=-0' }, 'GET', empty), 0);
     const full = await fetchContent({}, 'GET', empty);
     expectStatus(full, 200);
     expect(full.headers['content-length']).toBe('0');
+    // RFC 9110 §14.1.1: a suffix range is the one satisfiable form on an empty representation
+    // (found from outside: it was a 416). No 206 can state zero bytes: a 200 of nothing.
+    for (const method of ['GET', 'HEAD'] as const) {
+      const tail = await fetchContent({ range: 'bytes=-1' }, method, empty);
+      expectStatus(tail, 200);
+      expect(tail.headers['content-length']).toBe('0');
+      expect(tail.headers['content-range']).toBeUndefined();
+    }
   });
 });
 
