@@ -233,6 +233,23 @@ export function createHttpServer(
     );
   });
 
+  /**
+   * A request line whose method is a token Node's parser does not know (`FOO`, a lower-case
+   * `get`): RFC 9110 §9.1 answers 501. Found from outside: it was the 400 of bytes that are not
+   * HTTP at all (a TLS handshake on the plain port), which it still is.
+   */
+  const unknownMethod = (
+    err: NodeJS.ErrnoException & { rawPacket?: unknown; bytesParsed?: unknown },
+  ) => {
+    if (err.code !== 'HPE_INVALID_METHOD' || !Buffer.isBuffer(err.rawPacket)) return false;
+    // The packet may begin with earlier requests (pipelined): the line the parser stopped in.
+    const at = typeof err.bytesParsed === 'number' ? err.bytesParsed : 0;
+    const start = at > 0 ? err.rawPacket.lastIndexOf(10, at - 1) + 1 : 0;
+    return /^[!#$%&'*+.^_`|~0-9A-Za-z-]+ [^ \r\n]+ HTTP\/1\.[01]\r?\n/.test(
+      err.rawPacket.subarray(start, start + 8192).toString('latin1'),
+    );
+  };
+
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
     if (!socket.writable || socket.destroyed) {
       socket.destroy();
@@ -245,7 +262,9 @@ export function createHttpServer(
           ? [408, 'The request headers did not arrive in time']
           : err.code === 'HPE_INVALID_EOF_STATE'
             ? [400, 'The request was cut off before it ended']
-            : [400, 'The request is not valid HTTP'];
+            : unknownMethod(err)
+              ? [501, 'The request method is not one the server knows (methods are case-sensitive)']
+              : [400, 'The request is not valid HTTP'];
     const answer = rawAnswer(status, message);
     const reading = (socket as Parsed).parser?.incoming;
     if (reading && !reading.complete) {

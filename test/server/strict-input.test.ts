@@ -722,3 +722,22 @@ describe('HEAD', () => {
     }
   });
 });
+
+describe('request methods', () => {
+  // RFC 9110 §9.1: a method the server does not know is a 501. Found from outside: `FOO` and a
+  // lower-case `get` got the 400 of bytes that are not HTTP, which a TLS handshake still gets.
+  it('answers a method it does not know with 501 JSON, and bytes that are not HTTP with 400', async () => {
+    for (const line of ['FOO /files HTTP/1.1', 'get /files HTTP/1.1', 'BREW /files/x HTTP/1.0']) {
+      const res = await rawExchange(srv.direct, `${line}\r\nHost: x\r\nConnection: close\r\n\r\n`);
+      expect(res.status, line).toBe(501);
+      expect(res.body).toEqual({
+        status: 'fail',
+        message: 'The request method is not one the server knows (methods are case-sensitive)',
+      });
+    }
+    const hello = Buffer.from('16030100f4010000f00303', 'hex');
+    const garbage = await rawExchange(srv.direct, hello);
+    expect(garbage.status).toBe(400);
+    expect(garbage.body).toEqual({ status: 'fail', message: 'The request is not valid HTTP' });
+  });
+});
