@@ -741,3 +741,35 @@ describe('request methods', () => {
     expect(garbage.body).toEqual({ status: 'fail', message: 'The request is not valid HTTP' });
   });
 });
+
+describe('401 answers', () => {
+  // RFC 9110 §11.6.1: a 401 carries a WWW-Authenticate challenge. Found from outside: none did.
+  it('every 401 names its challenge: Bearer for the API, the form for a link password', async () => {
+    const id = await createShare(srv.url, admin, 'challenge.txt');
+    const cases: [string, Promise<{ status: number; headers: Record<string, any> }>][] = [
+      ['no token', get(srv.url, '/files')],
+      ['bad token', get(srv.url, '/files', { token: 'not-a-token' })],
+      ['not Bearer', get(srv.url, '/files', { headers: { authorization: 'Basic eDp5' } })],
+      [
+        'wrong password',
+        post(srv.url, '/users/login', { json: { username: ADMIN.username, password: 'nope' } }),
+      ],
+    ];
+    for (const [what, answer] of cases) {
+      const res = await answer;
+      expect(res.status, what).toBe(401);
+      expect(res.headers['www-authenticate'], what).toMatch(/^Bearer realm="fshare"/);
+    }
+    expect(
+      (await get(srv.url, '/files', { token: 'not-a-token' })).headers['www-authenticate'],
+    ).toBe('Bearer realm="fshare", error="invalid_token"');
+    const link = await post(srv.url, `/files/${id}/links`, {
+      token: admin,
+      json: { password: 'link-pw-1' },
+    });
+    expectStatus(link, 201);
+    const page = await get(srv.url, new URL(link.body.url as string).pathname);
+    expect(page.status).toBe(401);
+    expect(page.headers['www-authenticate']).toBe('Form realm="fshare link"');
+  });
+});

@@ -465,6 +465,8 @@ export function linkRoutes(ctx: Context): { manage: Router; pages: Router } {
 
   const needPassword = (req: Request, res: Response, wrong: boolean) => {
     const message = wrong ? 'Wrong password for this link' : 'This link needs a password';
+    // A 401 names its challenge (RFC 9110 §11.6.1): here a form, which no standard scheme is.
+    res.set('WWW-Authenticate', 'Form realm="fshare link"');
     if (!wantsHtmlError(req)) {
       res.status(401).json({ status: 'fail', message });
       return;
