@@ -223,7 +223,9 @@ export function errorHandler(log?: (line: string) => void): ErrorRequestHandler 
             ? 'The request body is not valid JSON'
             : e.type === 'entity.too.large'
               ? 'The request body is too large'
-              : String(e.message);
+              : e.type === 'charset.unsupported'
+                ? `A JSON body is read as UTF-8 (this one's Content-Type names charset ${JSON.stringify(String((e as { charset?: unknown }).charset ?? '').slice(0, 40))})`
+                : String(e.message);
       } else if (/^Request (aborted|closed)$/.test(String(e.message))) {
         // The client went away in the middle of its body: nobody is left to answer.
         status = 400;

@@ -116,6 +116,18 @@ function transferCodingProblem(req: Request): HttpError | undefined {
   );
 }
 
+/**
+ * RFC 9110 §15.6.6: a request line in a major version other than 1 (`HTTP/2.0` sent as text,
+ * which Node's parser takes) is a 505; found from outside, it was served as HTTP/1.1.
+ */
+function versionProblem(req: Request): HttpError | undefined {
+  if (req.httpVersionMajor === 1) return undefined;
+  return new HttpError(
+    505,
+    `The server speaks HTTP/1.1 (this request's line says HTTP/${req.httpVersion.slice(0, 10)})`,
+  );
+}
+
 /** A chunk upload (POST or PUT of /files/<id>/content, multipart): its route sends 100 Continue. */
 function isChunkUpload(req: Request): boolean {
   return (
@@ -172,6 +184,11 @@ const cors: RequestHandler = (req, res, next) => {
     'Access-Control-Expose-Headers': EXPOSED_HEADERS,
     'Access-Control-Max-Age': '600',
   });
+  const badVersion = versionProblem(req);
+  if (badVersion) {
+    next(badVersion);
+    return;
+  }
   const badHost = hostProblem(req);
   if (badHost) {
     next(Errors.badRequest(badHost));
@@ -539,7 +556,8 @@ async function openServer(
   // the checks its headers allow have passed (API.md "Conventions").
   app.use((req, res, next) => {
     // Nor for a body that is refused unread (cors, below).
-    if (!isChunkUpload(req) && !transferCodingProblem(req)) sendContinue(res);
+    if (!isChunkUpload(req) && !transferCodingProblem(req) && !versionProblem(req))
+      sendContinue(res);
     next();
   });
   app.use(cors);

@@ -505,6 +505,10 @@ describe('conditional requests', () => {
     expectStatus(res, 304);
     expect(res.buf.length).toBe(0);
     expect(res.headers.etag).toBe(headers.etag);
+    expect(res.headers['cache-control']).toBe(headers['cache-control']);
+    // RFC 9110 §15.4.5: no representation metadata (found from outside, it was all sent).
+    for (const name of ['content-type', 'content-disposition', 'repr-digest', 'accept-ranges'])
+      expect(res.headers[name], name).toBeUndefined();
     const listed = await fetchContent({ 'if-none-match': `"other", ${headers.etag!}` });
     expectStatus(listed, 304);
   });

@@ -178,6 +178,24 @@ describe('JSON bodies', () => {
   });
 });
 
+describe('JSON charsets', () => {
+  // A JSON body is UTF-8 (RFC 8259 §8.1): another charset is a 415 that says so. Found from
+  // outside: body-parser's own lower-case `unsupported charset "ISO-8859-1"`.
+  it('refuses a JSON body in another charset with a 415 that names it, creating nothing', async () => {
+    const before = (await allShares(srv.url, alice.token)).length;
+    const res = await request(srv.url, 'POST', '/files', {
+      token: alice.token,
+      body: Buffer.from('{"file_name":"latin.txt"}'),
+      headers: { 'content-type': 'application/json; charset=iso-8859-1' },
+    });
+    expectFail(res, 415);
+    expect(res.body.message).toBe(
+      'A JSON body is read as UTF-8 (this one\'s Content-Type names charset "iso-8859-1")',
+    );
+    expect(await allShares(srv.url, alice.token)).toHaveLength(before);
+  });
+});
+
 describe('dates from clients', () => {
   // Date.parse read "2030-02-30T00:00:00Z" as 2 March and stored it: an ISO date in a body must
   // name a real calendar date and time, else 400 and nothing is made or changed.
@@ -735,6 +753,13 @@ describe('request methods', () => {
         message: 'The request method is not one the server knows (methods are case-sensitive)',
       });
     }
+    // RFC 9110 §15.6.6: another major version is a 505 (it was served as HTTP/1.1).
+    const two = await rawExchange(srv.direct, 'GET /files HTTP/2.0\r\nHost: x\r\n\r\n');
+    expect(two.status).toBe(505);
+    expect(two.body).toEqual({
+      status: 'fail',
+      message: "The server speaks HTTP/1.1 (this request's line says HTTP/2.0)",
+    });
     const hello = Buffer.from('16030100f4010000f00303', 'hex');
     const garbage = await rawExchange(srv.direct, hello);
     expect(garbage.status).toBe(400);

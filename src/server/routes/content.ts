@@ -705,7 +705,21 @@ export async function sendContent(
           dated &&
           lastModified.getTime() <= httpDate(ifModifiedSince)
     ) {
-      res.status(304).set(headers).end();
+      // RFC 9110 §15.4.5: the validators and caching fields, not the representation's metadata
+      // (found from outside: Content-Type, Content-Disposition and Repr-Digest were sent). The
+      // sandbox stays: a cache that takes the 304's fields over keeps content sandboxed.
+      const kept = [
+        'ETag',
+        'Last-Modified',
+        'Cache-Control',
+        'Content-Security-Policy',
+        'X-Content-Type-Options',
+        ...Object.keys(extra),
+      ];
+      res
+        .status(304)
+        .set(Object.fromEntries(Object.entries(headers).filter(([name]) => kept.includes(name))))
+        .end();
       return;
     }
     let range = parseRange(req.headers.range, size);
