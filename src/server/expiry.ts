@@ -73,10 +73,27 @@ export class ShareExpiry {
       if (this.stopped) return;
       clearTimeout(this.timer);
       const wait = next === null || this.failed ? RECHECK_MS : Math.max(0, next - this.clock());
-      this.timer = setTimeout(() => void this.sweepDue(), Math.min(wait, RECHECK_MS) + 5);
+      this.timer = setTimeout(
+        () => void this.sweepDue().catch(this.later),
+        Math.min(wait, RECHECK_MS) + 5,
+      );
       this.timer.unref();
-    });
+    }, this.later);
   }
+
+  /**
+   * A sweep or a look at the next expiry that failed (the database not answering): said, and
+   * tried again in RECHECK_MS. Found from outside: the rejection was unhandled, and a database
+   * restart ended the server.
+   */
+  private readonly later = (err: unknown): void => {
+    if (this.stopped) return;
+    this.failed = true;
+    this.log(`expiry: ${(err as Error).message}; tried again in ${RECHECK_MS / 1000} s`);
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => void this.sweepDue().catch(this.later), RECHECK_MS);
+    this.timer.unref();
+  };
 
   async stop(): Promise<void> {
     this.stopped = true;

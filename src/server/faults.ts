@@ -34,7 +34,8 @@ export async function fault(point: string, partial?: () => Promise<unknown>): Pr
  * at SIGUSR2. Without a hold, every call is a no-op.
  *
  * Points: publish.before-record (new content checked under its share's lock, before the share's
- * record names it); link.before-count (a share-link download about to be counted, its first
+ * record names it); digest.start (a start's walk over the shares for content without a sha256,
+ * before its first query: index.ts, digestOldContent); link.before-count (a share-link download about to be counted, its first
  * bytes in hand); with S3 storage, s3.before-stage (a chunk checked under its upload's lock,
  * before it is staged), s3.before-put and s3.after-put (its copies' token taken: before the PUTs
  * of the chunk's copy and meta's, and after they landed, before the lock is asked for again),

@@ -3,6 +3,7 @@ import { readFile, rm, writeFile } from 'node:fs/promises';
 import type { RequestListener, Server } from 'node:http';
 import { join } from 'node:path';
 import { isIPv6, type AddressInfo } from 'node:net';
+import { setTimeout as delay } from 'node:timers/promises';
 import express, { type Express, type Request, type RequestHandler } from 'express';
 import proxyaddr from 'proxy-addr';
 import type { RateLimiterAbstract } from 'rate-limiter-flexible';
@@ -15,6 +16,7 @@ import { identify, Tokens } from './auth.js';
 import { createHttpServer, sendContinue } from './connections.js';
 import type { Context } from './context.js';
 import { Errors, errorHandler, HttpError, notFound } from './errors.js';
+import { pausePoint } from './faults.js';
 import { ShareExpiry } from './expiry.js';
 import { endFormerUploads } from './handover.js';
 import { HashWorker } from '../shared/hasher.js';
@@ -305,24 +307,42 @@ async function loadSecret(dataDir: string, notice: (line: string) => void): Prom
 async function digestOldContent(
   store: MetadataStore,
   storage: ContentStorage,
-  stopped: () => boolean,
+  stop: AbortSignal,
   log: (line: string) => void,
 ): Promise<void> {
-  for await (const share of store.eachShare()) {
-    if (stopped()) return;
-    if (!share.initialized || share.sha256) continue;
+  for (;;) {
     try {
-      const sha256 = await storage.digest(blobOf(share));
-      await store.withShareLock(share.share_id, async () => {
-        const current = await store.getShare(share.share_id);
-        if (current && blobOf(current) === blobOf(share) && !current.sha256)
-          await store.updateShare(share.share_id, { sha256 });
-      });
+      await pausePoint('digest.start');
+      for await (const share of store.eachShare()) {
+        if (stop.aborted) return;
+        if (!share.initialized || share.sha256) continue;
+        try {
+          const sha256 = await storage.digest(blobOf(share));
+          await store.withShareLock(share.share_id, async () => {
+            const current = await store.getShare(share.share_id);
+            if (current && blobOf(current) === blobOf(share) && !current.sha256)
+              await store.updateShare(share.share_id, { sha256 });
+          });
+        } catch (err) {
+          if (!stop.aborted) log(`sha256 of share ${share.share_id}: ${(err as Error).message}`);
+        }
+      }
+      return;
     } catch (err) {
-      if (!stopped()) log(`sha256 of share ${share.share_id}: ${(err as Error).message}`);
+      // The walk itself failed (a database restarted under it). Found from outside: its
+      // rejection was unhandled and ended a server started a moment before, with a stack.
+      if (stop.aborted) return;
+      log(
+        `sha256 of older content: the walk over the shares stopped (${(err as Error).message}); it starts again in ${DIGEST_RETRY_MS / 1000} s`,
+      );
+      await delay(DIGEST_RETRY_MS, undefined, { signal: stop, ref: false }).catch(() => undefined);
+      if (stop.aborted) return;
     }
   }
 }
+
+/** How long digestOldContent waits before walking the shares again after a failure. */
+const DIGEST_RETRY_MS = 60_000;
 
 /** The administrator to create on a first start has a name no user may have. Nothing was created. */
 export class AdminNameError extends Error {
@@ -456,12 +476,12 @@ async function openServer(
   );
   sweeper.unref();
   opened.push(() => clearInterval(sweeper));
-  let stopped = false;
+  const stopDigest = new AbortController();
   const digesting = noDigest
     ? Promise.resolve()
-    : digestOldContent(store, storage, () => stopped, log);
+    : digestOldContent(store, storage, stopDigest.signal, log);
   opened.push(() => {
-    stopped = true;
+    stopDigest.abort();
     return digesting;
   });
 
@@ -589,7 +609,7 @@ async function openServer(
     },
     async close({ graceMs }: { graceMs?: number } = {}) {
       clearInterval(sweeper);
-      stopped = true;
+      stopDigest.abort();
       await expiry.stop();
       if (server) {
         const s = server;

@@ -14,6 +14,7 @@ import { createBucket, S3_TEST_ENV, startS3, type S3Server } from '../helpers/s3
 import { tempDir } from '../helpers/cli.js';
 import { ensureBuilt, serve } from '../helpers/serve.js';
 import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
+import { holdAt } from '../../src/server/faults.js';
 
 /**
  * An object store or a database that stops answering is the server's problem, not the client's:
@@ -26,6 +27,7 @@ let srv: TestServer;
 let token: string;
 let stored: string;
 const notices: string[] = [];
+const seconds: TestServer[] = [];
 
 beforeAll(async () => {
   Object.assign(process.env, S3_TEST_ENV);
@@ -42,6 +44,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  for (const second of seconds) await second.close();
   await srv?.close();
   await s3?.stop();
   await pg?.stop();
@@ -99,7 +102,39 @@ describe('a backend that stops answering', () => {
   });
 
   it('database gone: requests are 503 with Retry-After, and the server keeps running', async () => {
+    // A server that has just started walks the shares for content without a sha256. Found from
+    // outside: a database that went away under that walk (pg_ctl restart) ended the server,
+    // with a stack trace. Here a second server is held before the walk's first query while the
+    // database stops.
+    const notes: string[] = [];
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let reached!: () => void;
+    const atWalk = new Promise<void>((resolve) => (reached = resolve));
+    const unhold = holdAt('digest.start', async () => {
+      reached();
+      await released;
+    });
+    let second: TestServer;
+    try {
+      // Its content in a data directory: the object store is gone already (above).
+      second = await startServer({
+        database: await createDatabase(pg.adminUrl),
+        notice: (line) => notes.push(line),
+      });
+      seconds.push(second);
+      await atWalk;
+    } finally {
+      unhold();
+    }
     await pg.stop();
+    release();
+    await expect
+      .poll(() => notes.join('\n'), { timeout: 10_000 })
+      .toMatch(
+        /sha256 of older content: the walk over the shares stopped \(.*\); it starts again in 60 s/,
+      );
+    expectUnavailable(await get(second.url, '/whoami'));
     expectUnavailable(await get(srv.url, '/whoami'));
     expectUnavailable(await get(srv.url, `/files/${stored}`, { token }));
     expect(notices.join('\n')).toMatch(/unavailable: /);
