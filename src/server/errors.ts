@@ -93,6 +93,14 @@ const DATABASE_DOWN =
   /^(08\d{3}|08P01|57P0[1-4]|53300|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|EAI_AGAIN)$/;
 
 /**
+ * node-postgres's own errors for a connection that failed under a query, which carry no code.
+ * Found from outside: a database stopped at once (`pg_ctl -m immediate`) while requests ran
+ * answered some of them 500.
+ */
+const DATABASE_CONNECTION_LOST =
+  /^(Connection terminated( unexpectedly| due to connection timeout)?|Client has encountered a connection error and is not queryable|Client was closed and is not queryable|timeout exceeded when trying to connect)$/;
+
+/**
  * A system call on the server's own disk that failed for reasons no request causes: the data
  * directory was removed or made unreadable, the disk went read-only or reports I/O errors.
  * Client strings never become paths (STYLE.md), so such a failure is the operator's to fix, and
@@ -143,7 +151,10 @@ export function asHttpError(err: unknown): unknown {
       'The metadata database stopped answering while this change was written, so whether it was made is unknown; check, then try again',
       5,
     );
-  if (typeof code === 'string' && DATABASE_DOWN.test(code))
+  if (
+    (typeof code === 'string' && DATABASE_DOWN.test(code)) ||
+    (code === undefined && err instanceof Error && DATABASE_CONNECTION_LOST.test(err.message))
+  )
     return Errors.overloaded('The metadata database is not answering right now; try again', 5);
   // Each kind says what is missing: a link revoked while a request used it is no missing user.
   if (err instanceof MissingRecordError)

@@ -1,5 +1,6 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { rename } from 'node:fs/promises';
+import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   createShareWithContent,
@@ -99,6 +100,52 @@ describe('a backend that stops answering', () => {
       size: 5000,
     });
     expect(notices.join('\n')).toMatch(/unavailable: S3 .* failed/);
+  });
+
+  // node-postgres's error for a connection that closed under a query has no code: found from
+  // outside (PostgreSQL stopped at once while requests ran), some of those requests got 500.
+  // Here a TCP relay in front of the database holds what the server sends, then cuts every
+  // connection with the server's query on its way.
+  it('a database connection lost under a query is a 503, not a 500', async () => {
+    const database = new URL(await createDatabase(pg.adminUrl));
+    const target = { host: database.hostname, port: Number(database.port) };
+    const clients = new Set<net.Socket>();
+    let holding = false;
+    const relay = net.createServer((client) => {
+      const upstream = net.connect(target.port, target.host);
+      clients.add(client);
+      for (const s of [client, upstream]) {
+        s.on('error', () => undefined);
+        s.on('close', () => {
+          clients.delete(client);
+          client.destroy();
+          upstream.destroy();
+        });
+      }
+      // What the server sends while `holding` never reaches the database.
+      client.on('data', (bytes) => {
+        if (!holding) upstream.write(bytes);
+      });
+      upstream.on('data', (bytes) => client.write(bytes));
+    });
+    await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', resolve));
+    database.port = String((relay.address() as net.AddressInfo).port);
+    const relayed = await startServer({ database: database.toString(), notice: () => undefined });
+    seconds.push(relayed);
+    try {
+      const own = await login(relayed.url, ADMIN.username, ADMIN.password);
+      holding = true;
+      const answer = get(relayed.url, '/files', { token: own });
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      for (const c of clients) c.destroy();
+      expectUnavailable(await answer);
+      holding = false;
+      expectStatus(await get(relayed.url, '/files', { token: own }), 200);
+    } finally {
+      holding = false;
+      relay.close();
+      for (const c of clients) c.destroy();
+    }
   });
 
   it('database gone: requests are 503 with Retry-After, and the server keeps running', async () => {
