@@ -61,6 +61,7 @@ export class ShareExpiry {
     await removeShare(
       this.store,
       this.storage,
+      this.log,
       share.share_id,
       (current) => !!current && isExpired(current, this.clock()),
     );

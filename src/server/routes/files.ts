@@ -228,7 +228,7 @@ export function fileRoutes(ctx: Context): Router {
     put: update(true),
     delete: async (req, res) => {
       const share = await findShare(req, ctx, 'DELETE');
-      await removeShare(store, storage, share.share_id, (current) => {
+      await removeShare(store, storage, ctx.log, share.share_id, (current) => {
         if (!current) throw Errors.shareNotFound();
         if (current.locked) throw Errors.locked();
         noJsonBody(req);
