@@ -9,6 +9,7 @@ import {
   get,
   request,
   sendChunk,
+  sha256hex,
 } from '../helpers/http.js';
 import { createDatabase, startPostgres, type PgCluster } from '../helpers/postgres.js';
 import { createBucket, S3_TEST_ENV, startS3, type S3Server } from '../helpers/s3.js';
@@ -81,6 +82,29 @@ describe('a backend that stops answering', () => {
 
   it('object store gone: content requests are 503 with Retry-After; metadata still answers', async () => {
     const doomed = await createShareWithContent(srv.url, token, 'doomed.bin', randomBytes(3000));
+    // The object store stops as an upload's content is published, before the upload is ended:
+    // the answer is the 201 of what was published. Found from outside: it was 503 "try again"
+    // for content the share already had, and the retry got 423.
+    const late = await createShare(srv.url, token, 'late.bin');
+    const bytes = randomBytes(4000);
+    const unhold = holdAt('s3.before-tombstone-put', () => s3.stop());
+    try {
+      const done = await sendChunk(srv.url, token, late, {
+        dzuuid: randomUUID(),
+        index: 0,
+        total: 1,
+        data: bytes,
+      });
+      expectStatus(done, 201);
+    } finally {
+      unhold();
+    }
+    expect((await get(srv.url, `/files/${late}`, { token })).body).toMatchObject({
+      initialized: true,
+      size: 4000,
+      sha256: sha256hex(bytes),
+    });
+    expect(notices.join('\n')).toMatch(/was published, but ending it failed/);
     await s3.stop();
     // A DELETE is done once its record is: the bytes left are removed later. Found from
     // outside: it answered 503 "try again" for a share it had deleted (a second DELETE: 404).

@@ -672,7 +672,14 @@ export class S3Storage implements ContentStorage {
     await fault('s3.after-publish');
     // The content is the share's: a lock lost now leaves the upload as a crash here would (its
     // record names published content, so it counts for nothing until a retry or a sweep ends it).
-    await this.finish(upload).catch(ignoreLost);
+    // So does an object store that stops answering: the answer is the 201 of what was published.
+    // Found from outside: it was a 503 "try again", and the retry a 423.
+    await this.finish(upload).catch((err: unknown) => {
+      if (err instanceof LockLostError) return;
+      this.log(
+        `fshare: the upload ${this.describe(upload.dir)} was published, but ending it failed (${(err as Error).message}); a retry of its last chunk or the idle sweep ends it`,
+      );
+    });
     if (replaced && replaced !== blob) await this.removeContent(replaced);
     return 'complete';
   }
