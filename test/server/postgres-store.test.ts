@@ -201,6 +201,13 @@ describe('start-up', () => {
       ]);
       expect(racing.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
     }
+    // A user of the kept pair may still be changed with its own name in the change (a PUT names
+    // it): no rename, so no twin (found from outside: 409 once the check came in).
+    await upgraded.updateUser(pair[1]!.id, { username: 'PAIR', quota: 5 });
+    expect((await upgraded.getUser('PAIR'))?.quota).toBe(5);
+    await expect(upgraded.updateUser(pair[1]!.id, { username: 'Pair' })).rejects.toBeInstanceOf(
+      DuplicateUserError,
+    );
     expect((await upgraded.getUser('erin'))?.id).toBe(erin.id);
     expect(await upgraded.getUser('ERIN')).toBeUndefined();
     expect(await upgraded.getUser('eriN')).toBeUndefined();

@@ -1309,6 +1309,13 @@ async function refuseCaseTwin(client: PoolClient, name: string, id: string): Pro
     "SELECT pg_advisory_xact_lock(hashtext('fshare_users'), hashtext(lower($1)))",
     [name],
   );
+  // The user's own name, unchanged (a PUT names it; a pair made before the rule has a twin):
+  // no rename, nothing to refuse, as in the embedded store.
+  const { rows } = await client.query(
+    'SELECT 1 FROM fshare_users WHERE id = $1 AND username = $2',
+    [id, name],
+  );
+  if (rows.length > 0) return;
   if (await hasCaseTwin(client, name, id)) throw new DuplicateUserError();
 }
 
