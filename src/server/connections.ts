@@ -34,6 +34,9 @@ const cutStops = new WeakMap<http.IncomingMessage, () => Promise<void>>();
 /** How long such an answer waits for the request to stop; after that it is sent regardless. */
 const CUT_STOP_MAX_MS = 5_000;
 
+/** A character of an HTTP token (RFC 9110 §5.6.2): what a method is made of. */
+const TCHAR = /^[!#$%&'*+.^_`|~0-9A-Za-z-]$/;
+
 /**
  * Registers what stops `req` when its body can no longer arrive whole (it stopped arriving, it
  * was cut off, its framing is not HTTP): the server's answer (408, 400) is sent once `stop` is
@@ -236,17 +239,27 @@ export function createHttpServer(
   /**
    * A request line whose method is a token Node's parser does not know (`FOO`, a lower-case
    * `get`): RFC 9110 §9.1 answers 501. Found from outside: it was the 400 of bytes that are not
-   * HTTP at all (a TLS handshake on the plain port), which it still is.
+   * HTTP at all (a TLS handshake on the plain port), which it still is. The parser stops inside
+   * the method (`bytesParsed`); the line is read from the start of that token (an earlier
+   * request's body may end right before it) to the end of what arrived, which may stop anywhere
+   * in the line (a method split across packets): so far, it must read as `METHOD TARGET HTTP/`.
    */
   const unknownMethod = (
     err: NodeJS.ErrnoException & { rawPacket?: unknown; bytesParsed?: unknown },
   ) => {
     if (err.code !== 'HPE_INVALID_METHOD' || !Buffer.isBuffer(err.rawPacket)) return false;
-    // The packet may begin with earlier requests (pipelined): the line the parser stopped in.
-    const at = typeof err.bytesParsed === 'number' ? err.bytesParsed : 0;
-    const start = at > 0 ? err.rawPacket.lastIndexOf(10, at - 1) + 1 : 0;
-    return /^[!#$%&'*+.^_`|~0-9A-Za-z-]+ [^ \r\n]+ HTTP\/1\.[01]\r?\n/.test(
-      err.rawPacket.subarray(start, start + 8192).toString('latin1'),
+    const packet = err.rawPacket;
+    const at = typeof err.bytesParsed === 'number' ? Math.min(err.bytesParsed, packet.length) : 0;
+    let start = at;
+    while (start > 0 && TCHAR.test(String.fromCharCode(packet[start - 1]!))) start--;
+    const line = packet.subarray(start, start + 8192).toString('latin1');
+    const m = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+(?:$| (?:$|[^ \r\n]+(?:$| (.*))))/s.exec(line);
+    if (!m) return false;
+    const version = m[1];
+    return (
+      version === undefined ||
+      /^HTTP\/\d\.\d\r?\n/.test(version) ||
+      'HTTP/1.1\r\n'.startsWith(version)
     );
   };
 

@@ -760,6 +760,31 @@ describe('request methods', () => {
       status: 'fail',
       message: "The server speaks HTTP/1.1 (this request's line says HTTP/2.0)",
     });
+    // The same whatever the packets: the method split across two, or right after an earlier
+    // request's body with no line end of its own (found from outside: both were 400).
+    const statuses = async (parts: string[]) => {
+      const { hostname, port } = new URL(srv.direct);
+      const socket = net.connect(Number(port), hostname);
+      let answer = '';
+      socket.on('data', (d) => (answer += d.toString('latin1')));
+      const closed = new Promise((resolve) => socket.on('close', resolve));
+      socket.on('error', () => undefined);
+      for (const part of parts) {
+        socket.write(part);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      await closed;
+      return [...answer.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((m) => Number(m[1]));
+    };
+    expect(await statuses(['FO', 'O /files HTTP/1.1\r\nHost: x\r\n\r\n'])).toEqual([501]);
+    expect(await statuses(['get /fi', 'les HTTP/1.1\r\nHost: x\r\n\r\n'])).toEqual([501]);
+    const login = JSON.stringify({ username: ADMIN.username, password: ADMIN.password });
+    expect(
+      await statuses([
+        `POST /users/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
+          `Content-Length: ${login.length}\r\n\r\n${login}FOO /files HTTP/1.1\r\nHost: x\r\n\r\n`,
+      ]),
+    ).toEqual([200, 501]);
     const hello = Buffer.from('16030100f4010000f00303', 'hex');
     const garbage = await rawExchange(srv.direct, hello);
     expect(garbage.status).toBe(400);
