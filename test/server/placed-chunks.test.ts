@@ -325,5 +325,26 @@ describe('sizes declared without the rest of the layout', () => {
     expectStatus(await send(id, dzuuid, 1, 2, b, { dzchunksize: '100' }), 200);
     expectStatus(await send(id, dzuuid, 0, 2, a, { dzchunksize: '100' }), 201);
     expect((await content(srv.url, token, id)).equals(Buffer.concat([a, b]))).toBe(true);
+
+    // Said once, it holds for the upload's later chunks too, which may leave it out, and a
+    // chunk that says another is refused (found from outside: each chunk was held only to its
+    // own, and 100 + 300 + 100 bytes were published under a dzchunksize of 100).
+    const other = await createShare(srv.url, token, 'chunksize-once.bin');
+    const once = randomUUID();
+    expectStatus(await send(other, once, 0, 3, randomBytes(100), { dzchunksize: '100' }), 200);
+    const longer = await send(other, once, 1, 3, randomBytes(300), {});
+    expectFail(longer, 400);
+    expect(longer.body.message).toBe(
+      'Chunk 1 has 300 bytes, but dzchunksize says every chunk but the last has 100',
+    );
+    const changed = await send(other, once, 1, 3, randomBytes(50), { dzchunksize: '50' });
+    expectFail(changed, 400);
+    expect(changed.body.message).toBe(
+      'dzchunksize is 50 but earlier chunks of this upload said 100',
+    );
+    expectStatus(await send(other, once, 1, 3, randomBytes(100), {}), 200);
+    expectFail(await send(other, once, 2, 3, randomBytes(101), {}), 400);
+    expectStatus(await send(other, once, 2, 3, randomBytes(7), {}), 201);
+    expect((await getShare(srv.url, token, other)).size).toBe(207);
   });
 });

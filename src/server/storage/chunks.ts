@@ -5,7 +5,7 @@ import { ChunkRefusedError, type ChunkFields, type Layout } from './index.js';
  * same placed layout, and an offset where that layout puts the chunk. Refused as 'invalid'.
  */
 export function checkChunkFields(
-  meta: { total: number; layout: Layout | null; size?: number },
+  meta: { total: number; layout: Layout | null; size?: number; chunkSize?: number },
   fields: ChunkFields,
 ): void {
   if (fields.total !== meta.total)
@@ -20,10 +20,11 @@ export function checkChunkFields(
       'invalid',
       `dztotalfilesize is ${fields.fileSize} but earlier chunks of this upload said ${declared}`,
     );
-  if (meta.layout && fields.chunkSize !== undefined && fields.chunkSize !== meta.layout.chunkSize)
+  const chunkSize = meta.layout?.chunkSize ?? meta.chunkSize;
+  if (fields.chunkSize !== undefined && chunkSize !== undefined && fields.chunkSize !== chunkSize)
     throw new ChunkRefusedError(
       'invalid',
-      `dzchunksize is ${fields.chunkSize} but earlier chunks of this upload said ${meta.layout.chunkSize}`,
+      `dzchunksize is ${fields.chunkSize} but earlier chunks of this upload said ${chunkSize}`,
     );
   if (meta.layout && fields.layout) {
     if (
@@ -89,8 +90,8 @@ export function checkJoinedEnd(
 }
 
 /**
- * Joined mode: a chunk's length against the sizes it declares (dzchunksize, dztotalfilesize)
- * and the size the upload declared (`declared`), with `others` the bytes of the upload's other
+ * Joined mode: a chunk's length against the sizes it or an earlier chunk of its upload declared
+ * (dzchunksize, dztotalfilesize: `declared`), with `others` the bytes of the upload's other
  * committed chunks. Found from outside: these fields sent without the rest of the layout were
  * ignored, and an upload declared as 500 bytes published 200.
  */
@@ -98,9 +99,10 @@ export function checkDeclaredLength(
   fields: ChunkFields,
   bytes: number,
   others: number,
-  declared: number | undefined,
+  declared: { size?: number; chunkSize?: number },
 ): void {
-  const { index, total, chunkSize } = fields;
+  const { index, total } = fields;
+  const chunkSize = fields.chunkSize ?? declared.chunkSize;
   const last = index === total - 1;
   if (chunkSize !== undefined && (last ? bytes > chunkSize : bytes !== chunkSize))
     throw new ChunkRefusedError(
@@ -109,7 +111,7 @@ export function checkDeclaredLength(
         ? `The last chunk has ${bytes} bytes, more than dzchunksize (${chunkSize})`
         : `Chunk ${index} has ${bytes} bytes, but dzchunksize says every chunk but the last has ${chunkSize}`,
     );
-  const size = fields.fileSize ?? declared;
+  const size = fields.fileSize ?? declared.size;
   if (size !== undefined && others + bytes > size)
     throw new ChunkRefusedError(
       'invalid',

@@ -242,6 +242,8 @@ class Upload {
   sha256?: string;
   /** Joined mode: the dztotalfilesize a chunk announced (the `s` line), which the whole must hold. */
   size?: number;
+  /** Joined mode: the dzchunksize a chunk announced (the `k` line), which every chunk keeps to. */
+  chunkSize?: number;
   lastActivity = Date.now();
   /** Makes the log's appended lines durable, one fsync for every chunk waiting on it. */
   readonly logSync = new GroupSync(async () => {
@@ -911,7 +913,7 @@ export class FileStorage implements ContentStorage {
       this.checkJoinedOffset(upload, fields, received.bytes);
       let others = 0;
       for (const [i, chunk] of upload.committed) if (i !== index) others += chunk.length;
-      checkDeclaredLength(fields, received.bytes, others, upload.size);
+      checkDeclaredLength(fields, received.bytes, others, upload);
     }
     try {
       await this.recordChecked(upload, fields, received, region);
@@ -940,15 +942,20 @@ export class FileStorage implements ContentStorage {
     }
     // The dzsha256 line goes in the same write as the chunk's own line: a chunk that fails
     // leaves neither (a dzsha256 left behind would refuse the right one when it is sent again).
-    // So does the dztotalfilesize of a joined upload (placed ones have it in their layout).
+    // So do the dztotalfilesize and dzchunksize of a joined upload (placed ones have them in
+    // their layout).
     const size = upload.meta.layout || upload.size !== undefined ? undefined : fields.fileSize;
+    const chunkSize =
+      upload.meta.layout || upload.chunkSize !== undefined ? undefined : fields.chunkSize;
     const lines = (line: string) =>
       (fields.sha256 && !upload.sha256 ? `h ${fields.sha256}\n` : '') +
       (size !== undefined ? `s ${size}\n` : '') +
+      (chunkSize !== undefined ? `k ${chunkSize}\n` : '') +
       line;
     const logged = () => {
       if (fields.sha256) upload.sha256 ??= fields.sha256;
       if (size !== undefined) upload.size ??= size;
+      if (chunkSize !== undefined) upload.chunkSize ??= chunkSize;
     };
     if (region) {
       const { start, length } = region;
@@ -1208,7 +1215,10 @@ export class FileStorage implements ContentStorage {
       if (upload.state !== 'open')
         throw new ChunkRefusedError('finished', 'This upload has already finished');
       try {
-        checkChunkFields({ ...upload.meta, size: upload.size }, fields);
+        checkChunkFields(
+          { ...upload.meta, size: upload.size, chunkSize: upload.chunkSize },
+          fields,
+        );
         return await task(upload);
       } finally {
         await this.dropIfUnused(upload);
@@ -1572,20 +1582,22 @@ async function sameBytes(
 }
 
 const LOG_LINE =
-  /^(?:h ([0-9a-f]{64})|s (\d{1,15})|d (\d{1,15})|c (\d{1,15}) (\d{1,15}) (\d{1,15}|-))$/;
+  /^(?:h ([0-9a-f]{64})|s (\d{1,15})|k (\d{1,15})|d (\d{1,15})|c (\d{1,15}) (\d{1,15}) (\d{1,15}|-))$/;
 
 /**
  * Applies one line of an upload's log: `h SHA256` (the dzsha256 announced), `s SIZE` (the
- * dztotalfilesize announced, joined mode), `c INDEX LENGTH
+ * dztotalfilesize announced, joined mode), `k SIZE` (the dzchunksize announced, joined mode),
+ * `c INDEX LENGTH
  * OFFSET|-` (a committed chunk), `d INDEX` (a chunk withdrawn). Anything else (a line from a
  * damaged log) is skipped: it never records a chunk that was not acknowledged.
  */
 function readLogLine(upload: Upload, line: string): void {
   const m = LOG_LINE.exec(line);
   if (!m) return;
-  const [, sha256, size, withdrawn, index, length, offset] = m;
+  const [, sha256, size, chunkSize, withdrawn, index, length, offset] = m;
   if (sha256) upload.sha256 = sha256;
   else if (size !== undefined) upload.size = Number(size);
+  else if (chunkSize !== undefined) upload.chunkSize = Number(chunkSize);
   else if (withdrawn !== undefined) upload.committed.delete(Number(withdrawn));
   else if (Number(index) < upload.meta.total)
     upload.committed.set(Number(index), {

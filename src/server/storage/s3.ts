@@ -106,6 +106,8 @@ interface Meta {
   sha256?: string;
   /** Joined mode: the dztotalfilesize a chunk announced, which the whole must hold. */
   size?: number;
+  /** Joined mode: the dzchunksize a chunk announced, which every chunk keeps to. */
+  chunkSize?: number;
   created: number;
 }
 
@@ -525,7 +527,8 @@ export class S3Storage implements ContentStorage {
   /**
    * The rules of files.ts: the chunk must agree with the upload's fields (fixed by its first
    * stored chunk) and fit between its neighbours. Returns the upload's fields, `changed` when
-   * they are new (its first chunk) or this chunk brought the first dzsha256 or dztotalfilesize.
+   * they are new (its first chunk) or this chunk brought the first dzsha256, dztotalfilesize or
+   * dzchunksize.
    */
   private async checkChunk(
     upload: UploadRef,
@@ -556,9 +559,13 @@ export class S3Storage implements ContentStorage {
       await this.checkJoinedOffset(upload, objects, fields, received.bytes);
       let others = 0;
       for (const [i, size] of objects.chunks) if (i !== fields.index) others += size;
-      checkDeclaredLength(fields, received.bytes, others, meta.size);
+      checkDeclaredLength(fields, received.bytes, others, meta);
       if (fields.fileSize !== undefined && meta.size === undefined) {
         meta.size = fields.fileSize;
+        changed = true;
+      }
+      if (fields.chunkSize !== undefined && meta.chunkSize === undefined) {
+        meta.chunkSize = fields.chunkSize;
         changed = true;
       }
     }
@@ -1603,7 +1610,9 @@ function parseMeta(text: string | null): Meta | null {
         Number.isSafeInteger(meta.layout.chunkSize) &&
         Number.isSafeInteger(meta.layout.fileSize));
     const shaOk = meta.sha256 === undefined || /^[0-9a-f]{64}$/.test(meta.sha256);
-    const sizeOk = meta.size === undefined || Number.isSafeInteger(meta.size);
+    const sizeOk =
+      (meta.size === undefined || Number.isSafeInteger(meta.size)) &&
+      (meta.chunkSize === undefined || Number.isSafeInteger(meta.chunkSize));
     if (
       meta.v === 1 &&
       Number.isSafeInteger(meta.total) &&
