@@ -235,7 +235,7 @@ export function errorHandler(log?: (line: string) => void): ErrorRequestHandler 
             : e.type === 'entity.too.large'
               ? 'The request body is too large'
               : e.type === 'charset.unsupported'
-                ? `A JSON body is read as UTF-8 (this one's Content-Type names charset ${JSON.stringify(String((e as { charset?: unknown }).charset ?? '').slice(0, 40))})`
+                ? `A JSON body is read as UTF-8, UTF-16 or UTF-32 (this one's Content-Type names charset ${JSON.stringify(String((e as { charset?: unknown }).charset ?? '').slice(0, 40))})`
                 : String(e.message);
       } else if (/^Request (aborted|closed)$/.test(String(e.message))) {
         // The client went away in the middle of its body: nobody is left to answer.

@@ -144,7 +144,7 @@ function isChunkUpload(req: Request): boolean {
  * when to come back, Allow (405) what the path takes.
  */
 const EXPOSED_HEADERS =
-  'Content-Disposition, Content-Range, Content-Length, Location, ETag, Accept-Ranges, Repr-Digest, Idempotent-Replayed, Retry-After, Allow';
+  'Content-Disposition, Content-Range, Content-Length, Location, ETag, Accept-Ranges, Repr-Digest, Idempotent-Replayed, Retry-After, Allow, WWW-Authenticate';
 
 const ALLOWED_HEADERS = [
   'Authorization',

@@ -47,6 +47,8 @@ function expectExposes(res: Res): void {
     // allows (405).
     'retry-after',
     'allow',
+    // The challenge of a 401 (RFC 9110 §11.6.1).
+    'www-authenticate',
   ]) {
     expect(exposed, `Access-Control-Expose-Headers lists ${h}`).toContain(h);
   }

@@ -190,7 +190,7 @@ describe('JSON charsets', () => {
     });
     expectFail(res, 415);
     expect(res.body.message).toBe(
-      'A JSON body is read as UTF-8 (this one\'s Content-Type names charset "iso-8859-1")',
+      'A JSON body is read as UTF-8, UTF-16 or UTF-32 (this one\'s Content-Type names charset "iso-8859-1")',
     );
     expect(await allShares(srv.url, alice.token)).toHaveLength(before);
   });
