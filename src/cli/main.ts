@@ -49,7 +49,11 @@ function writeThrough(stream: Writable, fd: number, failLoudly: () => boolean): 
 
 function isRegularFile(fd: number): boolean {
   try {
-    return fstatSync(fd).isFile();
+    // bigint: a plain stat of a pipe (standard error under systemd or docker) is left in a buffer
+    // that Node's realpath reads, and then no symbolic link was followed to a package (pnpm's
+    // layout): `serve` imported jsonwebtoken and content-disposition as empty objects
+    // (nodejs/node#51142; found from outside). Every stat in fshare is made so.
+    return fstatSync(fd, { bigint: true }).isFile();
   } catch {
     return false;
   }

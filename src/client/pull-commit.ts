@@ -298,7 +298,7 @@ function syncDir(dir: string): void {
 
 const lstatOrNull = (abs: string) => {
   try {
-    return lstatSync(abs);
+    return lstatSync(abs, { bigint: true }); // bigint: see cli/main.ts, isRegularFile
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'ENOENT' || code === 'ENOTDIR') return null;

@@ -52,12 +52,12 @@ export function removeStaleTemps(dir: string, only?: readonly string[]): void {
     else {
       const st = (() => {
         try {
-          return lstatSync(file);
+          return lstatSync(file, { bigint: true }); // bigint: see cli/main.ts, isRegularFile
         } catch {
           return undefined;
         }
       })();
-      stale = st !== undefined && st.isFile() && Date.now() - st.mtimeMs > UNOWNED_AGE_MS;
+      stale = st !== undefined && st.isFile() && Date.now() - Number(st.mtimeMs) > UNOWNED_AGE_MS;
     }
     if (stale) rmSync(file, { force: true });
   }
@@ -134,17 +134,17 @@ function removeStaleTempDirs(): void {
     const dir = join(root, name);
     let st;
     try {
-      st = lstatSync(dir);
+      st = lstatSync(dir, { bigint: true }); // bigint: see cli/main.ts, isRegularFile
     } catch {
       continue;
     }
     // Only a real directory of this user: never another user's, never through a link.
-    if (!st.isDirectory() || (process.getuid && st.uid !== process.getuid())) continue;
+    if (!st.isDirectory() || (process.getuid && Number(st.uid) !== process.getuid())) continue;
     const owner = OWNED_DIR.exec(name.slice(prefix.length));
     const stale =
       owner && owner[2] === HOST_TAG
         ? !processAlive(Number(owner[1]))
-        : Date.now() - st.mtimeMs > UNOWNED_AGE_MS;
+        : Date.now() - Number(st.mtimeMs) > UNOWNED_AGE_MS;
     if (stale) rmSync(dir, { recursive: true, force: true });
   }
 }

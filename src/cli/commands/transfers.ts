@@ -71,7 +71,7 @@ interface Spool {
  */
 function stdinIsDirectory(): boolean {
   try {
-    return fstatSync(0).isDirectory();
+    return fstatSync(0, { bigint: true }).isDirectory(); // bigint: see main.ts, isRegularFile
   } catch {
     return false; // no standard input at all: it reads as empty, as before
   }
@@ -421,8 +421,9 @@ const replace = (program: Command) =>
 /** Whether PATH (links followed) is this process's standard output, as /dev/stdout is. */
 function namesStdout(path: string): boolean {
   try {
-    const named = statSync(path);
-    const stdout = fstatSync(1);
+    // bigint: see main.ts, isRegularFile.
+    const named = statSync(path, { bigint: true });
+    const stdout = fstatSync(1, { bigint: true });
     return !named.isDirectory() && named.dev === stdout.dev && named.ino === stdout.ino;
   } catch {
     return false;
