@@ -1587,9 +1587,9 @@ const LOG_LINE =
 /**
  * Applies one line of an upload's log: `h SHA256` (the dzsha256 announced), `s SIZE` (the
  * dztotalfilesize announced, joined mode), `k SIZE` (the dzchunksize announced, joined mode),
- * `c INDEX LENGTH
- * OFFSET|-` (a committed chunk), `d INDEX` (a chunk withdrawn). Anything else (a line from a
- * damaged log) is skipped: it never records a chunk that was not acknowledged.
+ * `c INDEX LENGTH OFFSET|-` (a committed chunk), `d INDEX` (a chunk withdrawn). Anything else (a
+ * line from a damaged log) is skipped: it never records a chunk that was not acknowledged. (A
+ * server older than the `s` and `k` lines skips them so, and holds the upload to them no more.)
  */
 function readLogLine(upload: Upload, line: string): void {
   const m = LOG_LINE.exec(line);
