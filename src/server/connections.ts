@@ -277,7 +277,10 @@ export function createHttpServer(
             ? [400, 'The request was cut off before it ended']
             : unknownMethod(err)
               ? [501, 'The request method is not one the server knows (methods are case-sensitive)']
-              : [400, 'The request is not valid HTTP'];
+              : // Node's parser takes HTTP/1.0, 1.1 and 2.0 (the last a 505 from the routes).
+                err.code === 'HPE_INVALID_VERSION'
+                ? [505, "The server speaks HTTP/1.1; this request's line names another version"]
+                : [400, 'The request is not valid HTTP'];
     const answer = rawAnswer(status, message);
     const reading = (socket as Parsed).parser?.incoming;
     if (reading && !reading.complete) {

@@ -785,6 +785,14 @@ describe('request methods', () => {
           `Content-Length: ${login.length}\r\n\r\n${login}FOO /files HTTP/1.1\r\nHost: x\r\n\r\n`,
       ]),
     ).toEqual([200, 501]);
+    for (const version of ['HTTP/1.2', 'HTTP/3.0', 'HTTP/9.9']) {
+      const other = await rawExchange(srv.direct, `GET /files ${version}\r\nHost: x\r\n\r\n`);
+      expect(other.status, version).toBe(505);
+      expect(other.body).toEqual({
+        status: 'fail',
+        message: "The server speaks HTTP/1.1; this request's line names another version",
+      });
+    }
     const hello = Buffer.from('16030100f4010000f00303', 'hex');
     const garbage = await rawExchange(srv.direct, hello);
     expect(garbage.status).toBe(400);
