@@ -12,7 +12,7 @@ import {
   sha256hex,
 } from '../helpers/http.js';
 import { createDatabase, startPostgres, type PgCluster } from '../helpers/postgres.js';
-import { createBucket, S3_TEST_ENV, startS3, type S3Server } from '../helpers/s3.js';
+import { contentKeys, createBucket, S3_TEST_ENV, startS3, type S3Server } from '../helpers/s3.js';
 import { tempDir } from '../helpers/cli.js';
 import { ensureBuilt, serve } from '../helpers/serve.js';
 import { ADMIN, login, startServer, type TestServer } from '../helpers/server.js';
@@ -52,6 +52,48 @@ afterAll(async () => {
   await pg?.stop();
 });
 
+/**
+ * A TCP relay to `target` (host:port) that can hold what clients send (`holding`) or refuse and
+ * cut every connection (`cut`), to fail a backend under a running server for a moment.
+ */
+async function startRelay(target: { host: string; port: number }) {
+  const clients = new Set<net.Socket>();
+  const state = { holding: false, refusing: false };
+  const relay = net.createServer((client) => {
+    if (state.refusing) {
+      client.destroy();
+      return;
+    }
+    const upstream = net.connect(target.port, target.host);
+    clients.add(client);
+    for (const s of [client, upstream]) {
+      s.on('error', () => undefined);
+      s.on('close', () => {
+        clients.delete(client);
+        client.destroy();
+        upstream.destroy();
+      });
+    }
+    // What the client sends while `holding` never reaches the backend.
+    client.on('data', (bytes) => {
+      if (!state.holding) upstream.write(bytes);
+    });
+    upstream.on('data', (bytes) => client.write(bytes));
+  });
+  await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', resolve));
+  return {
+    port: (relay.address() as net.AddressInfo).port,
+    state,
+    cut: () => {
+      for (const c of clients) c.destroy();
+    },
+    close: () => {
+      relay.close();
+      for (const c of clients) c.destroy();
+    },
+  };
+}
+
 function expectUnavailable(res: {
   status: number;
   headers: Record<string, unknown>;
@@ -78,6 +120,40 @@ describe('a backend that stops answering', () => {
     const lines = failed.stderr!.trim().split('\n');
     expect(lines.at(-1)).toMatch(/^fshare: The S3 bucket "no-such-bucket-here" does not exist/);
     expect(lines.filter((l) => /^\s+at /.test(l))).toEqual([]); // no stack trace
+  });
+
+  // Content a share let go of is removed some minutes later (DEPLOY.md). Found from outside: an
+  // object store not answering at that moment left the bytes in the bucket until a start an
+  // hour on. The removal is tried again while the server runs.
+  it("a deleted share's bytes are removed once the object store answers again", async () => {
+    const endpoint = new URL(s3.endpoint);
+    const relay = await startRelay({ host: endpoint.hostname, port: Number(endpoint.port) });
+    const storage = await createBucket(s3.endpoint);
+    const notes: string[] = [];
+    const relayed = await startServer({
+      database: await createDatabase(pg.adminUrl),
+      storage,
+      s3Endpoint: `http://127.0.0.1:${relay.port}`,
+      s3ForcePathStyle: true,
+      limits: { removedContentKeepMs: 300 },
+      notice: (line) => notes.push(line),
+    });
+    seconds.push(relayed);
+    try {
+      const own = await login(relayed.url, ADMIN.username, ADMIN.password);
+      const id = await createShareWithContent(relayed.url, own, 'gone.bin', randomBytes(2000));
+      expect(await contentKeys(s3.endpoint, storage)).toHaveLength(1);
+      relay.state.refusing = true;
+      relay.cut();
+      expectStatus(await request(relayed.url, 'DELETE', `/files/${id}`, { token: own }), 200);
+      await expect
+        .poll(() => notes.join('\n'), { timeout: 20_000 })
+        .toMatch(/could not remove content no share names: .*; tried again in 0\.3 s/);
+      relay.state.refusing = false;
+      await expect.poll(() => contentKeys(s3.endpoint, storage), { timeout: 20_000 }).toEqual([]);
+    } finally {
+      relay.close();
+    }
   });
 
   it('object store gone: content requests are 503 with Retry-After; metadata still answers', async () => {
@@ -143,43 +219,21 @@ describe('a backend that stops answering', () => {
   // connection with the server's query on its way.
   it('a database connection lost under a query is a 503, not a 500', async () => {
     const database = new URL(await createDatabase(pg.adminUrl));
-    const target = { host: database.hostname, port: Number(database.port) };
-    const clients = new Set<net.Socket>();
-    let holding = false;
-    const relay = net.createServer((client) => {
-      const upstream = net.connect(target.port, target.host);
-      clients.add(client);
-      for (const s of [client, upstream]) {
-        s.on('error', () => undefined);
-        s.on('close', () => {
-          clients.delete(client);
-          client.destroy();
-          upstream.destroy();
-        });
-      }
-      // What the server sends while `holding` never reaches the database.
-      client.on('data', (bytes) => {
-        if (!holding) upstream.write(bytes);
-      });
-      upstream.on('data', (bytes) => client.write(bytes));
-    });
-    await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', resolve));
-    database.port = String((relay.address() as net.AddressInfo).port);
+    const relay = await startRelay({ host: database.hostname, port: Number(database.port) });
+    database.port = String(relay.port);
     const relayed = await startServer({ database: database.toString(), notice: () => undefined });
     seconds.push(relayed);
     try {
       const own = await login(relayed.url, ADMIN.username, ADMIN.password);
-      holding = true;
+      relay.state.holding = true;
       const answer = get(relayed.url, '/files', { token: own });
       await new Promise((resolve) => setTimeout(resolve, 300));
-      for (const c of clients) c.destroy();
+      relay.cut();
       expectUnavailable(await answer);
-      holding = false;
+      relay.state.holding = false;
       expectStatus(await get(relayed.url, '/files', { token: own }), 200);
     } finally {
-      holding = false;
       relay.close();
-      for (const c of clients) c.destroy();
     }
   });
 

@@ -1279,8 +1279,14 @@ export class S3Storage implements ContentStorage {
     try {
       await this.remove(keys);
     } catch (err) {
-      // Left for a later start to remove (init): it is content no share names.
-      this.log(`fshare: could not remove content no share names: ${(err as Error).message}`);
+      // Tried again while the server runs (found from outside: an object store down for that
+      // moment left deleted shares' bytes in the bucket until a start an hour later); at a stop,
+      // left for a later start to remove (init): it is content no share names.
+      const wait = Math.min(REMOVE_RETRY_MS, this.options.removedContentKeepMs ?? REMOVE_RETRY_MS);
+      if (!all) this.doomed.unshift(...keys.map((key) => ({ key, due: now + wait })));
+      this.log(
+        `fshare: could not remove content no share names: ${(err as Error).message}${all ? '' : `; tried again in ${wait / 1000} s`}`,
+      );
     }
     if (!all) this.removeLater();
   }
@@ -1650,6 +1656,12 @@ async function plainEtag(path: string): Promise<string> {
     md5.update(piece as Buffer);
   return `"${md5.digest('hex')}"`;
 }
+
+/**
+ * How long content whose removal failed waits before it is tried again (removeDue): at most
+ * this, and no longer than content is kept before its removal.
+ */
+const REMOVE_RETRY_MS = 60_000;
 
 /** A lock lost while a sweep held it: that upload is left to the next sweep. */
 function ignoreLost(err: unknown): void {
