@@ -113,6 +113,15 @@ function isDiskFailure(err: unknown): boolean {
   return typeof e?.code === 'string' && typeof e.syscall === 'string' && DISK_FAILURE.test(e.code);
 }
 
+/** Whether `err` says the metadata database is not answering (a connection refused or lost). */
+export function isDatabaseDown(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return (
+    (typeof code === 'string' && DATABASE_DOWN.test(code)) ||
+    (code === undefined && err instanceof Error && DATABASE_CONNECTION_LOST.test(err.message))
+  );
+}
+
 /** Errors of the store and the storage, in HTTP terms; anything else is left as it is. */
 export function asHttpError(err: unknown): unknown {
   if (err instanceof HttpError) return err;
@@ -151,10 +160,7 @@ export function asHttpError(err: unknown): unknown {
       'The metadata database stopped answering while this change was written, so whether it was made is unknown; check, then try again',
       5,
     );
-  if (
-    (typeof code === 'string' && DATABASE_DOWN.test(code)) ||
-    (code === undefined && err instanceof Error && DATABASE_CONNECTION_LOST.test(err.message))
-  )
+  if (isDatabaseDown(err))
     return Errors.overloaded('The metadata database is not answering right now; try again', 5);
   // Each kind says what is missing: a link revoked while a request used it is no missing user.
   if (err instanceof MissingRecordError)

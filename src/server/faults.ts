@@ -35,7 +35,8 @@ export async function fault(point: string, partial?: () => Promise<unknown>): Pr
  *
  * Points: publish.before-record (new content checked under its share's lock, before the share's
  * record names it); digest.start (a start's walk over the shares for content without a sha256,
- * before its first query: index.ts, digestOldContent); link.before-count (a share-link download about to be counted, its first
+ * before its first query: index.ts, digestOldContent), digest.share (that walk, at a share to
+ * hash); link.before-count (a share-link download about to be counted, its first
  * bytes in hand); with S3 storage, s3.before-stage (a chunk checked under its upload's lock,
  * before it is staged), s3.before-put and s3.after-put (its copies' token taken: before the PUTs
  * of the chunk's copy and meta's, and after they landed, before the lock is asked for again),

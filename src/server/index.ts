@@ -15,7 +15,7 @@ import { naming } from '../shared/syserr.js';
 import { identify, Tokens } from './auth.js';
 import { createHttpServer, sendContinue } from './connections.js';
 import type { Context } from './context.js';
-import { Errors, errorHandler, HttpError, notFound } from './errors.js';
+import { Errors, errorHandler, HttpError, isDatabaseDown, notFound } from './errors.js';
 import { pausePoint } from './faults.js';
 import { ShareExpiry } from './expiry.js';
 import { endFormerUploads } from './handover.js';
@@ -42,6 +42,7 @@ import type { ContentStorage } from './storage/index.js';
 import {
   blobOf,
   DuplicateUserError,
+  LockLostError,
   unfinishedCopyText,
   type MetadataStore,
 } from './store/index.js';
@@ -316,6 +317,7 @@ async function digestOldContent(
       for await (const share of store.eachShare()) {
         if (stop.aborted) return;
         if (!share.initialized || share.sha256) continue;
+        await pausePoint('digest.share');
         try {
           const sha256 = await storage.digest(blobOf(share));
           await store.withShareLock(share.share_id, async () => {
@@ -324,6 +326,9 @@ async function digestOldContent(
               await store.updateShare(share.share_id, { sha256 });
           });
         } catch (err) {
+          // The database gone: the whole walk stops and starts again later (found from outside:
+          // a line, and a read of its content, for every share left on the page).
+          if (isDatabaseDown(err) || err instanceof LockLostError) throw err;
           if (!stop.aborted) log(`sha256 of share ${share.share_id}: ${(err as Error).message}`);
         }
       }

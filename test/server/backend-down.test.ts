@@ -1,6 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { rename } from 'node:fs/promises';
 import net from 'node:net';
+import { Client } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   createShareWithContent,
@@ -240,14 +241,25 @@ describe('a backend that stops answering', () => {
   it('database gone: requests are 503 with Retry-After, and the server keeps running', async () => {
     // A server that has just started walks the shares for content without a sha256. Found from
     // outside: a database that went away under that walk (pg_ctl restart) ended the server,
-    // with a stack trace. Here a second server is held before the walk's first query while the
-    // database stops.
+    // with a stack trace; and once that was mended, the walk went on through its page, a line
+    // (and a read of the content) for every share. Here a second server, on a database whose
+    // shares lack their sha256, is held at the walk's first share while the database stops.
+    const database = await createDatabase(pg.adminUrl);
+    const first = await startServer({ database, notice: () => undefined });
+    const own = await login(first.url, ADMIN.username, ADMIN.password);
+    for (const name of ['a.bin', 'b.bin', 'c.bin'])
+      await createShareWithContent(first.url, own, name, randomBytes(1000));
+    await first.close(false);
+    const sql = new Client({ connectionString: database });
+    await sql.connect();
+    await sql.query('UPDATE fshare_shares SET sha256 = NULL');
+    await sql.end();
     const notes: string[] = [];
     let release!: () => void;
     const released = new Promise<void>((resolve) => (release = resolve));
     let reached!: () => void;
     const atWalk = new Promise<void>((resolve) => (reached = resolve));
-    const unhold = holdAt('digest.start', async () => {
+    const unhold = holdAt('digest.share', async () => {
       reached();
       await released;
     });
@@ -255,7 +267,8 @@ describe('a backend that stops answering', () => {
     try {
       // Its content in a data directory: the object store is gone already (above).
       second = await startServer({
-        database: await createDatabase(pg.adminUrl),
+        dataDir: first.dataDir,
+        database,
         notice: (line) => notes.push(line),
       });
       seconds.push(second);
@@ -270,6 +283,7 @@ describe('a backend that stops answering', () => {
       .toMatch(
         /sha256 of older content: the walk over the shares stopped \(.*\); it starts again in 60 s/,
       );
+    expect(notes.filter((l) => l.startsWith('sha256 of share'))).toEqual([]);
     expectUnavailable(await get(second.url, '/whoami'));
     expectUnavailable(await get(srv.url, '/whoami'));
     expectUnavailable(await get(srv.url, `/files/${stored}`, { token }));
