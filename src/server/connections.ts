@@ -263,6 +263,15 @@ export function createHttpServer(
     );
   };
 
+  /**
+   * A well-formed request line in an HTTP version Node's parser does not take (it takes 1.0, 1.1
+   * and 2.0, the last a 505 from the routes): `HTTP/1.2`, `HTTP/3.0`. A line that is not
+   * well-formed (`HTTP/1`, a trailing space) is the 400 of bytes that are not HTTP.
+   */
+  const otherVersion = (err: NodeJS.ErrnoException) =>
+    err.code === 'HPE_INVALID_VERSION' &&
+    /^[!#$%&'*+.^_`|~0-9A-Za-z-]+ [^ \r\n]+ HTTP\/\d\.\d\r?$/.test(requestLine(err));
+
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
     if (!socket.writable || socket.destroyed) {
       socket.destroy();
@@ -277,11 +286,11 @@ export function createHttpServer(
             ? [400, 'The request was cut off before it ended']
             : unknownMethod(err)
               ? [501, 'The request method is not one the server knows (methods are case-sensitive)']
-              : // Node's parser takes HTTP/1.0, 1.1 and 2.0 (the last a 505 from the routes).
-                err.code === 'HPE_INVALID_VERSION'
+              : otherVersion(err)
                 ? [505, "The server speaks HTTP/1.1; this request's line names another version"]
                 : [400, 'The request is not valid HTTP'];
-    const answer = rawAnswer(status, message);
+    // A HEAD's answer has no body (the request line is all a HEAD can be told by here).
+    const answer = rawAnswer(status, message, {}, requestLine(err).startsWith('HEAD '));
     const reading = (socket as Parsed).parser?.incoming;
     if (reading && !reading.complete) {
       // The request being read can never complete (its body was cut off, or is not HTTP): it is
@@ -322,7 +331,22 @@ type Parsed = Socket & {
 };
 
 /** A whole HTTP answer with a JSON error, written on the socket itself; the connection closes. */
-function rawAnswer(status: number, message: string, headers: Record<string, string> = {}): string {
+/** The line of the packet the parser stopped in (bytesParsed), without its line end. */
+function requestLine(err: object): string {
+  const { rawPacket: packet, bytesParsed } = err as { rawPacket?: unknown; bytesParsed?: unknown };
+  if (!Buffer.isBuffer(packet)) return '';
+  const at = typeof bytesParsed === 'number' ? Math.min(bytesParsed, packet.length) : 0;
+  const start = at > 0 ? packet.lastIndexOf(10, at - 1) + 1 : 0;
+  const end = packet.indexOf(10, start);
+  return packet.subarray(start, end === -1 ? start + 8192 : end).toString('latin1');
+}
+
+function rawAnswer(
+  status: number,
+  message: string,
+  headers: Record<string, string> = {},
+  head = false,
+): string {
   const body = JSON.stringify({ status: 'fail', message });
   return (
     `HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\n` +
@@ -334,6 +358,6 @@ function rawAnswer(status: number, message: string, headers: Record<string, stri
     // Every answer allows any origin (API.md "CORS"): a browser page then reads this error.
     'Access-Control-Allow-Origin: *\r\n' +
     'Connection: close\r\n\r\n' +
-    body
+    (head ? '' : body)
   );
 }

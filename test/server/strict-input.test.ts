@@ -793,6 +793,15 @@ describe('request methods', () => {
         message: "The server speaks HTTP/1.1; this request's line names another version",
       });
     }
+    // A version that is not well-formed is not another version: 400 (found by a probe: 505,
+    // saying the line named another version). A HEAD's answer has no body.
+    for (const line of ['GET /files HTTP/1.1 ', 'GET /files HTTP/1', 'GET /files HTTP/1.1x']) {
+      const odd = await rawExchange(srv.direct, `${line}\r\nHost: x\r\n\r\n`);
+      expect(odd.status, JSON.stringify(line)).toBe(400);
+    }
+    const head = await rawExchange(srv.direct, 'HEAD /files HTTP/1.2\r\nHost: x\r\n\r\n');
+    expect(head.status).toBe(505);
+    expect(head.body).toBe('');
     const hello = Buffer.from('16030100f4010000f00303', 'hex');
     const garbage = await rawExchange(srv.direct, hello);
     expect(garbage.status).toBe(400);
