@@ -12,7 +12,7 @@ import { cp, mkdir, readdir, readFile, rm, symlink, writeFile } from 'node:fs/pr
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ADMIN, ROOT, tempDir } from '../helpers/cli.js';
+import { ADMIN, ROOT, cleanEnv, tempDir } from '../helpers/cli.js';
 
 let root: string;
 let bin: string;
@@ -20,12 +20,7 @@ let serve: ReturnType<typeof execa> | undefined;
 let url: string;
 let stderr = '';
 
-const env = (config: string) => {
-  const clean: Record<string, string> = {};
-  for (const [key, value] of Object.entries(process.env))
-    if (value !== undefined && !key.startsWith('FSHARE_')) clean[key] = value;
-  return { ...clean, FSHARE_CONFIG_DIR: config, FSHARE_KEYRING: 'off' };
-};
+const env = (config: string) => cleanEnv({ FSHARE_CONFIG_DIR: config, FSHARE_KEYRING: 'off' });
 
 beforeAll(async () => {
   root = await tempDir('linked-install');
