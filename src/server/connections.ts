@@ -35,7 +35,12 @@ const cutStops = new WeakMap<http.IncomingMessage, () => Promise<void>>();
 const CUT_STOP_MAX_MS = 5_000;
 
 /** A character of an HTTP token (RFC 9110 §5.6.2): what a method is made of. */
-const TCHAR = /^[!#$%&'*+.^_`|~0-9A-Za-z-]$/;
+const TCHAR_CLASS = "[!#$%&'*+.^_`|~0-9A-Za-z-]";
+const TCHAR = new RegExp(`^${TCHAR_CLASS}$`);
+/** A request line so far (it may stop anywhere): METHOD, target, then HTTP/ and the rest. */
+const LINE_SO_FAR = new RegExp(`^${TCHAR_CLASS}+(?:$| (?:$|[^ \\r\\n]+(?:$| (.*))))`, 's');
+/** A whole request line, well-formed, in some HTTP version. */
+const VERSIONED_LINE = new RegExp(`^${TCHAR_CLASS}+ [^ \\r\\n]+ HTTP/\\d\\.\\d\\r?$`);
 
 /**
  * Registers what stops `req` when its body can no longer arrive whole (it stopped arriving, it
@@ -253,7 +258,7 @@ export function createHttpServer(
     let start = at;
     while (start > 0 && TCHAR.test(String.fromCharCode(packet[start - 1]!))) start--;
     const line = packet.subarray(start, start + 8192).toString('latin1');
-    const m = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+(?:$| (?:$|[^ \r\n]+(?:$| (.*))))/s.exec(line);
+    const m = LINE_SO_FAR.exec(line);
     if (!m) return false;
     const version = m[1];
     return (
@@ -269,8 +274,7 @@ export function createHttpServer(
    * well-formed (`HTTP/1`, a trailing space) is the 400 of bytes that are not HTTP.
    */
   const otherVersion = (err: NodeJS.ErrnoException) =>
-    err.code === 'HPE_INVALID_VERSION' &&
-    /^[!#$%&'*+.^_`|~0-9A-Za-z-]+ [^ \r\n]+ HTTP\/\d\.\d\r?$/.test(requestLine(err));
+    err.code === 'HPE_INVALID_VERSION' && VERSIONED_LINE.test(requestLine(err));
 
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
     if (!socket.writable || socket.destroyed) {
