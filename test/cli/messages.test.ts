@@ -157,6 +157,32 @@ describe('errors say what happened', () => {
     expect(after).toBe(before);
   });
 
+  // Property: a closed standard input is not an empty file. Found from outside: `fshare upload -
+  // <&-` (a job runner that gives no standard input) made an empty share and said so, exit 0:
+  // Node opens /dev/null in place of a closed descriptor. From /dev/null on purpose it still works.
+  it('upload - with standard input closed: exit 2, one line, no share made; < /dev/null uploads empty', async () => {
+    const env = cleanEnv({ FSHARE_CONFIG_DIR: admin.configDir, FSHARE_KEYRING: 'off' });
+    const before = await shareCount();
+    const closed = await execa('bash', ['-c', `node ${BIN} --server ${serve.url} upload - <&-`], {
+      env,
+      extendEnv: false,
+      reject: false,
+    });
+    expect(closed.exitCode).toBe(2);
+    expect(oneLine(closed.stderr)).toBe(
+      'fshare: - reads standard input, which is closed here; pipe something in',
+    );
+    expect(await shareCount()).toBe(before);
+    const empty = await execa(
+      'bash',
+      ['-c', `node ${BIN} --server ${serve.url} upload - --json < /dev/null`],
+      { env, extendEnv: false, reject: false },
+    );
+    expect(empty.exitCode).toBe(0);
+    expect((JSON.parse(empty.stdout) as { size: number }[])[0]!.size).toBe(0);
+    expect(await shareCount()).toBe(before + 1);
+  });
+
   it('get into a directory that does not exist names it; nothing raw leaks', async () => {
     const id = await uploaded('small.bin');
     const target = join(work, 'no', 'such', 'dir', 'out.bin');

@@ -1,5 +1,5 @@
 import { setMaxListeners } from 'node:events';
-import { createWriteStream, fstatSync, rmSync, statSync } from 'node:fs';
+import { createWriteStream, fstatSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { Command } from 'commander';
@@ -77,7 +77,27 @@ function stdinIsDirectory(): boolean {
   }
 }
 
+/**
+ * Whether standard input was closed when fshare started (`fshare upload - <&-`, a job runner
+ * that gives none). Node then opens /dev/null in its place, read-write, and it reads as empty:
+ * the upload made an empty share and said so, exit 0. A redirection from /dev/null opens it
+ * read-only and is an empty file given on purpose. Linux (/proc); elsewhere, false.
+ */
+function stdinWasClosed(): boolean {
+  try {
+    const flags = /^flags:\s*([0-7]+)$/m.exec(readFileSync('/proc/self/fdinfo/0', 'utf8'));
+    if (!flags || (parseInt(flags[1]!, 8) & 0o3) !== 0o2) return false; // O_ACCMODE: O_RDWR
+    // bigint: see main.ts, isRegularFile
+    const stdin = fstatSync(0, { bigint: true });
+    return stdin.isCharacterDevice() && stdin.rdev === statSync('/dev/null', { bigint: true }).rdev;
+  } catch {
+    return false;
+  }
+}
+
 async function spoolStdin(): Promise<Spool> {
+  if (stdinWasClosed())
+    throw new UsageError('- reads standard input, which is closed here; pipe something in');
   if (process.stdin.isTTY)
     throw new UsageError('- reads standard input, which is a terminal here; pipe something in');
   // A directory reads as nothing here (`fshare upload - < dir` made an empty share, exit 0).
