@@ -1,4 +1,5 @@
 import { shownArgument } from '../client/refs.js';
+import { MAX_EXPIRY_SECONDS } from '../shared/duration.js';
 import { parseSize } from '../shared/size.js';
 import { UsageError } from './output.js';
 
@@ -40,6 +41,24 @@ export function parseDuration(
   if (!Number.isSafeInteger(seconds) || seconds < 1)
     throw new UsageError(
       `${what} must be a duration such as 30m, 12h, 7d or 2w${never ? `, or ${neverWord}` : ''}: ${shownArgument(text)}`,
+    );
+  return seconds;
+}
+
+/**
+ * An expiry (--expires, --max-expiry, `expire`): a duration as above, at most the ten years a
+ * server takes. Beyond them, a usage error here (exit 2), not the server's 400 in seconds.
+ */
+export function parseExpiry(
+  text: string,
+  what: string,
+  never = false,
+  neverWord = 'never',
+): number | null {
+  const seconds = parseDuration(text, what, never, neverWord);
+  if (seconds !== null && seconds > MAX_EXPIRY_SECONDS)
+    throw new UsageError(
+      `${what} must be at most ${MAX_EXPIRY_SECONDS / 86400}d (ten years): ${shownArgument(text)}`,
     );
   return seconds;
 }

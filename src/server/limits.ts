@@ -1,3 +1,5 @@
+import { MAX_EXPIRY_SECONDS } from '../shared/duration.js';
+
 /**
  * Every limit of the server and its default, in one table (docs/API.md, "Limits"). Those with a
  * `fshare serve` flag can be changed per server through ServerOptions.limits.
@@ -34,7 +36,7 @@ export const LIMITS = {
   removedContentKeepMs: 5 * 60 * 1000,
 
   /** Longest expiry a share or link may be given (10 years); settings may lower it for users. */
-  maxExpirySeconds: 10 * 366 * 24 * 3600,
+  maxExpirySeconds: MAX_EXPIRY_SECONDS,
   /**
    * A ranged request that starts after byte 0, from the address that made a link's last counted
    * download within this time, continues that download and is not counted again.

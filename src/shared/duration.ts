@@ -1,3 +1,6 @@
+/** Longest expiry a share or link may be given, in seconds (ten years; docs/API.md "Expiry"). */
+export const MAX_EXPIRY_SECONDS = 10 * 366 * 24 * 3600;
+
 /** "2 weeks", "7 days", "12 hours", "90 seconds": for people (CLI output, server messages). */
 export function formatDuration(seconds: number): string {
   for (const [unit, size] of [

@@ -457,6 +457,50 @@ describe('share links and expiry against fshare serve', () => {
     expect(expectErrorLine(link.stderr)).toContain('3x');
     expect(await admin.json<LinkShape[]>(['links', id])).toEqual([]);
   });
+
+  // Property: an expiry past the ten years a server takes is the flag's usage error (exit 2, in
+  // the flag's units), before anything is made. Found from outside: `--expires 100000d` made the
+  // share, then failed with the server's 400 "must be a number of seconds from 1 to 316224000",
+  // exit 1. Ten years to the day is taken.
+  it('an expiry past ten years is exit 2 naming the flag, for every command that takes one', async () => {
+    const before = await admin.json<{ shares: unknown[] }>(['ls', '--all']);
+    const { share_id: id } = await uploadAsAdmin(['--name', 'ten-years.bin']);
+    const cases: [string[], string][] = [
+      [
+        ['upload', file, '--expires', '100000d'],
+        '--expires must be at most 3660d (ten years): 100000d',
+      ],
+      [
+        ['upload', file, '--expires', '3661d'],
+        '--expires must be at most 3660d (ten years): 3661d',
+      ],
+      [['link', id, '--expires', '523w'], '--expires must be at most 3660d (ten years): 523w'],
+      [['expire', id, '316224001'], 'the expiry must be at most 3660d (ten years): 316224001'],
+      [
+        ['settings', 'limits', '--max-expiry', '9999999999s'],
+        '--max-expiry must be at most 3660d (ten years): 9999999999s',
+      ],
+    ];
+    for (const [args, line] of cases) {
+      const res = await admin.run(args);
+      expect(res.exitCode, args.join(' ')).toBe(2);
+      expect(expectErrorLine(res.stderr)).toBe(`fshare: ${line}`);
+    }
+    expect((await admin.json<{ shares: unknown[] }>(['ls', '--all'])).shares).toHaveLength(
+      before.shares.length + 1,
+    );
+    expect(await admin.json<LinkShape[]>(['links', id])).toEqual([]);
+    const share = await admin.json<{ expires: string | null }>(['info', id]);
+    expect(share.expires).toBeNull();
+    expect((await admin.json<Settings>(['settings', 'show'])).max_expiry).toBeNull();
+    const tenYears = await admin.json<{ expires: string }[]>([
+      'upload',
+      file,
+      '--expires',
+      '3660d',
+    ]);
+    expect(Date.parse(tenYears[0]!.expires) - Date.now()).toBeGreaterThan(3659 * 86400_000);
+  });
 });
 
 describe('share links and expiry against a server without them (the reference stand-in)', () => {

@@ -10,7 +10,7 @@ import {
 } from '../../client/api.js';
 import { ApiError, UnsupportedError, unknownFieldRefused } from '../../client/errors.js';
 import type { Link } from '../../shared/types.js';
-import { parseDuration, parsePositiveInt } from '../args.js';
+import { parseExpiry, parsePositiveInt } from '../args.js';
 import { openSession } from '../context.js';
 import { readStdinLines } from '../input.js';
 import { addPageOptions, listPaged, notePage, type PageOptions } from '../lists.js';
@@ -98,7 +98,7 @@ export function registerLinks(program: Command): void {
         const session = openSession(cmd);
         const request: NewLink = {};
         if (options.expires !== undefined)
-          request.expires_in = parseDuration(options.expires, '--expires')!;
+          request.expires_in = parseExpiry(options.expires, '--expires')!;
         if (options.maxDownloads !== undefined)
           request.max_downloads = parsePositiveInt(options.maxDownloads, '--max-downloads');
         if (options.passwordStdin)
@@ -194,7 +194,7 @@ export function registerLinks(program: Command): void {
     .addHelpText('after', examples(['fshare expire 3f0c…e1 7d', 'fshare expire 3f0c…e1 never']))
     .action(async (ref: string, when: string, _options: object, cmd: Command) => {
       const session = openSession(cmd);
-      const seconds = parseDuration(when, 'the expiry', true);
+      const seconds = parseExpiry(when, 'the expiry', true);
       const { client, id } = await session.shareClient(ref);
       const unsupported = () =>
         new UnsupportedError(

@@ -4,7 +4,7 @@ import { unknownFieldRefused } from '../../client/errors.js';
 import { openSession } from '../context.js';
 import type { Settings } from '../../shared/types.js';
 import { formatDuration } from '../../shared/duration.js';
-import { parseDuration, parsePositiveInt } from '../args.js';
+import { parseExpiry, parsePositiveInt } from '../args.js';
 import { UsageError, examples, printJson, printLine, warn } from '../output.js';
 import { formatPermissions, parsePermissionList } from './perms.js';
 
@@ -43,7 +43,7 @@ export function registerSettings(program: Command): void {
       const session = openSession(cmd);
       const changes: Partial<Settings> = {};
       if (options.maxExpiry !== undefined)
-        changes.max_expiry = parseDuration(options.maxExpiry, '--max-expiry', true, 'none');
+        changes.max_expiry = parseExpiry(options.maxExpiry, '--max-expiry', true, 'none');
       if (options.maxDownloads !== undefined)
         changes.max_downloads = /^(none|never)$/i.test(options.maxDownloads.trim())
           ? null

@@ -28,7 +28,7 @@ import { ownedTempDir } from '../../shared/owned-temp.js';
 import { systemErrorText } from '../../shared/syserr.js';
 import { formatSize } from '../../shared/size.js';
 import type { Whoami } from '../../shared/types.js';
-import { parseChunkSize, parseDuration, parsePositiveInt } from '../args.js';
+import { parseChunkSize, parseExpiry, parsePositiveInt } from '../args.js';
 import { configDir } from '../config.js';
 import { openSession, partialValidators, type Session } from '../context.js';
 import { promptHidden, readStdinLines } from '../input.js';
@@ -256,7 +256,7 @@ const upload = (program: Command) =>
         const session = openSession(cmd);
         const { chunkSize, parallel } = chunkOptions(options);
         const expiresIn =
-          options.expires === undefined ? undefined : parseDuration(options.expires, '--expires')!;
+          options.expires === undefined ? undefined : parseExpiry(options.expires, '--expires')!;
         const maxDownloads =
           options.maxDownloads === undefined
             ? undefined
