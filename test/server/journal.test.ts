@@ -349,6 +349,59 @@ describe('a db.json that is not a snapshot fshare wrote', () => {
     expect(await listIds(alone.url, token)).toEqual([a]);
   });
 
+  // Found from outside: db.journal restored alone from a backup older than the last fold (its
+  // changes all folded into db.json since) started silently, without the changes the journal it
+  // replaced held. Property: a journal that ends before its snapshot stops the start, saying
+  // how to go on; a crash between a fold and the journal's emptying (the journal ends at the
+  // snapshot's change) is no such journal (crash-points tests).
+  it('a db.journal older than its db.json stops the start; each way out works', async () => {
+    const srv = await startServer();
+    servers.push(srv);
+    const dir = srv.dataDir;
+    let token = await login(srv.url, ADMIN.username, ADMIN.password);
+    const a = await createShare(srv.url, token, 'a');
+    const older = await readFile(join(await crashImage(dir), 'db.journal')); // a, unfolded
+    expect(older.length).toBeGreaterThan(0);
+    await srv.server.close(); // folds the journal into db.json
+    let again = await startServer({ dataDir: dir });
+    token = await login(again.url, ADMIN.username, ADMIN.password);
+    const b = await createShare(again.url, token, 'b');
+    await again.server.close();
+    again = await startServer({ dataDir: dir });
+    token = await login(again.url, ADMIN.username, ADMIN.password);
+    await createShare(again.url, token, 'c');
+    const image = await crashImage(dir); // c is in the journal only
+    await again.server.close();
+    await writeFile(join(image, 'db.journal'), older);
+
+    const error = await createServer({ dataDir: image }).catch((err: unknown) => err);
+    expect(error).toBeInstanceOf(DamagedMetadataError);
+    expect((error as Error).message).toMatch(
+      /db\.journal ends at change \d+ \(line \d+\), and .*db\.json holds the changes up to \d+: the journal is older than the snapshot .*Restore .*db\.journal from the same backup as .*db\.json, or, to go on from .*db\.json alone, move .*db\.journal aside\.$/,
+    );
+    // --repair starts from db.json, says so, and moves the old journal aside.
+    const repaired = await crashImage(image);
+    const notices: string[] = [];
+    const fixed = await startServer({
+      dataDir: repaired,
+      repair: true,
+      notice: (line) => notices.push(line),
+    });
+    servers.push(fixed);
+    expect(notices.some((n) => /the journal is older than the snapshot/.test(n))).toBe(true);
+    expect((await readdir(repaired)).some((n) => n.startsWith('db.journal.damaged-'))).toBe(true);
+    expect((await listIds(fixed.url, token)).sort()).toEqual([a, b].sort());
+    await fixed.server.close();
+    const next = await startServer({ dataDir: repaired });
+    servers.push(next);
+    expect((await listIds(next.url, token)).sort()).toEqual([a, b].sort());
+    // The journal moved aside: db.json alone.
+    await rm(join(image, 'db.journal'));
+    const alone = await startServer({ dataDir: image });
+    servers.push(alone);
+    expect((await listIds(alone.url, token)).sort()).toEqual([a, b].sort());
+  });
+
   it('the binary prints one line and exits 1; the stored content is still served after a restore', async () => {
     const srv = await startServer();
     const token = await login(srv.url, ADMIN.username, ADMIN.password);

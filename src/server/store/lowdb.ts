@@ -151,6 +151,25 @@ function load(
       `${files.snapshot} is missing, and ${files.journal} begins at change ${first}: the ` +
         `changes before it were folded into ${files.snapshot}. Restore it from a backup.`,
     );
+  // A journal that ends before its snapshot is one from before a fold: a fold empties the
+  // journal once the snapshot holds every change in it, so the journal of now ends at the
+  // snapshot's change or after it. Found from outside: a db.journal restored alone from an older
+  // backup started silently, without the changes the journal it replaced held.
+  const last = contents.lines[contents.lines.length - 1];
+  if (!old && snapshotText !== null && last && last.entry.seq < seqOf()) {
+    const stale =
+      `${files.journal} ends at change ${last.entry.seq} (line ${last.line}), and ` +
+      `${files.snapshot} holds the changes up to ${seqOf()}: the journal is older than the ` +
+      `snapshot (${files.journal} restored from an older backup?), and the changes made since ` +
+      `${files.snapshot} was written are in neither`;
+    if (!repair)
+      throw new DamagedMetadataError(
+        `${stale}. Restore ${files.journal} from the same backup as ${files.snapshot}, or, to go ` +
+          `on from ${files.snapshot} alone, move ${files.journal} aside.`,
+      );
+    notices.push(`repair: ${stale}; started from ${files.snapshot}`);
+    gapRepaired = true;
+  }
   for (const { line, entry } of contents.lines) {
     if (entry.seq <= seqOf()) continue; // already in the snapshot
     // Changes between what the snapshot holds and this entry are in neither file. Found from
