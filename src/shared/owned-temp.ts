@@ -3,6 +3,7 @@ import { lstatSync, readdirSync, rmSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { systemErrorText } from './syserr.js';
 
 /** This host, in temporary names: a pid says nothing about a process of another host. */
 export const HOST_TAG = createHash('sha256').update(hostname()).digest('hex').slice(0, 8);
@@ -76,9 +77,32 @@ let exitHooked = false;
  * signal). Those a killed fshare of this user left (its pid no longer runs on this host; an
  * unowned older name once a day old) are removed first: nothing else ever would.
  */
+/** Failures of mkdtemp that are about the temporary directory itself ($TMPDIR). */
+const TEMP_ROOT_CODES = new Set([
+  'ENOENT',
+  'ENOTDIR',
+  'EACCES',
+  'EPERM',
+  'EROFS',
+  'ENOSPC',
+  'EDQUOT',
+]);
+
 export async function ownedTempDir(prefix: string): Promise<string> {
   removeStaleTempDirs();
-  const dir = await mkdtemp(join(tmpdir(), `${prefix}${process.pid}-${HOST_TAG}-`));
+  const root = tmpdir();
+  const dir = await mkdtemp(join(root, `${prefix}${process.pid}-${HOST_TAG}-`)).catch(
+    (err: NodeJS.ErrnoException) => {
+      // Found from outside: TMPDIR naming a folder that is not there said only "no such file or
+      // directory: /nonexistent/fshare-push-27409-5bce98f7-UvY2YI", a name of ours, not what to do.
+      if (!err.code || !TEMP_ROOT_CODES.has(err.code)) throw err;
+      const why = systemErrorText({ ...err, path: undefined }) ?? err.code;
+      throw new Error(
+        `cannot make a temporary directory in ${root} (${why}); set TMPDIR to a directory fshare can write`,
+        { cause: err },
+      );
+    },
+  );
   if (!exitHooked) process.on('exit', removeLiveTempDirs);
   exitHooked = true;
   liveTempDirs.add(dir);

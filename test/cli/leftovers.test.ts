@@ -433,6 +433,44 @@ describe('temporary directories of push and upload -', () => {
   }, 120_000);
 });
 
+describe('a TMPDIR that cannot be used', () => {
+  // Found from outside: TMPDIR naming a folder that is not there (or a file) made push, pull and
+  // upload - say only "no such file or directory: /nonexistent/fshare-push-27409-…-UvY2YI", a
+  // name of fshare's own. Property: one line naming TMPDIR's folder and what to do, exit 1,
+  // before anything is made on the server.
+  it('push, pull and upload - say which folder and to set TMPDIR; nothing is made', async () => {
+    const cli = await signedIn();
+    const src = join(work, 'tmpdir-src');
+    await mkdir(src, { recursive: true });
+    await writeFile(join(src, 'a.txt'), 'a\n');
+    const pushed = await cli.run(['--server', serve.url, 'push', src, '--name', 'tmpdir-set']);
+    expect(pushed.exitCode, pushed.stderr).toBe(0);
+    const before = await cli.json<{ shares: unknown[] }>(['--server', serve.url, 'ls', '--all']);
+    const notThere = join(work, 'no-such-tmp');
+    const aFile = join(src, 'a.txt');
+    for (const [tmp, why] of [
+      [notThere, 'no such file or directory'],
+      [aFile, 'not a directory'],
+    ] as const) {
+      const line = `fshare: cannot make a temporary directory in ${tmp} (${why}); set TMPDIR to a directory fshare can write`;
+      const env = { TMPDIR: tmp };
+      const runs = [
+        await cli.run(['--server', serve.url, 'push', src, '--name', 'tmpdir-other'], { env }),
+        await cli.run(['--server', serve.url, 'pull', 'tmpdir-set', join(work, 'tmpdir-out')], {
+          env,
+        }),
+        await cli.run(['--server', serve.url, 'upload', '-'], { env, input: 'x\n' }),
+      ];
+      for (const res of runs) {
+        expect(res.exitCode).toBe(1);
+        expect(res.stderr.trim()).toBe(line);
+      }
+    }
+    const after = await cli.json<{ shares: unknown[] }>(['--server', serve.url, 'ls', '--all']);
+    expect(after.shares).toHaveLength(before.shares.length);
+  });
+});
+
 describe('pull temporary files', () => {
   it("a killed pull's .fshare-tmp-* files are removed by the next pull; a live pull's are neither removed nor counted by pull --delete into a directory above it, and a pull into its DIR waits for it", async () => {
     // Guards: a pull killed on the way left .fshare-tmp-* files in DIR that every later pull
