@@ -223,6 +223,42 @@ describe('fshare get of a share link, against fshare serve', () => {
     expect(existsSync(join(work, 'cut-again.bin'))).toBe(false);
   });
 
+  // Property: a download of a link's last download, cut and given up, goes on in a later run
+  // (`get --continue`) within the resume window, as it does within one run; the link still counts
+  // one. Found from outside: the later run read the link's page first, which a used-up link
+  // answered 410, and it could not resume at all. Others still find the link used up.
+  it('a one-download link cut and given up resumes in a later run with --continue; counted once', async () => {
+    const { share, link, url } = await linked(['--max-downloads', '1']);
+    let downloads = 0;
+    fault = (req) => {
+      if (!req.url?.includes('?download')) return 'pass';
+      return ++downloads === 1 ? { cutAfter: 1_000_000 } : 'drop';
+    };
+    const out = join(work, 'given-up.bin');
+    const first = await owner.run(['get', url, '-o', out]);
+    expect(first.exitCode, first.stderr).toBe(6);
+    expect(existsSync(`${out}.part`)).toBe(true);
+    expect(await downloadsOf(share, link.id)).toBe(1);
+
+    fault = () => 'pass';
+    proxy.seen.length = 0;
+    const later = await owner.json<Transfer>(['get', url, '-o', out, '--continue']);
+    expect(later).toMatchObject({ size: data.length, verified: true, sha256: sha256(data) });
+    expect((await readFile(out)).equals(data)).toBe(true);
+    const resumed = proxy.seen.filter((s) => s.method === 'GET' && s.url.includes('?download'));
+    expect(resumed).toHaveLength(1);
+    expect(resumed[0]!.range).toMatch(/^bytes=[1-9]\d*-$/);
+    expect(resumed[0]!.status).toBe(206);
+    expect(await downloadsOf(share, link.id)).toBe(1);
+
+    // Anyone else, or this address from byte 0: the link is used up.
+    const fresh = await owner.run(['get', url, '-o', join(work, 'given-up-again.bin')]);
+    expect(fresh.exitCode, fresh.stderr).toBe(1);
+    expect(oneLine(fresh.stderr)).toBe(
+      'fshare: This link has reached its download limit (HTTP 410)',
+    );
+  }, 60_000);
+
   // Property: the bytes saved are the content the link stated, never content that replaced it
   // while the download started. The share is replaced between the link's description and the
   // download's request: the server refuses (412), nothing is saved, nothing counted.

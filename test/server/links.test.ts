@@ -969,10 +969,25 @@ describe('download limits', () => {
         downloads_left: 0,
         state: 'used-up',
       });
-      expectFail(await get(own.url, made.path, { headers: JSON_ONLY }), 410);
+      // From another address: HEAD and a conditional GET count nothing but answer as a plain
+      // GET would; the page is gone.
+      const other = { localAddress: '127.0.0.2' };
+      expectFail(await get(own.url, made.path, { headers: JSON_ONLY, ...other }), 410);
+      expectPage(await get(own.url, made.path, { headers: HTML, ...other }), 410);
+      expectStatus(await request(own.url, 'HEAD', `${made.path}?download`, other), 410);
+      expectFail(
+        await download(own.url, made.path, { headers: { 'if-none-match': `"${SHA}"` }, ...other }),
+        410,
+      );
+      // From the address of counted downloads, within their resume window: what a client reads
+      // before it resumes (HEAD, the page as JSON) answers; a browser's page and any request
+      // from byte 0 (conditional or not) do not.
+      const look = await get(own.url, made.path, { headers: JSON_ONLY });
+      expectStatus(look, 200);
+      expect(look.body).toMatchObject({ sha256: SHA, downloads_left: 0 });
+      expectStatus(await request(own.url, 'HEAD', `${made.path}?download`), 200);
       expectPage(await get(own.url, made.path, { headers: HTML }), 410);
-      // HEAD and a conditional GET count nothing but answer as a plain GET would.
-      expectStatus(await request(own.url, 'HEAD', `${made.path}?download`), 410);
+      expectFail(await download(own.url, made.path), 410);
       expectFail(
         await download(own.url, made.path, { headers: { 'if-none-match': `"${SHA}"` } }),
         410,

@@ -399,12 +399,14 @@ export function linkRoutes(ctx: Context): { manage: Router; pages: Router } {
     downloading: boolean,
   ) => {
     if (!usedUp(link)) return;
-    if (
-      downloading &&
-      share.initialized &&
-      (await continues(req, link, blobOf(share), rangeStart(req, share.size)))
-    )
-      return;
+    // A client's look before it resumes, HEAD and the page as JSON (they count nothing), goes on
+    // too, for the address whose counted download can still be resumed (found from outside:
+    // `fshare get LINK --continue`, run again after its first run was cut, met a 410 for the
+    // page, then for its HEAD, and could not resume). They tell that address nothing the
+    // download did not. A browser's page stays 410: its button would download from byte 0.
+    const look = downloading ? req.method === 'HEAD' : wantsJsonPage(req);
+    const start = look ? 1 : downloading ? rangeStart(req, share.size) : 0;
+    if (share.initialized && (await continues(req, link, blobOf(share), start))) return;
     throw new HttpError(410, 'This link has reached its download limit');
   };
 
@@ -437,8 +439,8 @@ export function linkRoutes(ctx: Context): { manage: Router; pages: Router } {
     }
   };
 
+  /** The page, once refuseUsedUp let it through. */
   const showPage = (req: Request, res: Response, link: LinkRecord, share: ShareRecord) => {
-    if (usedUp(link)) throw new HttpError(410, 'This link has reached its download limit');
     const view = {
       file_name: share.file_name,
       size: share.initialized ? share.size : null,
