@@ -130,6 +130,11 @@ export interface ContentSource {
    * Rejects with the server's ApiError when it will not say (a failed HEAD is explained by it).
    */
   info: () => Promise<Pick<Share, 'size' | 'sha256'>>;
+  /**
+   * The requests name the content's sha256 (a link's `?download&sha256=`): the server sends that
+   * content or refuses, so no answer of other content can be a replacement made meanwhile.
+   */
+  pinned?: boolean;
 }
 
 export interface DownloadResult {
@@ -642,17 +647,27 @@ async function holdPart(state: State, create: boolean): Promise<boolean> {
   }
 }
 
-/** The share's metadata (undefined when the server will not say), asked for once. */
+/**
+ * The share's metadata, asked for once: what the bytes are checked against. A record that cannot
+ * be read fails the download, its bytes kept for --continue. Found from outside: with GET
+ * /files/<id> failing (503, 401, a reset), the download was saved unchecked, exit 0, with "the
+ * server gives no sha256". A record of the wrong shape (a 2xx that is not this share, a sha256
+ * that is not one) is a lying server.
+ */
 function shareOf(
   client: ApiClient,
   id: string,
   state: State,
 ): Promise<Pick<Share, 'size' | 'sha256'> | undefined> {
-  // Without the record (a network failure) the download goes on with less to check; a record of
-  // the wrong shape (a 2xx that is not this share, a sha256 that is not one) is a lying server.
   return (state.share ??= state.source.info().catch((err: unknown) => {
     if (err instanceof ApiError && err.status >= 200 && err.status < 300) throw err;
-    return undefined;
+    if (err instanceof Error) {
+      const part = state.target === undefined ? undefined : partPathOf(state.target);
+      err.message =
+        `the share's size and sha256, which the download is checked against, could not be read: ${err.message}` +
+        (part && state.offset > 0 ? `; what was downloaded stays in ${part} for --continue` : '');
+    }
+    throw err;
   }));
 }
 
@@ -1041,7 +1056,12 @@ async function checkOverwrite(state: State, options: DownloadOptions, res: Respo
     state.target !== undefined &&
     state.nameFromServer &&
     !options.overwrite &&
-    (await sizeOf(state.target)) !== undefined
+    // Anything of that name, a dangling symbolic link too (found from outside: one was replaced
+    // by the download, exit 0, without --clobber).
+    (await lstat(state.target).then(
+      () => true,
+      () => false,
+    ))
   ) {
     await res.dump();
     throw new FileExistsError(
@@ -1178,14 +1198,27 @@ async function finish(
       });
       state.hash = undefined;
     } else if (state.streamHash) sha256 = state.streamHash.digest('hex');
-    const expected = state.digest ?? (await shareOf(client, id, state))?.sha256;
+    // Every sha256 the server states must be the bytes': the answer's Repr-Digest and the
+    // share's record (or the link's, which its URL may name). Found from outside: a Repr-Digest
+    // of other bytes won over the link's sha256, even one named in the URL, and they were
+    // saved as verified.
+    const stated = (await shareOf(client, id, state))?.sha256;
+    const claims = [state.digest, typeof stated === 'string' ? stated : undefined].filter(
+      (d): d is string => d !== undefined,
+    );
     if (sha256 === '') {
       // FSHARE_BENCH_NO_DIGEST (benchmarks only): nothing was hashed, nothing is claimed
-    } else if (typeof expected === 'string' && sha256 !== null) {
+    } else if (claims.length > 0 && sha256 !== null) {
       // Hex in either case is the same digest (a server that answered upper case was refused).
-      if (sha256 !== expected.toLowerCase())
+      const wrong = claims.find((claim) => sha256 !== claim.toLowerCase());
+      if (wrong !== undefined)
         throw new VerificationError(
-          `the downloaded bytes have sha256 ${sha256}, not the server's ${expected}` +
+          `the downloaded bytes have sha256 ${sha256}, not the server's ${wrong}` +
+            (!state.source.pinned &&
+            claims.length > 1 &&
+            claims.some((claim) => sha256 === claim.toLowerCase())
+              ? ' (the answer and the record of the share disagree: was it replaced during the download?)'
+              : '') +
             (part ? `; they are kept in ${part}` : '') +
             // Its first bytes came from an earlier run, and may be what is wrong: every later
             // --continue failed the same way, with no word of the way out (found from outside).

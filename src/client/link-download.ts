@@ -111,6 +111,7 @@ export async function openLink(
       path: `${path}?download${sha256 ? `&sha256=${sha256}` : ''}`,
       headers,
       info: () => Promise.resolve(info),
+      pinned: sha256 !== undefined,
     },
   };
 }

@@ -238,6 +238,18 @@ describe('answers that break or echo the token', () => {
         });
         return res.end(body);
       }
+      // The record the download is checked against (it gives no sha256: not verified).
+      if (req.url === `/files/${id}`)
+        return res.end(
+          JSON.stringify({
+            share_id: id,
+            file_name: 'leak.bin',
+            owner_name: 'ci',
+            initialized: true,
+            locked: false,
+            create_date: '2026-11-20T10:00:00.000Z',
+          }),
+        );
       res.writeHead(404, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ status: 'fail', message: 'Not found' }));
     };

@@ -4,7 +4,7 @@
 // must see or break the requests) and against a server that lies about the bytes.
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { readFile, readdir, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -310,6 +310,16 @@ describe('fshare get of a share link, against fshare serve', () => {
         ['get', `${proxyUrl.replace('//', '//ann:secret@')}/l/${'a'.repeat(32)}`],
         `fshare: a user name or password in a share link's URL is never sent: leave it out of ${proxyUrl}/l/${'a'.repeat(32)}`,
       ],
+      // A share's URL too (found from outside: http://files.example.com@HOST/files/ID
+      // downloaded from HOST, exit 0: a look-alike host).
+      [
+        ['get', `${proxyUrl.replace('//', '//files.example.com@')}/files/${share}`],
+        `fshare: a user name or password in a share's URL is never sent: leave it out of ${proxyUrl}/files/${share}`,
+      ],
+      [
+        ['info', `${proxyUrl.replace('//', '//ann:secret@')}/files/${share}`],
+        `fshare: a user name or password in a share's URL is never sent: leave it out of ${proxyUrl}/files/${share}`,
+      ],
     ] as const) {
       const res = await owner.run([...args], { input: 'x\n' });
       expect(res.exitCode, res.stderr).toBe(2);
@@ -326,6 +336,8 @@ describe('fshare get of a share link whose server lies', () => {
   const real = randomBytes(200_000);
   const sent = Buffer.from(real);
   sent[100_000] ^= 0xff;
+  /** The next download answer states the sent bytes' own sha256 in Repr-Digest. */
+  let reprDigest = false;
 
   beforeAll(async () => {
     // States the real content's size and sha256, and sends other bytes (one flipped) with no
@@ -337,6 +349,11 @@ describe('fshare get of a share link whose server lies', () => {
           'content-length': sent.length,
           'content-disposition': 'attachment; filename="lie.bin"',
           etag: '"x"',
+          ...(reprDigest
+            ? {
+                'repr-digest': `sha-256=:${createHash('sha256').update(sent).digest('base64')}:`,
+              }
+            : {}),
         });
         res.end(sent);
         return;
@@ -375,6 +392,30 @@ describe('fshare get of a share link whose server lies', () => {
       );
       expect(existsSync(join(work, 'lie.bin'))).toBe(false);
     } finally {
+      await rm(cli.configDir, { recursive: true, force: true });
+    }
+  });
+
+  // Property: every sha256 the server states is checked, and the link's wins over none. Found
+  // from outside: a Repr-Digest of the bytes sent (other than the link stated, or than the URL's
+  // sha256=) was taken instead, and the bytes saved as verified, exit 0.
+  it("other bytes with a Repr-Digest of their own: exit 7 against the link's sha256, named or stated", async () => {
+    const cli = await createCli();
+    reprDigest = true;
+    try {
+      for (const [i, target] of [url, `${url}?download&sha256=${sha256(real)}`].entries()) {
+        const dir = join(work, `repr-${i}`);
+        await mkdir(dir);
+        const res = await cli.run(['get', target, '--json'], { cwd: dir });
+        expect(res.exitCode, res.stderr).toBe(7);
+        expect(oneLine(res.stderr)).toBe(
+          `fshare: the downloaded bytes have sha256 ${sha256(sent)}, not the server's ${sha256(real)}; they are kept in lie.bin.part`,
+        );
+        expect(res.stdout).toBe('');
+        expect(await readdir(dir)).toEqual(['lie.bin.part']);
+      }
+    } finally {
+      reprDigest = false;
       await rm(cli.configDir, { recursive: true, force: true });
     }
   });

@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { lstat, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Page, Settings, Share, User, Whoami } from '../../src/shared/types.js';
@@ -235,6 +235,21 @@ describe('fshare end to end against fshare serve', () => {
     expectErrorLine(again.stderr);
     const clobber = await alice.run(['get', share.url, '--clobber'], { cwd: dir });
     expect(clobber.exitCode).toBe(0);
+    // Nor a symbolic link of that name whose target is not there (found from outside: it was
+    // replaced, exit 0): the link stays as it was; --clobber replaces the link itself.
+    await rm(join(dir, 'random.bin'));
+    await symlink(join(dir, 'nowhere', 'random.bin'), join(dir, 'random.bin'));
+    const dangling = await alice.run(['get', share.url], { cwd: dir });
+    expect(dangling.exitCode).toBe(1);
+    expectErrorLine(dangling.stderr);
+    expect(dangling.stderr.trim()).toBe(
+      `fshare: random.bin already exists (choose another name with -o, or pass --clobber)`,
+    );
+    expect((await lstat(join(dir, 'random.bin'))).isSymbolicLink()).toBe(true);
+    expect(existsSync(join(dir, 'nowhere'))).toBe(false);
+    const over = await alice.run(['get', share.url, '--clobber'], { cwd: dir });
+    expect(over.exitCode, over.stderr).toBe(0);
+    expect((await lstat(join(dir, 'random.bin'))).isFile()).toBe(true);
     await rm(dir, { recursive: true, force: true });
   });
 
