@@ -43,6 +43,7 @@ function asRecord(value: unknown): UploadRecord | string {
       (r.share_id === null && typeof r.create_key === 'string')
     ) ||
     (r.create_key !== undefined && typeof r.create_key !== 'string') ||
+    (r.ctimeMs !== undefined && typeof r.ctimeMs !== 'number') ||
     numbers.some((k) => typeof r[k] !== 'number') ||
     (r.mode !== 'create' && r.mode !== 'replace')
   )

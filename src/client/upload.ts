@@ -30,6 +30,7 @@ import { sharePath, shareUrl } from './refs.js';
 import { ShortFileError, writeFileRange } from '../shared/copy.js';
 import { systemErrorText } from '../shared/syserr.js';
 import { shellWord } from '../shared/shell.js';
+import { processAlive } from '../shared/owned-temp.js';
 
 export const DEFAULT_CHUNK_SIZE = 8 * 1024 * 1024;
 export const DEFAULT_PARALLEL = 4;
@@ -86,6 +87,8 @@ export interface UploadRecord {
   path: string;
   size: number;
   mtimeMs: number;
+  /** Absent in records of fshares before it (they resume on size, mtime and inode alone). */
+  ctimeMs?: number;
   ino: number;
   chunk_size: number;
   /** create: POST into a share this upload made; replace: PUT over a share's content. */
@@ -111,12 +114,7 @@ export function fromStdin(r: UploadRecord): boolean {
 export function busyElsewhere(r: UploadRecord): boolean {
   if (!r.pid || r.pid === process.pid || (r.host !== undefined && r.host !== hostname()))
     return false;
-  try {
-    process.kill(r.pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
+  return processAlive(r.pid);
 }
 
 export interface ResumeStore {
@@ -192,6 +190,7 @@ interface LocalFile {
   path: string;
   size: number;
   mtimeMs: number;
+  ctimeMs: number;
   ino: number;
   dev: number;
 }
@@ -225,6 +224,7 @@ async function openLocal(path: string): Promise<OpenFile> {
       path: resolve(path),
       size: info.size,
       mtimeMs: info.mtimeMs,
+      ctimeMs: info.ctimeMs,
       ino: info.ino,
       dev: info.dev,
       handle,
@@ -400,6 +400,9 @@ async function plan(
     const same =
       remembered.size === file.size &&
       remembered.mtimeMs === file.mtimeMs &&
+      // An edit whose mtime was put back still changes the ctime (found from outside: the run
+      // after it resumed, and the server refused the whole, exit 7; push checks it too).
+      (remembered.ctimeMs === undefined || remembered.ctimeMs === file.ctimeMs) &&
       remembered.ino === file.ino;
     const state = same ? await uploadState(client, id, remembered.dzuuid).catch(() => null) : null;
     if (state && state.total === Math.max(1, Math.ceil(file.size / remembered.chunk_size))) {
@@ -444,6 +447,7 @@ function newRecord(
     path: file.path,
     size: file.size,
     mtimeMs: file.mtimeMs,
+    ctimeMs: file.ctimeMs,
     ino: file.ino,
     chunk_size: p.chunkSize,
     mode,

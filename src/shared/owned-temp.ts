@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { lstatSync, readdirSync, rmSync } from 'node:fs';
+import { lstatSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,14 +14,27 @@ const UNOWNED_AGE_MS = 24 * 3600 * 1000;
 /** `NAME.<pid>-<host tag>-<random>.tmp`: who writes it, so that others can tell it is dead. */
 const OWNED = /\.(\d+)-([0-9a-f]{8})-[0-9a-f]{12}\.tmp$/;
 
-/** Whether a process with this id runs here (EPERM: it does, as another user). */
+/**
+ * Whether a process with this id runs here (EPERM: it does, as another user). A zombie does not:
+ * it was killed and only waits for its parent to reap it, which in a container whose first
+ * process reaps nothing never happens. Found from outside: an upload killed and not yet reaped
+ * counted as running, so running it again made a second share and `uploads clean` left the first.
+ */
 export function processAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
-    return true;
   } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
+    if ((err as NodeJS.ErrnoException).code !== 'EPERM') return false;
   }
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch {
+    return true; // no /proc (not Linux), or gone this instant: as kill(0) said
+  }
+  // "PID (COMM) STATE …": COMM may hold spaces and parentheses; the state follows the last ")".
+  const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+  return state !== 'Z' && state !== 'X';
 }
 
 /** The temporary file a whole-file write of `path` goes through before its rename. */

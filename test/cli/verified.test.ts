@@ -3,7 +3,7 @@
 // validators, zone-less times, multi-chunk uploads that never complete).
 import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { closeSync, createWriteStream, existsSync, openSync } from 'node:fs';
+import { closeSync, createWriteStream, existsSync, openSync, readFileSync } from 'node:fs';
 import {
   appendFile,
   link,
@@ -12,16 +12,20 @@ import {
   readFile,
   rm,
   symlink,
+  utimes,
   writeFile,
   open,
 } from 'node:fs/promises';
 import { once } from 'node:events';
-import { createServer } from 'node:net';
+import { createServer as createHttpServer } from 'node:http';
+import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  BIN,
+  cleanEnv,
   createCli,
   uploadRecordsOf,
   signIn,
@@ -217,6 +221,89 @@ describe('verified transfers against fshare serve', () => {
     }
   });
 
+  // Property: a download is checked against the share's record, or it fails: it is never saved
+  // unchecked because the record could not be read. Found from outside: with GET /files/<id>
+  // answering 503 (or 401, or a reset), the bytes were saved, exit 0, "the server gives no
+  // sha256". Once the record can be read, --continue checks what was kept.
+  it('a share whose record cannot be read: the download fails, nothing saved under its name; then it is verified', async () => {
+    const data = randomBytes(3 * 1024 * 1024);
+    await writeFile(join(work, 'no-record.bin'), data);
+    const [up] = await admin.json<Transfer[]>(['upload', join(work, 'no-record.bin')]);
+    const id = up!.share_id;
+    for (const fault of ['http503', 'drop'] as const) {
+      const proxy = startFaultProxy(serve.url, (req) =>
+        req.method === 'GET' && req.url === `/files/${id}` ? fault : 'pass',
+      );
+      try {
+        const out = join(work, `no-record-${fault}.bin`);
+        const res = await admin.run(['--server', await proxy.url, 'get', id, '-o', out, '--json'], {
+          env: { FSHARE_TOKEN: token },
+        });
+        expect(res.exitCode, res.stderr).toBe(fault === 'drop' ? 6 : 1);
+        const lines = res.stderr.trim().split('\n');
+        expect(lines, res.stderr).toHaveLength(1);
+        expect(lines[0]).toMatch(
+          /^fshare: the share's size and sha256, which the download is checked against, could not be read: /,
+        );
+        expect(res.stdout).toBe('');
+        expect(existsSync(out)).toBe(false);
+        const again = await admin.json<Transfer>(['get', id, '-o', out, '--continue']);
+        expect(again).toMatchObject({ verified: true, sha256: sha256(data) });
+        expect((await readFile(out)).equals(data)).toBe(true);
+      } finally {
+        await proxy.close();
+      }
+    }
+  });
+
+  // Property: every sha256 the server states is checked: the answer's Repr-Digest and the
+  // share's record. A record that names other bytes than the answer (a server that contradicts
+  // itself, or a share replaced while it downloaded) is exit 7, the bytes kept only as .part.
+  it("a share record whose sha256 is not the answer's Repr-Digest: exit 7, nothing saved under its name", async () => {
+    const data = randomBytes(200_000);
+    await writeFile(join(work, 'two-digests.bin'), data);
+    const [up] = await admin.json<Transfer[]>(['upload', join(work, 'two-digests.bin')]);
+    const id = up!.share_id;
+    const other = 'f'.repeat(64);
+    // Passes everything through, with the share record's sha256 replaced.
+    const liar = createHttpServer((req, res) => {
+      void (async () => {
+        const upstream = await fetch(`${serve.url}${req.url}`, {
+          method: req.method,
+          headers: { authorization: req.headers.authorization ?? '' },
+        });
+        const body = Buffer.from(await upstream.arrayBuffer());
+        const headers = Object.fromEntries(
+          [...upstream.headers].filter(([k]) => k !== 'content-length' && k !== 'content-encoding'),
+        );
+        if (req.url === `/files/${id}`) {
+          const record = JSON.parse(body.toString()) as { sha256: string };
+          res.writeHead(upstream.status, headers);
+          res.end(JSON.stringify({ ...record, sha256: other }));
+          return;
+        }
+        res.writeHead(upstream.status, headers);
+        res.end(body);
+      })();
+    });
+    await new Promise<void>((done) => liar.listen(0, '127.0.0.1', done));
+    try {
+      const via = `http://127.0.0.1:${(liar.address() as AddressInfo).port}`;
+      const out = join(work, 'two-digests-out.bin');
+      const res = await admin.run(['--server', via, 'get', id, '-o', out], {
+        env: { FSHARE_TOKEN: token },
+      });
+      expect(res.exitCode, res.stderr).toBe(7);
+      expect(res.stderr.trim().split('\n')).toEqual([
+        `fshare: the downloaded bytes have sha256 ${sha256(data)}, not the server's ${other} (the answer and the record of the share disagree: was it replaced during the download?); they are kept in ${out}.part`,
+      ]);
+      expect(existsSync(out)).toBe(false);
+    } finally {
+      liar.closeAllConnections();
+      await new Promise<void>((done) => liar.close(() => done()));
+    }
+  });
+
   // Property: a download that runs out of disk is a failure, never a short file under the
   // target name: one line naming the .part, exit 1, and once there is room `--continue` finishes
   // it from the bytes already written, verified.
@@ -384,6 +471,122 @@ describe('verified transfers against fshare serve', () => {
       expect(info).toMatchObject({ sha256: digest, size: 200 * 2 ** 20 });
       expect(await recordsOf(admin)).toEqual([]);
       // --restart would have started afresh: checked by the record being gone and a new share.
+    } finally {
+      await proxy.close();
+      await rm(path, { force: true });
+    }
+  });
+
+  // Property: an upload whose process was killed does not run, reaped or not. Found from
+  // outside: killed and not yet reaped (a zombie, for good in a container whose first process
+  // reaps nothing), it counted as running: the same command again made a second share, silently,
+  // and `uploads clean` left the first alone ("fshare process N is still running it").
+  it('an upload killed and never reaped (a zombie) is resumed by the same command, not made again', async () => {
+    const data = randomBytes(24 * 1024 * 1024);
+    const path = join(work, 'zombie.bin');
+    await writeFile(path, data);
+    const proxy = chunkCounter(serve.url);
+    const via = await proxy.start();
+    proxy.state.delayMs = 100;
+    // sh starts the upload, then becomes `sleep`, which never reaps it.
+    const parent = execa(
+      'sh',
+      ['-c', 'node "$0" "$@" & echo $!; exec sleep 120', BIN, '--server', via, 'upload', path],
+      {
+        env: cleanEnv({
+          FSHARE_CONFIG_DIR: admin.configDir,
+          FSHARE_KEYRING: 'off',
+          FSHARE_TOKEN: token,
+        }),
+        extendEnv: false,
+        reject: false,
+      },
+    );
+    try {
+      const pid = await new Promise<number>((resolve) =>
+        parent.stdout!.once('data', (d: Buffer) => resolve(Number(String(d).trim()))),
+      );
+      let record: { share_id: string; dzuuid: string } | undefined;
+      let held: number[] = [];
+      for (let i = 0; i < 600 && held.length < 1; i++) {
+        await sleep(50);
+        record ??= await recordWithShare(admin);
+        if (record) held = (await state(record.share_id, record.dzuuid)).body.received ?? [];
+      }
+      expect(record).toBeDefined();
+      process.kill(pid, 'SIGKILL');
+      for (let i = 0; i < 100 && !readFileSync(`/proc/${pid}/stat`, 'utf8').includes(') Z '); i++)
+        await sleep(20);
+      expect(readFileSync(`/proc/${pid}/stat`, 'utf8')).toContain(') Z ');
+      await sleep(500); // chunks the proxy held back reach the server
+
+      proxy.state.delayMs = 0;
+      const rerun = await admin.run(['--server', via, '--json', 'upload', path], {
+        env: { FSHARE_TOKEN: token },
+      });
+      expect(rerun.exitCode, rerun.stderr).toBe(0);
+      expect(rerun.stderr).toMatch(/resuming the upload/);
+      const [done] = JSON.parse(rerun.stdout) as Transfer[];
+      expect(done).toMatchObject({
+        share_id: record!.share_id,
+        sha256: sha256(data),
+        verified: true,
+      });
+      expect(await recordsOf(admin)).toEqual([]);
+    } finally {
+      parent.kill('SIGKILL');
+      await parent;
+      await proxy.close();
+      await rm(path, { force: true });
+    }
+  });
+
+  // Property: a resume sends only what the file still holds: an edit between two runs, even one
+  // whose mtime was put back, starts the upload over. Found from outside: the run after such an
+  // edit resumed, and the server refused the whole (exit 7, its share deleted).
+  it('a file edited between runs, its mtime put back: the next run starts over, verified', async () => {
+    const path = join(work, 'edited-between.bin');
+    const data = randomBytes(24 * 1024 * 1024);
+    await writeFile(path, data);
+    const { mtime } = await lstat(path);
+    const proxy = chunkCounter(serve.url);
+    const via = await proxy.start();
+    proxy.state.delayMs = 100;
+    try {
+      const child = uploadInBackground(via, path, ['--chunk-size', '1m', '--parallel', '2']);
+      let record: { share_id: string; dzuuid: string } | undefined;
+      let held: number[] = [];
+      for (let i = 0; i < 600 && held.length < 2; i++) {
+        await sleep(50);
+        record ??= await recordWithShare(admin);
+        if (record) held = (await state(record.share_id, record.dzuuid)).body.received ?? [];
+      }
+      child.kill('SIGKILL');
+      await child;
+      expect(held.length).toBeGreaterThanOrEqual(2);
+      await sleep(500); // chunks the proxy held back reach the server
+      // Three bytes of the first chunk (which the server holds) change; the mtime is put back.
+      const handle = await open(path, 'r+');
+      await handle.write(Buffer.from('new'), 0, 3, 100);
+      await handle.close();
+      data.write('new', 100);
+      await utimes(path, mtime, mtime);
+      expect((await lstat(path)).mtimeMs).toBe(mtime.getTime());
+
+      proxy.state.delayMs = 0;
+      const rerun = await admin.run(
+        ['--server', via, '--json', 'upload', path, '--chunk-size', '1m'],
+        {
+          env: { FSHARE_TOKEN: token },
+        },
+      );
+      expect(rerun.exitCode, rerun.stderr).toBe(0);
+      expect(rerun.stderr).toContain(
+        `${path} changed since the earlier upload began; starting over`,
+      );
+      const [done] = JSON.parse(rerun.stdout) as Transfer[];
+      expect(done).toMatchObject({ sha256: sha256(data), verified: true, resumed_bytes: 0 });
+      expect(await recordsOf(admin)).toEqual([]);
     } finally {
       await proxy.close();
       await rm(path, { force: true });

@@ -47,6 +47,7 @@ import {
 import { isContentName, isUploadName, mayRemoveUnnamed, type Owner } from './owner.js';
 import { SpaceReserve } from './space.js';
 import { makeDirs } from '../../shared/mkdirs.js';
+import { processAlive } from '../../shared/owned-temp.js';
 
 export interface S3StorageOptions {
   /** s3://BUCKET[/PREFIX] */
@@ -351,7 +352,7 @@ export class S3Storage implements ContentStorage {
       if (!match || path === this.tempDir) continue;
       const gone =
         match[1] === host
-          ? !running(Number(match[2]))
+          ? !processAlive(Number(match[2]))
           : Date.now() - ((await stat(path).catch(() => null))?.mtimeMs ?? 0) > STALE_TEMP_MS;
       if (gone) await rm(path, { recursive: true, force: true });
     }
@@ -1678,13 +1679,4 @@ function transient(err: unknown): boolean {
   if (!(err instanceof S3RequestError)) return false;
   if (err.status === undefined) return !['CredentialsProviderError'].includes(err.code);
   return err.status >= 500 || err.code === 'SlowDown' || err.code === 'RequestTimeout';
-}
-
-function running(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
