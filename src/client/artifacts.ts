@@ -174,6 +174,30 @@ export function safeRelativePath(path: unknown): string {
   return path;
 }
 
+/**
+ * A path of the set a manifest lists: safe, and no name a pull gives its own files, which push
+ * never sends. Found from outside: a manifest that named `.fshare-pull.lock` was pulled, then
+ * reported "already there" and removed by the pull's end; the temporary and journal names would
+ * be removed as a killed pull's. (A pull's journal may name its stale temporary files: it is
+ * read with safeRelativePath alone.)
+ */
+function setPath(path: unknown): string {
+  const safe = safeRelativePath(path);
+  if (safe.split('/').some(pullOwnName))
+    throw new ManifestError(
+      `path with a name fshare pull uses for its own files refused: ${JSON.stringify(safe)}`,
+    );
+  return safe;
+}
+
+/** A name pull gives its own files in DIR (its lock, journals and temporary files). */
+function pullOwnName(name: string): boolean {
+  if (name === PULL_LOCK || isPullJournal(name)) return true;
+  if (!name.startsWith(TEMP)) return false;
+  const rest = name.slice(TEMP.length);
+  return TEMP_OWNED.test(rest) || TEMP_OLD.test(rest);
+}
+
 /** Checks every field of a manifest; throws ManifestError at the first thing wrong. */
 export function parseManifest(text: string, name: string): Manifest {
   let raw: unknown;
@@ -190,7 +214,7 @@ export function parseManifest(text: string, name: string): Manifest {
     throw new ManifestError('the manifest has no file or directory list');
   const seen = new Set<string>();
   const files: ManifestFile[] = m.files.map((f: Partial<ManifestFile>) => {
-    const path = safeRelativePath(f?.path);
+    const path = setPath(f?.path);
     if (seen.has(path)) throw new ManifestError(`path listed twice: ${path}`);
     seen.add(path);
     const int = (v: unknown) => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
@@ -210,7 +234,7 @@ export function parseManifest(text: string, name: string): Manifest {
       offset: f.offset!,
     };
   });
-  const dirs = m.dirs.map((d) => safeRelativePath(d));
+  const dirs = m.dirs.map((d) => setPath(d));
   for (const d of dirs)
     if (seen.has(d)) throw new ManifestError(`${d} is listed as a file and as a directory`);
   // A file cannot also be a directory of another file (or of a listed directory).

@@ -1325,6 +1325,28 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
         () => ({ paths: ['same'], dirs: ['same'] }),
       ],
       ['a path listed twice', /listed twice/, () => ({ paths: ['dup.txt', 'dup.txt'] })],
+      // Found from outside: the first pull wrote it, the next said "already there" and removed
+      // it as its lock. Pull's temporary and journal names would be removed as a killed pull's.
+      [
+        "the name of pull's lock",
+        /uses for its own files refused/,
+        () => ({ paths: ['.fshare-pull.lock'] }),
+      ],
+      [
+        "the name of a pull's journal, deeper down",
+        /uses for its own files refused/,
+        () => ({ paths: ['sub/.fshare-pull-123-0123abcd-0123456789ab'] }),
+      ],
+      [
+        "the name of a pull's temporary file",
+        /uses for its own files refused/,
+        () => ({ paths: ['.fshare-tmp-123-0123abcd-0123456789ab.part'] }),
+      ],
+      [
+        "the name of an older pull's temporary file, as a directory",
+        /uses for its own files refused/,
+        () => ({ paths: ['ok.txt'], dirs: ['.fshare-tmp-0123456789ab'] }),
+      ],
       ['a directory outside', /refused/, () => ({ paths: ['ok.txt'], dirs: ['../evil-dir'] })],
       // Found only as it was written, after ok.txt (was: ok.txt written, then exit 1).
       [
