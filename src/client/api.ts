@@ -13,6 +13,7 @@ import type {
 } from '../shared/types.js';
 import { callJson, header, isRecord, type AnswerShape, type ApiClient } from './http.js';
 import { sharePath } from './refs.js';
+import { isUuid } from '../shared/ids.js';
 
 export interface PageQuery {
   page?: number;
@@ -63,10 +64,20 @@ const PASSWORD_CHANGED: AnswerShape = {
     (b.auth_token === undefined ||
       (isToken(b.auth_token) && isString(b.username) && b.username !== '')),
 };
-/** A new share or user: its address in `url`. */
+/** A new user: its address in `url`. */
 const CREATED: AnswerShape = {
   what: 'a success with the new address',
-  ok: (b) => b.status === 'success' && isString(b.url) && idFromUrl(b.url) !== '',
+  ok: (b) =>
+    b.status === 'success' && isString(b.url) && !['', '.', '..'].includes(idFromUrl(b.url)),
+};
+/**
+ * A new share: its address in `url`, ending in the share's id, a UUID (API.md "Shares"). Found
+ * from outside: an answer of `/files/<id>/../../users` sent the chunks, then a DELETE, to
+ * `/files/users`.
+ */
+const SHARE_CREATED: AnswerShape = {
+  what: 'a success with the address of the new share',
+  ok: (b) => b.status === 'success' && isString(b.url) && isUuid(idFromUrl(b.url)),
 };
 /** A share (API.md "Shares"); `size`, `sha256` and `expires` are fshare serve's own. */
 const isShare = (b: Record<string, unknown>) =>
@@ -231,7 +242,7 @@ export async function createFile(
     // with the share the first one made. (A server without the extension may make a second,
     // empty share, as running the command again would.)
     idempotencyKey: key,
-    expect: CREATED,
+    expect: SHARE_CREATED,
     onHeaders: (headers) => (said = header(headers, 'idempotent-replayed')?.trim().toLowerCase()),
   });
   return { ...created, replayed: said === 'true', keyTaken: said === 'true' || said === 'false' };

@@ -393,6 +393,50 @@ describe('bad input gives one clear line and the right exit code', () => {
     }
   });
 
+  // Property: the share a create answer names is a share id (a UUID, API.md "Shares"), or the
+  // answer is of another shape: exit 1, one line, no request to any other path. Found from
+  // outside: `{"url": "/files/<uuid>/../../users"}` sent the chunks, then a DELETE, to
+  // /files/users.
+  it('a create answer whose url ends in no share id: exit 1, one line, nothing sent after it', async () => {
+    const seen: string[] = [];
+    let url = '';
+    const other = createServer((req, res) => {
+      seen.push(`${req.method} ${req.url}`);
+      req.resume();
+      req.on('end', () => {
+        res.writeHead(201, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ status: 'success', message: 'File created', url }));
+      });
+    });
+    await new Promise<void>((r) => other.listen(0, '127.0.0.1', r));
+    const port = (other.address() as AddressInfo).port;
+    const file = join(work, 'create-shape.bin');
+    await writeFile(file, 'create shape\n');
+    try {
+      for (const made of [
+        `/files/${randomUUID()}/../../users`,
+        '/files/users',
+        '/files/..',
+        `/files/${randomUUID()}x`,
+      ]) {
+        url = made;
+        seen.length = 0;
+        const res = await cli.run(['--server', `http://127.0.0.1:${port}`, 'upload', file], {
+          env: { FSHARE_TOKEN: 'any-token' },
+        });
+        expect(res.exitCode, `${made}: ${res.stderr}`).toBe(1);
+        expectOneLine(
+          res.stderr,
+          /^fshare: the server's answer to POST \/files is not a success with the address of the new share \(HTTP 201\)$/,
+        );
+        expect(seen).toEqual(['POST /files']);
+      }
+    } finally {
+      other.closeAllConnections();
+      await new Promise<void>((r) => other.close(() => r()));
+    }
+  });
+
   // A sign-in answer without `username` was taken: "Signed in to … as undefined", exit 0, and the
   // token "a b" (no Authorization header can carry it) stored for the account undefined@server.
   it('a sign-in or renewal answer without a user name or a usable token is one line and exit 1; nothing is stored', async () => {
