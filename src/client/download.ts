@@ -550,6 +550,7 @@ export async function download(
     await transfer(client, id, state, opts, toStream);
     return await finishOrRestart(client, id, state, opts);
   } catch (err) {
+    if (!toStream) await dropEmptyPart(state, options);
     // A write into the device carries no path ("no space left on the device" alone, /dev/full).
     throw device !== undefined ? naming(err, device) : err;
   } finally {
@@ -1151,6 +1152,26 @@ async function partOfGoneShare(state: State, options: DownloadOptions, err: Erro
   await state.part.close().catch(() => undefined);
   state.part = undefined;
   await rm(part, { force: true }).catch(() => undefined);
+  await Promise.resolve(options.validators?.set(part, undefined)).catch(() => undefined);
+}
+
+/**
+ * A failed download whose `.part` holds nothing leaves neither it nor its record: nothing can be
+ * resumed from it. Found from outside: an answer that broke before its first byte (a malformed
+ * chunked body) left an empty NAME.part and a record in partials/. Removed while still locked,
+ * so another fshare's new `.part` of that name is never the one removed.
+ */
+async function dropEmptyPart(state: State, options: DownloadOptions): Promise<void> {
+  if (state.target === undefined || !state.part) return;
+  const size = await state.part.stat().then(
+    (s) => s.size,
+    () => undefined,
+  );
+  if (size !== 0) return;
+  const part = partPathOf(state.target);
+  await rm(part, { force: true }).catch(() => undefined);
+  await state.part.close().catch(() => undefined);
+  state.part = undefined;
   await Promise.resolve(options.validators?.set(part, undefined)).catch(() => undefined);
 }
 

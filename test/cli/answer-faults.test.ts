@@ -268,6 +268,52 @@ describe('answers that break or echo the token', () => {
     }
   });
 
+  // Property: a download that fails before its first byte leaves nothing to resume, and so
+  // nothing behind: no empty NAME.part, no record in partials/. Found from outside: a malformed
+  // chunked body left both (exit 1).
+  it('a download whose body breaks before its first byte leaves no .part and no record', async () => {
+    const id = '0e13fdd1-7ff2-4179-8263-b57911c15f09';
+    answer = (req, res) => {
+      if (req.url === `/files/${id}/content`) {
+        // A chunk size that is not hexadecimal, then the end of the connection.
+        res.socket!.end(
+          'HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\n' +
+            'etag: "v1"\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n',
+        );
+        return;
+      }
+      if (req.url === `/files/${id}`)
+        return res.end(
+          JSON.stringify({
+            share_id: id,
+            file_name: 'broken.bin',
+            owner_name: 'ci',
+            initialized: true,
+            locked: false,
+            create_date: '2026-11-20T10:00:00.000Z',
+            size: 3,
+          }),
+        );
+      res.writeHead(404, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ status: 'fail', message: 'Not found' }));
+    };
+    const dir = await tempDir('empty-part');
+    const partials = async () =>
+      (await readdir(join(cli.configDir, 'partials')).catch(() => [] as string[])).sort();
+    const before = await partials();
+    try {
+      const res = await cli.run(['--server', url, 'get', id, '-o', join(dir, 'broken.bin')], {
+        env: { FSHARE_TOKEN: TOKEN },
+      });
+      expect(res.exitCode, res.stderr).not.toBe(0);
+      expect(res.stderr.trim().split('\n')).toHaveLength(1);
+      expect(await readdir(dir)).toEqual([]);
+      expect(await partials()).toEqual(before);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
   it("info fails when the share's links cannot be read, instead of saying there are none to see", async () => {
     // Property: info's "links" is null only when the caller may not see them (401, 403) or the
     // server has none (404, 405), as CLI.md says. Found broken: every failure was taken for that,
