@@ -43,11 +43,13 @@ function asRecord(value: unknown): UploadRecord | string {
       (r.share_id === null && typeof r.create_key === 'string')
     ) ||
     (r.create_key !== undefined && typeof r.create_key !== 'string') ||
-    (r.ctimeMs !== undefined && typeof r.ctimeMs !== 'number') ||
     numbers.some((k) => typeof r[k] !== 'number') ||
     (r.mode !== 'create' && r.mode !== 'replace')
   )
     return 'not an upload record';
+  // Added later, and only ever a reason to start over: one that is not a number counts as
+  // absent (an older record's), so the record, and the share it names, are still known.
+  if (r.ctimeMs !== undefined && typeof r.ctimeMs !== 'number') delete r.ctimeMs;
   return r as UploadRecord;
 }
 

@@ -544,6 +544,12 @@ async function scanTree(
       const childAbs = join(abs, e.name);
       if (e.isDirectory()) {
         if (exc(childRel) || exc(`${childRel}/`)) continue;
+        // Pull refuses such a name anywhere in a path: a folder of it would make the set one no
+        // pull could write (found from outside: pushed, exit 0, then every pull refused it).
+        if (pullOwnName(e.name)) {
+          notice(`${childRel}/: a name fshare pull uses for its own files, skipped`);
+          continue;
+        }
         await checkLocalName(childAbs, childRel);
         const has = await walk(childAbs, childRel);
         if (!has && inc(childRel)) dirs.push(childRel);

@@ -29,14 +29,14 @@ export function parseShareRef(ref: string): ShareRef {
     } catch {
       throw new ClientInputError(`not a share id or URL: ${shown}`);
     }
-    const match = /^(.*)\/files\/([^/]+)(?:\/content)?\/?$/.exec(url.pathname);
     // Never sent (the token signs the request), so never silently dropped either: a URL such as
     // http://files.example.com@evil.example/files/<id> is another host than it reads as (found
-    // from outside: it downloaded from that host, exit 0). Not echoed.
-    if (match && isUuid(match[2]!) && (url.username || url.password))
+    // from outside: it downloaded from that host, exit 0). Not echoed, whatever else is wrong.
+    if (url.username || url.password)
       throw new ClientInputError(
         `a user name or password in a share's URL is never sent: leave it out of ${url.origin}${url.pathname}`,
       );
+    const match = /^(.*)\/files\/([^/]+)(?:\/content)?\/?$/.exec(url.pathname);
     if (match && isUuid(match[2]!))
       return { id: match[2]!.toLowerCase(), server: normalizeServer(url.origin + match[1]!) };
     // A share link's URL (what `fshare link` prints) names no share (only `fshare get` takes

@@ -99,6 +99,8 @@ const TEMP_ROOT_CODES = new Set([
   'EROFS',
   'ENOSPC',
   'EDQUOT',
+  'ENAMETOOLONG',
+  'ELOOP',
 ]);
 
 export async function ownedTempDir(prefix: string): Promise<string> {

@@ -1156,6 +1156,39 @@ describe('fshare push, pull and artifacts against fshare serve', () => {
     expect(manifest.dirs).toEqual(['sub']);
   }, 60_000);
 
+  // Property: what push sends, pull can write. Pull refuses a path with a name it gives its own
+  // files in any part; push leaves out folders of such names too, with a line. Found from
+  // outside: a folder `.fshare-pull.lock/` was pushed (exit 0), and every pull refused the set.
+  it('push leaves out folders named as pull names its own files, with a line; the set pulls', async () => {
+    const src = await freshDir('pull-names-src');
+    await put(src, 'ok.txt', 'ok\n');
+    await put(src, '.fshare-pull.lock/inside.txt', 'a\n');
+    await put(src, 'a/.fshare-tmp-0123456789ab/in.txt', 'b\n');
+    await mkdir(join(src, '.fshare-pull-1-5bce98f7-abcdefabcdef'));
+    await put(src, '.fshare-tmp-notes.d/kept.txt', 'a folder of the user\n'); // not a pull's name
+    const name = 'with-pull-names';
+    const res = await admin.run(['--json', 'push', src, '--name', name]);
+    expect(res.exitCode, res.stderr).toBe(0);
+    expect(res.stderr.trimEnd().split('\n').sort()).toEqual(
+      [
+        'fshare: .fshare-pull-1-5bce98f7-abcdefabcdef/: a name fshare pull uses for its own files, skipped',
+        'fshare: .fshare-pull.lock/: a name fshare pull uses for its own files, skipped',
+        'fshare: a/.fshare-tmp-0123456789ab/: a name fshare pull uses for its own files, skipped',
+      ].sort(),
+    );
+    const { manifest } = await manifestOf(name);
+    expect(manifest.files.map((f) => f.path).sort()).toEqual(
+      ['.fshare-tmp-notes.d/kept.txt', 'ok.txt'].sort(),
+    );
+    const out = await freshDir('pull-names-out');
+    const pulled = await admin.run(['pull', name, out]);
+    expect(pulled.exitCode, pulled.stderr).toBe(0);
+    expect(await readFile(join(out, 'ok.txt'), 'utf8')).toBe('ok\n');
+    expect(await readFile(join(out, '.fshare-tmp-notes.d', 'kept.txt'), 'utf8')).toBe(
+      'a folder of the user\n',
+    );
+  }, 60_000);
+
   it('a push killed midway leaves the old set whole; running it again completes, resumes the large file and leaves no stray data', async () => {
     const src = await freshDir('kill-src');
     for (let i = 0; i < 40; i++) await put(src, `s/${i}.txt`, randomBytes(2000 + i));

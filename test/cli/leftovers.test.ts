@@ -1,6 +1,6 @@
 // What a failed or killed command leaves behind: nothing that later commands trust or keep
 // forever, and nothing of the user's that the CLI silently ignores.
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { existsSync, readdirSync } from 'node:fs';
 import {
   link,
@@ -93,6 +93,59 @@ describe('damaged upload records', () => {
     expect(await readdir(dir)).toEqual([]);
     const after = await run(['--json', 'uploads']);
     expect(JSON.parse(after.stdout)).toEqual([]);
+  });
+});
+
+describe('an upload record with a ctimeMs that is not a number', () => {
+  // Property: a record's share is never lost to a field that only ever decides "start over".
+  // Found from outside: a record whose ctimeMs (added this version) was not a number counted
+  // as damaged; `uploads clean` removed it and left the empty share it named on the server.
+  it('is read as a record without one: listed, and uploads clean deletes its empty share', async () => {
+    const cli = await signedIn();
+    const run = (args: string[]) => cli.run(['--server', serve.url, ...args]);
+    // The empty share an interrupted upload leaves, made over HTTP.
+    const made = await fetch(`${serve.url}/files`, {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${(await run(['token'])).stdout.trim()}`,
+        'content-type': 'application/json',
+      },
+      body: JSON.stringify({ file_name: 'ctime.bin' }),
+    });
+    const id = ((await made.json()) as { url: string }).url.split('/').pop()!;
+    const dir = join(cli.configDir, 'uploads');
+    await mkdir(dir, { recursive: true });
+    const path = join(work, 'ctime.bin');
+    await writeFile(path, 'x');
+    await writeFile(
+      // Named as fshare names a record (a hash of what it is of).
+      join(
+        dir,
+        `${createHash('sha256').update(`${serve.url}\0${id}\0${path}\0create`).digest('hex').slice(0, 32)}.json`,
+      ),
+      JSON.stringify({
+        server: serve.url,
+        share_id: id,
+        dzuuid: randomUUID(),
+        path,
+        size: 1,
+        mtimeMs: 1,
+        ctimeMs: '1795728123752.2576',
+        ino: 1,
+        chunk_size: 8388608,
+        mode: 'create',
+        file_name: 'ctime.bin',
+        started: new Date().toISOString(),
+      }),
+    );
+    const listed = await run(['--json', 'uploads']);
+    expect(listed.exitCode, listed.stderr).toBe(0);
+    expect(JSON.parse(listed.stdout)).toMatchObject([{ share_id: id }]);
+    const cleaned = await run(['uploads', 'clean']);
+    expect(cleaned.exitCode, cleaned.stderr).toBe(0);
+    expect(cleaned.stdout.trim()).toBe(`Deleted share ${id} of the unfinished upload of ${path}`);
+    expect((await run(['info', id])).exitCode).toBe(4);
+    expect(await readdir(dir)).toEqual([]);
   });
 });
 
@@ -451,6 +504,7 @@ describe('a TMPDIR that cannot be used', () => {
     for (const [tmp, why] of [
       [notThere, 'no such file or directory'],
       [aFile, 'not a directory'],
+      [join(work, 'x'.repeat(300)), 'file name too long'],
     ] as const) {
       const line = `fshare: cannot make a temporary directory in ${tmp} (${why}); set TMPDIR to a directory fshare can write`;
       const env = { TMPDIR: tmp };

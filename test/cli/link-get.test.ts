@@ -320,6 +320,19 @@ describe('fshare get of a share link, against fshare serve', () => {
         ['info', `${proxyUrl.replace('//', '//ann:secret@')}/files/${share}`],
         `fshare: a user name or password in a share's URL is never sent: leave it out of ${proxyUrl}/files/${share}`,
       ],
+      // Whatever else is wrong with the URL, the password is never echoed.
+      [
+        ['info', `${proxyUrl.replace('//', '//ann:secret@')}/files/nope`],
+        `fshare: a user name or password in a share's URL is never sent: leave it out of ${proxyUrl}/files/nope`,
+      ],
+      [
+        ['info', `${proxyUrl.replace('//', '//ann:secret@')}/l/abc`],
+        `fshare: a user name or password in a share's URL is never sent: leave it out of ${proxyUrl}/l/abc`,
+      ],
+      [
+        ['get', `${proxyUrl.replace('//', '//ann:secret@')}/files/`],
+        `fshare: a user name or password in a share's URL is never sent: leave it out of ${proxyUrl}/files/`,
+      ],
     ] as const) {
       const res = await owner.run([...args], { input: 'x\n' });
       expect(res.exitCode, res.stderr).toBe(2);
