@@ -18,6 +18,18 @@ function cutAnswer(res: ServerResponse, body: string): void {
   res.write(body.slice(0, 10), () => res.socket?.destroy());
 }
 
+/** A share's record (GET /files/<id>) as a server without digests answers it, as JSON. */
+function shareRecord(id: string, fields: Record<string, unknown>): string {
+  return JSON.stringify({
+    share_id: id,
+    owner_name: 'ci',
+    initialized: true,
+    locked: false,
+    create_date: '2026-11-20T10:00:00.000Z',
+    ...fields,
+  });
+}
+
 const WHOAMI = JSON.stringify({ username: 'ci', permissions: ['READ', 'LIST'] });
 const TOKEN = 'ci-secret-token-5d41402abc4b2a76b9719d911017c592';
 
@@ -239,17 +251,7 @@ describe('answers that break or echo the token', () => {
         return res.end(body);
       }
       // The record the download is checked against (it gives no sha256: not verified).
-      if (req.url === `/files/${id}`)
-        return res.end(
-          JSON.stringify({
-            share_id: id,
-            file_name: 'leak.bin',
-            owner_name: 'ci',
-            initialized: true,
-            locked: false,
-            create_date: '2026-11-20T10:00:00.000Z',
-          }),
-        );
+      if (req.url === `/files/${id}`) return res.end(shareRecord(id, { file_name: 'leak.bin' }));
       res.writeHead(404, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ status: 'fail', message: 'Not found' }));
     };
@@ -283,17 +285,7 @@ describe('answers that break or echo the token', () => {
         return;
       }
       if (req.url === `/files/${id}`)
-        return res.end(
-          JSON.stringify({
-            share_id: id,
-            file_name: 'broken.bin',
-            owner_name: 'ci',
-            initialized: true,
-            locked: false,
-            create_date: '2026-11-20T10:00:00.000Z',
-            size: 3,
-          }),
-        );
+        return res.end(shareRecord(id, { file_name: 'broken.bin', size: 3 }));
       res.writeHead(404, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ status: 'fail', message: 'Not found' }));
     };

@@ -90,6 +90,21 @@ describe('verified transfers against fshare serve', () => {
     };
   };
 
+  /**
+   * Waits (up to 30 s) until the upload record of a run in the background names its share and the
+   * server holds `count` of its chunks; returns what was seen last.
+   */
+  const untilServerHolds = async (count: number) => {
+    let record: { share_id: string; dzuuid: string } | undefined;
+    let held: number[] = [];
+    for (let i = 0; i < 600 && held.length < count; i++) {
+      await sleep(50);
+      record ??= await recordWithShare(admin);
+      if (record) held = (await state(record.share_id, record.dzuuid)).body.received ?? [];
+    }
+    return { record, held };
+  };
+
   // Both sizes: up to 4 MiB the client hashes on its main thread, above on the hashing thread.
   it.each([
     ['300 KB', 300_000],
@@ -424,13 +439,7 @@ describe('verified transfers against fshare serve', () => {
     proxy.state.delayMs = 100; // slow enough to stop it in the middle
     try {
       const child = uploadInBackground(via, path, ['--chunk-size', '8m', '--parallel', '2']);
-      let record: { share_id: string; dzuuid: string } | undefined;
-      let held: number[] = [];
-      for (let i = 0; i < 600 && held.length < 4; i++) {
-        await sleep(50);
-        record ??= await recordWithShare(admin);
-        if (record) held = (await state(record.share_id, record.dzuuid)).body.received ?? [];
-      }
+      const { record, held } = await untilServerHolds(4);
       child.kill('SIGKILL');
       await child;
       expect(record).toBeDefined();
@@ -505,13 +514,7 @@ describe('verified transfers against fshare serve', () => {
       const pid = await new Promise<number>((resolve) =>
         parent.stdout!.once('data', (d: Buffer) => resolve(Number(String(d).trim()))),
       );
-      let record: { share_id: string; dzuuid: string } | undefined;
-      let held: number[] = [];
-      for (let i = 0; i < 600 && held.length < 1; i++) {
-        await sleep(50);
-        record ??= await recordWithShare(admin);
-        if (record) held = (await state(record.share_id, record.dzuuid)).body.received ?? [];
-      }
+      const { record } = await untilServerHolds(1);
       expect(record).toBeDefined();
       process.kill(pid, 'SIGKILL');
       for (let i = 0; i < 100 && !readFileSync(`/proc/${pid}/stat`, 'utf8').includes(') Z '); i++)
@@ -556,13 +559,7 @@ describe('verified transfers against fshare serve', () => {
     proxy.state.delayMs = 100;
     try {
       const child = uploadInBackground(via, path, ['--chunk-size', '1m', '--parallel', '2']);
-      let record: { share_id: string; dzuuid: string } | undefined;
-      let held: number[] = [];
-      for (let i = 0; i < 600 && held.length < 2; i++) {
-        await sleep(50);
-        record ??= await recordWithShare(admin);
-        if (record) held = (await state(record.share_id, record.dzuuid)).body.received ?? [];
-      }
+      const { record, held } = await untilServerHolds(2);
       child.kill('SIGKILL');
       await child;
       expect(held.length).toBeGreaterThanOrEqual(2);
